@@ -1,0 +1,38 @@
+"""Write the default countdown datasets: data/grpo_train.jsonl and data/grpo_eval.jsonl.
+
+Deterministic: the same arguments always write the same bytes. The committed files were made with
+
+    python data/make_countdown.py
+
+(defaults: 64 train rows, 64 held-out rows, 2 numbers from 1 to 12, operators + - *, seed 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rlvr.data import write_jsonl
+from rlvr.tasks.countdown import CountdownSpec, generate_rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train-rows", type=int, default=64)
+    parser.add_argument("--eval-rows", type=int, default=64)
+    parser.add_argument("--numbers", type=int, default=2, help="numbers per row")
+    parser.add_argument("--low", type=int, default=1)
+    parser.add_argument("--high", type=int, default=12)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent)
+    args = parser.parse_args()
+
+    spec = CountdownSpec(n_numbers=args.numbers, low=args.low, high=args.high)
+    train, held_out = generate_rows(args.train_rows, args.eval_rows, spec, seed=args.seed)
+    for name, rows in (("grpo_train.jsonl", train), ("grpo_eval.jsonl", held_out)):
+        write_jsonl(args.out_dir / name, rows)
+        print(f"wrote {len(rows)} rows to {args.out_dir / name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Prefect flows: run the DVC stages on a schedule and publish versioned artifacts (Step 4)."""

@@ -1,0 +1,208 @@
+"""Registries: verifier types (what a row's `verifier` may be) and reward functions (what a recipe lists).
+
+A recipe names reward functions (`rewards.funcs` in params.yaml); `build_reward_funcs` turns the
+names into TRL-compatible callables `(prompts, completions, **columns) -> list[float | None]`.
+Each one dispatches on the row's verifier, never raises (a failure scores that sample None, is
+counted, logged once per row id, and reported to TRL as the metric `rewards/<name>/failures`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import regex
+
+from rlvr.rewards.shaping import length_reward
+from rlvr.rewards.verifiers import (MAX_COUNTDOWN_NUMBERS, countdown_reward, exact_match_reward,
+                                    extract_answer, format_reward)
+
+if TYPE_CHECKING:
+    from rlvr.config import RewardsParams
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- verifier types
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_nonempty_str(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def _is_number_list(value: Any) -> bool:
+    return (isinstance(value, list) and 1 <= len(value) <= MAX_COUNTDOWN_NUMBERS
+            and all(_is_int(v) for v in value))
+
+
+def _compiles(value: Any) -> bool:
+    try:
+        regex.compile(value)
+        return True
+    except (regex.error, TypeError):
+        return False
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """One field of a verifier type: whether it must be present, and the rule its value obeys."""
+    check: Callable[[Any], bool]
+    rule: str
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class VerifierType:
+    """A kind of verifier: the fields a row must give and how an answer is scored."""
+    fields: Mapping[str, FieldRule]
+    score: Callable[[str, Mapping[str, Any]], float]
+
+
+VERIFIERS: dict[str, VerifierType] = {
+    "countdown": VerifierType(
+        fields={
+            "numbers": FieldRule(_is_number_list,
+                                 f"a list of 1-{MAX_COUNTDOWN_NUMBERS} integers"),
+            "target": FieldRule(_is_int, "an integer"),
+            "allow_division": FieldRule(lambda v: isinstance(v, bool), "true or false",
+                                        required=False),
+        },
+        score=lambda answer, v: countdown_reward(answer, v["numbers"], v["target"],
+                                                 v.get("allow_division", False)),
+    ),
+    "exact_match": VerifierType(
+        fields={"target": FieldRule(_is_nonempty_str, "a non-empty string")},
+        score=lambda answer, v: exact_match_reward(extract_answer(answer), v["target"]),
+    ),
+    "regex": VerifierType(
+        fields={"pattern": FieldRule(_is_nonempty_str, "a non-empty string")},
+        score=lambda answer, v: format_reward(answer, v["pattern"]),
+    ),
+}
+
+
+def verifier_problems(verifier: Any) -> list[str]:
+    """Why a verifier dict is malformed (empty list when it is well formed).
+
+    >>> verifier_problems({"type": "countdown", "numbers": [3, 5], "target": 15})
+    []
+    >>> verifier_problems({"type": "countdown", "numbers": [3, "5"]})
+    ['numbers must be a list of 1-6 integers', 'target is missing']
+    """
+    if not isinstance(verifier, Mapping):
+        return ["verifier must be an object"]
+    kind = verifier.get("type")
+    if kind not in VERIFIERS:
+        return [f"type {kind!r} is not one of {sorted(VERIFIERS)}"]
+    problems = []
+    spec = VERIFIERS[kind]
+    for name, rule in spec.fields.items():
+        if name not in verifier:
+            if rule.required:
+                problems.append(f"{name} is missing")
+        elif not rule.check(verifier[name]):
+            problems.append(f"{name} must be {rule.rule}")
+    extra = sorted(set(verifier) - set(spec.fields) - {"type"})
+    if extra:
+        problems.append(f"unknown field(s) {extra} for type {kind}")
+    return problems
+
+
+def score_correctness(answer: str, verifier: Mapping[str, Any]) -> float:
+    """Score one answer with the row's own verifier (dispatch on its type).
+
+    >>> score_correctness("3*5", {"type": "countdown", "numbers": [3, 5], "target": 15})
+    1.0
+    """
+    return VERIFIERS[verifier["type"]].score(answer, verifier)
+
+
+# --------------------------------------------------------------------------- reward functions
+
+def completion_text(completion: Any) -> str:
+    """Plain text of a TRL completion: a string, or a conversational list of messages."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(message.get("content", "")) for message in completion)
+
+
+def as_verifier(value: Any) -> Mapping[str, Any]:
+    """A verifier column value: a dict, or its JSON text (how mixed types survive Arrow)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+# Score one sample: (completion text, the row's verifier, completion length in tokens) -> reward.
+SampleScorer = Callable[[str, Mapping[str, Any], int], float]
+
+
+class RewardFunction:
+    """A TRL reward function built from a per-sample scorer; it never raises.
+
+    TRL calls it with prompts, completions, completion_ids, every dataset column (we need
+    `verifier`, and `id` to name failing rows) and `log_metric`.
+    """
+
+    def __init__(self, name: str, scorer: SampleScorer) -> None:
+        self.__name__ = name  # TRL names the reward's metrics after it
+        self.scorer = scorer
+        self.failures = 0
+        self._logged_rows: set[str] = set()
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
+                 completion_ids: Sequence[Sequence[int]] | None = None,
+                 **columns: Any) -> list[float | None]:
+        verifiers = columns.get("verifier") or [None] * len(completions)
+        ids = columns.get("id") or [f"#{i}" for i in range(len(completions))]
+        rewards: list[float | None] = []
+        batch_failures = 0
+        for i, completion in enumerate(completions):
+            try:
+                text = completion_text(completion)
+                n_tokens = len(completion_ids[i]) if completion_ids is not None else len(text)
+                rewards.append(float(self.scorer(text, as_verifier(verifiers[i]), n_tokens)))
+            except Exception as error:  # noqa: BLE001 - a reward must never crash training
+                rewards.append(None)
+                batch_failures += 1
+                row = str(ids[i])
+                if row not in self._logged_rows:
+                    self._logged_rows.add(row)
+                    log.warning("reward %s failed on row %s (scored None): %s: %s",
+                                self.__name__, row, type(error).__name__, error)
+        self.failures += batch_failures
+        log_metric = columns.get("log_metric")
+        if callable(log_metric):
+            log_metric(f"rewards/{self.__name__}/failures", float(batch_failures))
+        return rewards
+
+
+def _correctness(params: RewardsParams) -> SampleScorer:
+    return lambda text, verifier, n_tokens: score_correctness(text, verifier)
+
+
+def _format(params: RewardsParams) -> SampleScorer:
+    pattern = regex.compile(params.format_pattern)
+    return lambda text, verifier, n_tokens: format_reward(text, pattern)
+
+
+def _length(params: RewardsParams) -> SampleScorer:
+    p = params.length
+    return lambda text, verifier, n_tokens: length_reward(
+        n_tokens, score_correctness(text, verifier) == 1.0, p.lam, p.l_min, p.l_max, p.l_target)
+
+
+REWARD_FUNCS: dict[str, Callable[[RewardsParams], SampleScorer]] = {
+    "correctness": _correctness,
+    "format": _format,
+    "length": _length,
+}
+
+
+def build_reward_funcs(params: RewardsParams) -> list[RewardFunction]:
+    """The reward functions a recipe lists, in order (weights stay in params.rewards.weights)."""
+    return [RewardFunction(name, REWARD_FUNCS[name](params)) for name in params.funcs]

@@ -1,0 +1,212 @@
+"""Verifiers: pure functions that score one model output against one row's verifier.
+
+Every verifier returns a float and never raises on model output, however adversarial: the text is
+never evaluated (countdown parses with `ast` and walks a whitelist of nodes), its length is capped
+before parsing, and regular expressions run under a timeout (the `regex` package) so catastrophic
+backtracking cannot hang a training run.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from collections import Counter
+from collections.abc import Sequence
+from fractions import Fraction
+
+import regex
+
+# An answer to a countdown row with at most MAX_COUNTDOWN_NUMBERS numbers fits easily in this many
+# characters; anything longer is wrong by construction and is rejected before parsing.
+MAX_EXPRESSION_CHARS = 256
+MAX_COUNTDOWN_NUMBERS = 6
+# Regex matching is bounded in time; a timeout scores as "no match".
+REGEX_TIMEOUT_S = 0.2
+# Python's `re` flag values differ from the `regex` package's for ASCII only.
+_RE_TO_REGEX_FLAGS = {re.IGNORECASE: regex.IGNORECASE, re.MULTILINE: regex.MULTILINE,
+                      re.DOTALL: regex.DOTALL, re.VERBOSE: regex.VERBOSE, re.ASCII: regex.ASCII}
+_EXPRESSION_CHARS = frozenset("0123456789+-*/() \t")
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+
+
+def extract_answer(output: str) -> str:
+    """The text to verify: the last `<answer>...</answer>` block if there is one, else the output.
+
+    Chatty instruct models wrap their answer in tags; the tiny default model answers bare.
+
+    >>> extract_answer("I think <answer> 3*5 </answer>")
+    ' 3*5 '
+    >>> extract_answer("3*5")
+    '3*5'
+    """
+    start = output.rfind(ANSWER_OPEN)
+    if start < 0:
+        return output
+    start += len(ANSWER_OPEN)
+    end = output.find(ANSWER_CLOSE, start)
+    return output[start:] if end < 0 else output[start:end]
+
+
+def exact_match_reward(output: str, target: str) -> float:
+    """1.0 if the output equals the target once surrounding whitespace is stripped, else 0.0.
+
+    >>> exact_match_reward(" Paris\\n", "Paris")
+    1.0
+    >>> exact_match_reward("paris", "Paris")
+    0.0
+    """
+    return 1.0 if output.strip() == target.strip() else 0.0
+
+
+def _as_regex(pattern: str | re.Pattern | regex.Pattern) -> regex.Pattern:
+    if isinstance(pattern, regex.Pattern):
+        return pattern
+    if isinstance(pattern, re.Pattern):
+        flags = sum(v for k, v in _RE_TO_REGEX_FLAGS.items() if pattern.flags & k)
+        return regex.compile(pattern.pattern, flags)
+    return regex.compile(pattern)
+
+
+def format_reward(output: str, pattern: str | re.Pattern | regex.Pattern,
+                  timeout: float = REGEX_TIMEOUT_S) -> float:
+    """1.0 if the pattern matches somewhere in the output (re.search semantics), else 0.0.
+
+    Anchor the pattern (^...$) to demand the whole output. A match that takes longer than
+    `timeout` seconds scores 0.0 instead of hanging. An invalid pattern raises (it is a
+    configuration error, caught earlier by validation).
+
+    >>> format_reward("3*5", r"^\\d+([-+*]\\d+)+$")
+    1.0
+    >>> format_reward("three times five", re.compile(r"^\\d"))
+    0.0
+    """
+    try:
+        return 1.0 if _as_regex(pattern).search(output, timeout=timeout) else 0.0
+    except TimeoutError:
+        return 0.0
+
+
+class _Rejected(Exception):
+    """The expression is not a legal countdown answer."""
+
+
+def _evaluate(node: ast.AST, available: Counter, allow_division: bool) -> Fraction:
+    """Evaluate a whitelisted arithmetic tree, consuming the numbers it uses from `available`."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        if available[node.value] <= 0:
+            raise _Rejected(f"{node.value} is not available")
+        available[node.value] -= 1
+        return Fraction(node.value)
+    if isinstance(node, ast.BinOp):
+        left = _evaluate(node.left, available, allow_division)
+        right = _evaluate(node.right, available, allow_division)
+        if isinstance(node.op, ast.Add):
+            return left + right
+        if isinstance(node.op, ast.Sub):
+            return left - right
+        if isinstance(node.op, ast.Mult):
+            return left * right
+        if isinstance(node.op, ast.Div) and allow_division:
+            if right == 0:
+                raise _Rejected("division by zero")
+            return left / right
+    raise _Rejected(f"{type(node).__name__} is not allowed")
+
+
+def countdown_value(expression: str, numbers: Sequence[int],
+                    allow_division: bool = False) -> Fraction | None:
+    """The exact value of a legal countdown expression, or None if it is not legal.
+
+    Legal: only the given numbers, each at most once; + - * (and / when allowed); parentheses.
+    No unary minus, no other literals, no names. Precedence is Python's, which is arithmetic's.
+
+    >>> countdown_value("2+3*5", [2, 3, 5])
+    Fraction(17, 1)
+    >>> countdown_value("5*5", [2, 3, 5]) is None
+    True
+    """
+    text = expression.strip()
+    if not text or len(text) > MAX_EXPRESSION_CHARS or not set(text) <= _EXPRESSION_CHARS:
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+        return _evaluate(tree.body, Counter(numbers), allow_division)
+    except (_Rejected, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def countdown_reward(output: str, numbers: Sequence[int], target: int,
+                     allow_division: bool = False) -> float:
+    """1.0 if the output is a legal expression over `numbers` that equals `target`, else 0.0.
+
+    Format and length are separate rewards; this one only checks the arithmetic.
+
+    >>> countdown_reward("2+3*5", [2, 3, 5], 17)
+    1.0
+    >>> countdown_reward("2+3*5", [2, 3, 5], 25)
+    0.0
+    >>> countdown_reward("(2+3)*5", [2, 3, 5], 25)
+    1.0
+    >>> countdown_reward("__import__('os')", [2, 3, 5], 25)
+    0.0
+    """
+    value = countdown_value(extract_answer(output), numbers, allow_division)
+    return 1.0 if value is not None and value == target else 0.0
+
+
+def countdown_solution(numbers: Sequence[int], target: int,
+                       allow_division: bool = False) -> str | None:
+    """An expression over `numbers` (each at most once) that hits `target`, or None if none exists.
+
+    Exhaustive search over every way of combining pairs; meant for the few numbers a countdown
+    row has (at most MAX_COUNTDOWN_NUMBERS).
+
+    >>> countdown_solution([3, 5], 15)
+    '3*5'
+    >>> countdown_solution([3, 5], 7) is None
+    True
+    """
+    if len(numbers) > MAX_COUNTDOWN_NUMBERS:
+        raise ValueError(f"at most {MAX_COUNTDOWN_NUMBERS} numbers can be searched, got {len(numbers)}")
+    seen: set[tuple] = set()
+
+    def search(items: list[tuple[Fraction, str]]) -> str | None:
+        for value, text in items:
+            if value == target:
+                return text
+        key = tuple(sorted(v for v, _ in items))
+        if key in seen:
+            return None
+        seen.add(key)
+        for i, j in itertools.permutations(range(len(items)), 2):
+            (a, ta), (b, tb) = items[i], items[j]
+            rest = [items[k] for k in range(len(items)) if k not in (i, j)]
+            candidates = [(a + b, f"{ta}+{tb}"), (a - b, f"{ta}-({tb})"), (a * b, f"({ta})*({tb})")]
+            if allow_division and b != 0:
+                candidates.append((a / b, f"({ta})/({tb})"))
+            for value, text in candidates:
+                found = search(rest + [(value, text)])
+                if found is not None:
+                    return _simplify(found, numbers, target, allow_division)
+        return None
+
+    return search([(Fraction(n), str(n)) for n in numbers])
+
+
+def _simplify(text: str, numbers: Sequence[int], target: int, allow_division: bool) -> str:
+    """Drop redundant parentheses while the expression keeps its value (for readable solutions)."""
+    changed = True
+    while changed:
+        changed = False
+        for open_at in [i for i, ch in enumerate(text) if ch == "("]:
+            depth = 0
+            for close_at in range(open_at, len(text)):
+                depth += {"(": 1, ")": -1}.get(text[close_at], 0)
+                if depth == 0:
+                    break
+            candidate = text[:open_at] + text[open_at + 1:close_at] + text[close_at + 1:]
+            if countdown_value(candidate, numbers, allow_division) == target:
+                text, changed = candidate, True
+                break
+    return text

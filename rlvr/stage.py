@@ -1,0 +1,32 @@
+"""What every stage script shares: the gate check, params loading, and errors as plain lines.
+
+A stage is `main(params) -> int`; `run_stage` loads params.yaml, checks the reward-test gate
+(unless the stage is the gate itself) and turns the pipeline's own errors into one line on stderr
+and a non-zero exit, so `dvc repro` stops with a readable reason instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from rlvr.config import Params, ParamsError, load_params
+from rlvr.data import DataError
+from rlvr.gate import GateClosed, require_gate
+
+EXPECTED_ERRORS = (GateClosed, ParamsError, DataError)
+
+
+def run_stage(name: str, main: Callable[[Params], int], gated: bool = True) -> None:
+    started = time.perf_counter()
+    try:
+        if gated:
+            require_gate()
+        code = main(load_params())
+    except EXPECTED_ERRORS as error:
+        print(f"{name}: {error}", file=sys.stderr)
+        sys.exit(1)
+    status = "done" if code == 0 else "FAILED"
+    print(f"{name}: {status} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    sys.exit(code)

@@ -1,0 +1,1 @@
+"""Tasks: generators of prompt+verifier rows for the pipeline's default datasets."""

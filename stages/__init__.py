@@ -1,0 +1,1 @@
+"""One thin command per DVC stage (see dvc.yaml): parse params, call rlvr, write outputs."""

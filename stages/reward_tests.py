@@ -1,0 +1,29 @@
+"""Stage reward_tests: run the offline reward tests and write the gate's verdict.
+
+    dvc repro reward_tests          (or: python -m stages.reward_tests)
+
+Writes reports/gate/reward_tests.json (passed, counts, failing test ids). Every other stage reads
+it first and refuses to start unless it says passed; a failure here exits non-zero, naming the tests.
+"""
+
+from rlvr.config import Params
+from rlvr.gate import GATE_REPORT, run_reward_tests
+from rlvr.stage import run_stage
+
+
+def main(params: Params) -> int:
+    print(f"reward_tests: running {' '.join(params.gate.tests)}")
+    verdict = run_reward_tests(params.gate.tests, GATE_REPORT)
+    counts = verdict["counts"]
+    print(f"reward_tests: {counts['passed']}/{counts['tests']} passed -> {GATE_REPORT}")
+    if verdict["passed"]:
+        return 0
+    for test_id in verdict["failing"]:
+        print(f"reward_tests: FAILED {test_id}")
+    if "reason" in verdict:
+        print(f"reward_tests: {verdict['reason']}")
+    return 1
+
+
+if __name__ == "__main__":
+    run_stage("reward_tests", main, gated=False)

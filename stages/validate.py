@@ -1,0 +1,36 @@
+"""Stage validate: check the training and held-out rows against the data contract (Great Expectations).
+
+    dvc repro validate              (or: python -m stages.validate)
+
+Writes reports/validation/summary.json (a DVC metric: per file and rule, whether it held) and the
+Data Docs HTML under reports/validation/data_docs/. On any problem it prints one line per problem
+(file, row id or line, rule) and exits non-zero, so nothing downstream runs.
+"""
+
+from pathlib import Path
+
+from rlvr.config import Params
+from rlvr.data import write_json
+from rlvr.stage import run_stage
+from rlvr.validation import summary, validate_files
+
+OUT_DIR = Path("reports/validation")
+
+
+def main(params: Params) -> int:
+    data = params.data
+    print(f"validate: checking {data.train_path} and {data.eval_path}")
+    reports = validate_files(data.train_path, data.eval_path, data.train_rows,
+                             data.max_prompt_chars, docs_dir=OUT_DIR / "data_docs")
+    result = summary(reports)
+    write_json(OUT_DIR / "summary.json", result)
+    for report in reports:
+        print(f"validate: {report.path}: {report.rows} rows, {len(report.problems)} problem(s)")
+        for problem in report.problems:
+            print(problem)
+    print(f"validate: Data Docs at {OUT_DIR / 'data_docs' / 'index.html'}")
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    run_stage("validate", main)

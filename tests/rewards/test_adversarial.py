@@ -1,0 +1,50 @@
+"""Property test: arbitrary text never crashes a verifier or a reward function, and never hangs."""
+
+import time
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlvr.config import RewardsParams
+from rlvr.rewards import (build_reward_funcs, countdown_reward, exact_match_reward,
+                          format_reward)
+
+FORMAT = RewardsParams().format_pattern
+ALL_FUNCS = build_reward_funcs(RewardsParams(funcs=["correctness", "format", "length"],
+                                             weights=[1, 1, 1]))
+VERIFIERS = [
+    {"type": "countdown", "numbers": [3, 5], "target": 15},
+    {"type": "countdown", "numbers": [6, 2, 4], "target": 2, "allow_division": True},
+    {"type": "exact_match", "target": "42"},
+    {"type": "regex", "pattern": r"^(\d+\s*[-+*/]\s*)+\d+$"},
+]
+# Arithmetic-looking text reaches deeper into the countdown parser than random unicode does.
+arithmetic = st.text(alphabet="0123456789+-*/() .eE_jx<>answer", max_size=400)
+anything = st.text(max_size=2000)
+huge = st.builds(lambda ch, n: ch * n, st.sampled_from(["9", "(", "*", "a", " "]),
+                 st.integers(0, 100_000))
+texts = st.one_of(arithmetic, anything, huge)
+BOUND_S = 2.0  # far above the ~1 ms a verifier takes; only a hang or blow-up breaks it
+
+
+@given(texts)
+def test_every_verifier_returns_a_score_in_bounded_time(text):
+    start = time.perf_counter()
+    scores = [
+        countdown_reward(text, [3, 5], 15),
+        countdown_reward(text, [6, 2, 4], 2, allow_division=True),
+        exact_match_reward(text, "42"),
+        format_reward(text, FORMAT),
+    ]
+    assert time.perf_counter() - start < BOUND_S
+    assert all(s in (0.0, 1.0) for s in scores)
+
+
+@given(texts, st.sampled_from(VERIFIERS))
+def test_every_reward_function_returns_a_float_per_completion(text, verifier):
+    start = time.perf_counter()
+    for func in ALL_FUNCS:
+        rewards = func(prompts=["p"], completions=[text], completion_ids=[[0] * len(text)],
+                       verifier=[verifier], id=["row"])
+        assert len(rewards) == 1 and isinstance(rewards[0], float)
+    assert time.perf_counter() - start < BOUND_S

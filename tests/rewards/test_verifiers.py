@@ -1,0 +1,114 @@
+"""Verifiers: exact match, format (regex), countdown arithmetic."""
+
+import re
+
+import pytest
+
+from rlvr.rewards import (countdown_reward, countdown_solution, countdown_value,
+                          exact_match_reward, extract_answer, format_reward)
+
+
+# ---------------------------------------------------------------- exact match
+
+@pytest.mark.parametrize("output,target,expected", [
+    ("42", "42", 1.0), ("  42\n", "42", 1.0), ("42", " 42 ", 1.0),
+    ("42.0", "42", 0.0), ("4 2", "42", 0.0), ("", "42", 0.0), ("Paris", "paris", 0.0),
+])
+def test_exact_match(output, target, expected):
+    assert exact_match_reward(output, target) == expected
+
+
+# ---------------------------------------------------------------- format
+
+FORMAT = r"^\s*\(*\d+\)*(\s*[-+*/]\s*\(*\d+\)*)+\s*$"
+
+
+@pytest.mark.parametrize("output,expected", [
+    ("3*5", 1.0), (" 3 + 5 ", 1.0), ("(3+5)*2", 1.0), ("3", 0.0), ("3*", 0.0),
+    ("three", 0.0), ("3*5 is 15", 0.0), ("", 0.0),
+])
+def test_format_with_the_default_pattern(output, expected):
+    assert format_reward(output, FORMAT) == expected
+
+
+def test_format_accepts_compiled_patterns_and_keeps_their_flags():
+    assert format_reward("ANSWER", re.compile("answer", re.IGNORECASE)) == 1.0
+    assert format_reward("ANSWER", re.compile("answer")) == 0.0
+
+
+def test_format_is_search_not_fullmatch():
+    assert format_reward("the answer is 7", r"\d") == 1.0
+
+
+def test_format_times_out_instead_of_hanging_on_catastrophic_backtracking():
+    assert format_reward("a" * 5000 + "!", r"^(a|aa)+$", timeout=0.05) == 0.0
+
+
+# ---------------------------------------------------------------- countdown
+
+@pytest.mark.parametrize("output,numbers,target,expected", [
+    ("2+3*5", [2, 3, 5], 17, 1.0),       # precedence: 2 + 15
+    ("2+3*5", [2, 3, 5], 25, 0.0),       # not (2 + 3) * 5
+    ("(2+3)*5", [2, 3, 5], 25, 1.0),
+    ("3*5", [3, 5], 15, 1.0),
+    (" 3 * 5 \n", [3, 5], 15, 1.0),      # surrounding whitespace is fine
+    ("5*3", [3, 5], 15, 1.0),            # any order
+    ("12-4", [4, 12], 8, 1.0),
+    ("4-12", [4, 12], -8, 1.0),          # negative targets are arithmetic too
+    ("3+3", [3, 5], 6, 0.0),             # reuses 3
+    ("3+3", [3, 3], 6, 1.0),             # two 3s given: both may be used
+    ("7+8", [3, 5], 15, 0.0),            # foreign numbers
+    ("15", [3, 5], 15, 0.0),             # a foreign literal
+    ("3", [3, 5], 3, 1.0),               # each number at most once, not necessarily all
+    ("-3+18", [3, 18], 15, 0.0),         # unary minus is not an operator of the game
+    ("6/2", [6, 2], 3, 0.0),             # division only when enabled
+    ("3**2", [3, 2], 9, 0.0),            # power is not allowed
+    ("3.0*5", [3, 5], 15, 0.0),          # floats are not the given numbers
+    ("True*15", [15], 15, 0.0),          # bools are not numbers
+    ("3*5=15", [3, 5], 15, 0.0),
+    ("3 5", [3, 5], 15, 0.0),
+    ("", [3, 5], 15, 0.0),
+    ("(3*5", [3, 5], 15, 0.0),
+    ("__import__('os').system('x')", [3, 5], 15, 0.0),
+    ("x*5", [3, 5], 15, 0.0),
+    ("I think <answer>3*5</answer>", [3, 5], 15, 1.0),
+])
+def test_countdown(output, numbers, target, expected):
+    assert countdown_reward(output, numbers, target) == expected
+
+
+def test_countdown_division_when_enabled_is_exact():
+    assert countdown_reward("6/4", [6, 4], 1, allow_division=True) == 0.0  # 1.5, not 1
+    assert countdown_reward("(6+2)/4", [6, 2, 4], 2, allow_division=True) == 1.0
+    assert countdown_reward("6/(2-2)", [6, 2, 2], 0, allow_division=True) == 0.0
+
+
+def test_countdown_value_is_exact_arithmetic():
+    assert countdown_value("2+3*5", [2, 3, 5]) == 17
+    assert countdown_value("2+3*5", [2, 3]) is None
+
+
+@pytest.mark.parametrize("text", [
+    "9" * 100_000,                       # a huge literal
+    "(" * 50_000 + "3" + ")" * 50_000,   # deep nesting
+    "3*" * 50_000 + "5",                 # 100k characters of valid-looking arithmetic
+    "1" * 300 + "*" + "1" * 300,         # big numbers that would overflow if evaluated
+])
+def test_countdown_rejects_pathological_input_quickly(text):
+    assert countdown_reward(text, [3, 5], 15) == 0.0
+
+
+def test_extract_answer_takes_the_last_answer_block():
+    assert extract_answer("<answer>1</answer> no, <answer>2</answer>") == "2"
+    assert extract_answer("<answer>3*5") == "3*5"
+
+
+@pytest.mark.parametrize("numbers,target,solvable", [
+    ([3, 5], 15, True), ([3, 5], 2, True), ([3, 5], 7, False), ([2, 3, 5], 25, True),
+    ([1, 2, 3, 4], 24, True), ([1, 1], 5, False),
+])
+def test_countdown_solution_finds_a_valid_expression(numbers, target, solvable):
+    solution = countdown_solution(numbers, target)
+    assert (solution is not None) == solvable
+    if solution is not None:
+        assert countdown_reward(solution, numbers, target) == 1.0

@@ -1,0 +1,97 @@
+"""The reward-test gate: its verdict, and stages refusing to start without a passing one."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlvr.gate import GateClosed, require_gate, run_reward_tests
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write_tests(folder: Path, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "test_sample.py").write_text(body)
+    return folder
+
+
+def test_verdict_counts_and_names_failing_tests(tmp_path):
+    tests = _write_tests(tmp_path / "t", "def test_ok():\n    assert True\n\n"
+                                         "def test_broken():\n    assert 1 + 1 == 3\n")
+    verdict = run_reward_tests([str(tests)], tmp_path / "gate.json")
+    assert verdict["passed"] is False
+    assert verdict["counts"] == {"tests": 2, "passed": 1, "failed": 1, "errors": 0, "skipped": 0}
+    assert len(verdict["failing"]) == 1 and verdict["failing"][0].endswith("::test_broken")
+    assert json.loads((tmp_path / "gate.json").read_text()) == verdict
+
+
+def test_no_tests_collected_does_not_pass(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    verdict = run_reward_tests([str(empty)], tmp_path / "gate.json")
+    assert verdict["passed"] is False
+    assert verdict["pytest_exit_code"] == 5 and verdict["reason"] == "no tests were collected"
+
+
+def test_require_gate(tmp_path):
+    report = tmp_path / "gate.json"
+    with pytest.raises(GateClosed, match="missing"):
+        require_gate(report)
+    report.write_text(json.dumps({"passed": False, "failing": ["tests/x.py::test_y"]}))
+    with pytest.raises(GateClosed, match=r"tests/x.py::test_y"):
+        require_gate(report)
+    report.write_text(json.dumps({"passed": True, "failing": []}))
+    require_gate(report)
+
+
+def _project_copy(tmp_path: Path) -> Path:
+    """The tracked files of this project in a fresh folder (the venv stays where it is)."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    copy = tmp_path / "project"
+    for name in files:
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    return copy
+
+
+def test_a_stage_refuses_to_start_when_the_gate_failed(tmp_path):
+    project = _project_copy(tmp_path)
+    gate = project / "reports" / "gate" / "reward_tests.json"
+    gate.parent.mkdir(parents=True, exist_ok=True)
+    gate.write_text(json.dumps({"passed": False, "failing": ["tests/rewards/t.py::test_z"]}))
+    run = subprocess.run([sys.executable, "-m", "stages.validate"], cwd=project,
+                         capture_output=True, text=True)
+    assert run.returncode == 1
+    assert "the reward tests did not pass" in run.stderr and "test_z" in run.stderr
+    assert not (project / "reports" / "validation").exists()
+
+
+@pytest.mark.slow
+def test_dvc_repro_stops_at_the_gate_naming_the_broken_reward_test(tmp_path):
+    """Break the countdown verifier's precedence on purpose: `dvc repro` must stop at the gate."""
+    project = _project_copy(tmp_path)
+    verifiers = project / "rlvr" / "rewards" / "verifiers.py"
+    source = verifiers.read_text()
+    assert "            return left * right\n" in source
+    verifiers.write_text(source.replace("            return left * right\n",
+                                        "            return left + right\n"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "PYTHONPATH": str(project)}
+    for command in (["git", "init", "-q"], ["git", "add", "-A"],
+                    ["git", "-c", "user.email=ci@local", "-c", "user.name=ci", "commit", "-qm", "x"]):
+        subprocess.run(command, cwd=project, check=True)
+    run = subprocess.run([str(Path(sys.executable).parent / "dvc"), "repro"], cwd=project, env=env,
+                         capture_output=True, text=True)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert "FAILED tests/rewards/test_verifiers.py::test_countdown" in output
+    assert not (project / "reports" / "validation").exists()
+    verdict = json.loads((project / "reports" / "gate" / "reward_tests.json").read_text())
+    assert verdict["passed"] is False and verdict["counts"]["failed"] > 0
