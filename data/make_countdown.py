@@ -4,7 +4,8 @@ Deterministic: the same arguments always write the same bytes. The committed fil
 
     python data/make_countdown.py
 
-(defaults: 64 train rows, 64 held-out rows, 2 numbers from 1 to 12, operators + - *, seed 0).
+(defaults: 64 train rows, 64 held-out rows, 2 numbers from 1 to 12, operators + - *, compact
+prompts, seed 0). For a real instruct model: python data/make_countdown.py --style instruct
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ def main() -> None:
     parser.add_argument("--numbers", type=int, default=2, help="numbers per row")
     parser.add_argument("--low", type=int, default=1)
     parser.add_argument("--high", type=int, default=12)
+    parser.add_argument("--style", choices=["compact", "instruct"], default="compact",
+                        help="compact for the tiny default; instruct for a real instruct model")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent)
     args = parser.parse_args()
 
-    spec = CountdownSpec(n_numbers=args.numbers, low=args.low, high=args.high)
+    spec = CountdownSpec(n_numbers=args.numbers, low=args.low, high=args.high, style=args.style)
     train, held_out = generate_rows(args.train_rows, args.eval_rows, spec, seed=args.seed)
     for name, rows in (("grpo_train.jsonl", train), ("grpo_eval.jsonl", held_out)):
         write_jsonl(args.out_dir / name, rows)

@@ -16,10 +16,12 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from rlvr.errors import PipelineError
+
 PARAMS_FILE = Path("params.yaml")
 
 
-class ParamsError(ValueError):
+class ParamsError(PipelineError, ValueError):
     """params.yaml holds a value the pipeline cannot use; the message says which and why."""
 
 
@@ -92,6 +94,170 @@ class GateParams:
 
 
 @dataclass
+class TinyModelParams:
+    hidden_size: int = _help("Width of the tiny Qwen3 model.", default=128)
+    intermediate_size: int = _help("MLP width.", default=512)
+    num_hidden_layers: int = _help("Transformer blocks.", default=2)
+    num_attention_heads: int = _help("Query heads (hidden_size must divide by it).", default=4)
+    num_key_value_heads: int = _help("Key/value heads (grouped-query attention).", default=2)
+    max_position_embeddings: int = _help("Longest prompt + completion, in characters.",
+                                         default=256)
+
+    def __post_init__(self) -> None:
+        _require(self.hidden_size % self.num_attention_heads == 0, "model.tiny.hidden_size",
+                 self.hidden_size, f"must be divisible by num_attention_heads "
+                                   f"({self.num_attention_heads})")
+        _require(self.num_attention_heads % self.num_key_value_heads == 0,
+                 "model.tiny.num_key_value_heads", self.num_key_value_heads,
+                 "must divide num_attention_heads")
+
+
+@dataclass
+class WarmStartParams:
+    steps: int = _help("Supervised steps on well-formed expressions over each training row's "
+                       "numbers, NOT checked against the target (0 = no warm start).", default=300)
+    batch_size: int = _help("Examples per warm-start step.", default=128)
+    learning_rate: float = _help("AdamW learning rate of the warm start.", default=3e-3)
+
+    def __post_init__(self) -> None:
+        _require(self.steps >= 0, "model.warm_start.steps", self.steps, "must be >= 0")
+        _require(self.batch_size > 0, "model.warm_start.batch_size", self.batch_size,
+                 "must be positive")
+
+
+@dataclass
+class LoraParams:
+    enabled: bool = _help("Train LoRA adapters instead of all weights (large models).",
+                          default=False)
+    r: int = _help("LoRA rank.", default=16)
+    alpha: int = _help("LoRA alpha (scale = alpha / r).", default=32)
+    dropout: float = _help("Dropout on the LoRA path.", default=0.0)
+    target_modules: str = _help("Which modules get adapters (peft's 'all-linear' or a name).",
+                                default="all-linear")
+
+
+@dataclass
+class ModelParams:
+    init: str = _help("'tiny': build the tiny Qwen3 default locally; 'pretrained': load "
+                      "name_or_path.", default="tiny")
+    name_or_path: str = _help("A local Hugging Face causal-LM folder, or a hub id where the "
+                              "network allows (init: pretrained).", default="")
+    chat_template: bool = _help("Wrap prompts as chat messages (instruct models); the tiny "
+                                "default reads plain text.", default=False)
+    tiny: TinyModelParams = _help("Sizes of the tiny default.", default_factory=TinyModelParams)
+    warm_start: WarmStartParams = _help("Supervised warm start that turns the random tiny model "
+                                        "into a reference policy that writes well-formed answers.",
+                                        default_factory=WarmStartParams)
+    lora: LoraParams = _help("LoRA adapters for GRPO (peft).", default_factory=LoraParams)
+
+    def __post_init__(self) -> None:
+        _require(self.init in ("tiny", "pretrained"), "model.init", self.init,
+                 "must be 'tiny' or 'pretrained'")
+        _require(self.init != "pretrained" or bool(self.name_or_path), "model.name_or_path",
+                 self.name_or_path, "must name a model folder or hub id when model.init is "
+                                    "'pretrained'")
+
+
+@dataclass
+class GRPOParams:
+    """GRPOConfig fields, under TRL's own names (the rest keep TRL's defaults unless set in extra)."""
+    learning_rate: float = _help("AdamW learning rate.", default=2e-4)
+    beta: float = _help("KL coefficient against the reference (base) policy; 0 = no reference "
+                        "model and no KL. With a schedule, the value it ends at.", default=0.05)
+    num_generations: int = _help("G: completions sampled per prompt (one group).", default=8)
+    per_device_train_batch_size: int = _help("Completions per step (prompts per step x G); "
+                                             "must be divisible by num_generations.", default=128)
+    gradient_accumulation_steps: int = _help("Micro-batches per optimizer step.", default=1)
+    max_completion_length: int = _help("Longest completion, in tokens.", default=8)
+    temperature: float = _help("Sampling temperature of the rollouts.", default=1.0)
+    top_p: float = _help("Nucleus sampling of the rollouts.", default=1.0)
+    loss_type: str = _help("TRL loss aggregation: grpo, dr_grpo, dapo, bnpo, ...", default="dapo")
+    scale_rewards: str = _help("Advantage scaling: group (divide by the group std), batch, or "
+                               "none.", default="group")
+    epsilon: float = _help("PPO clip range of the importance ratio.", default=0.2)
+    num_iterations: int = _help("Updates per generated batch (mu in the GRPO paper).", default=1)
+    max_grad_norm: float = _help("Gradient clipping.", default=1.0)
+    lr_scheduler_type: str = _help("Learning-rate schedule (transformers names).",
+                                   default="constant")
+    use_cpu: bool = _help("Train on CPU (the default machine has no GPU).", default=True)
+    bf16: bool = _help("bfloat16 mixed precision (GPU only).", default=False)
+    use_vllm: bool = _help("Generate rollouts with vLLM (GPU only).", default=False)
+    extra: dict = _help("Any other GRPOConfig field, by TRL's name (e.g. vllm_mode: colocate).",
+                        default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require(self.num_generations >= 2, "train.grpo.num_generations", self.num_generations,
+                 "must be at least 2 (a group of one has no relative advantage)")
+        _require(self.per_device_train_batch_size % self.num_generations == 0,
+                 "train.grpo.per_device_train_batch_size", self.per_device_train_batch_size,
+                 f"must be divisible by num_generations ({self.num_generations})")
+        _require(self.beta >= 0, "train.grpo.beta", self.beta, "must be >= 0")
+        _require(self.scale_rewards in ("group", "batch", "none"), "train.grpo.scale_rewards",
+                 self.scale_rewards, "must be group, batch or none")
+        _require(not (self.bf16 and self.use_cpu), "train.grpo.bf16", self.bf16,
+                 "needs a GPU: set use_cpu: false, or bf16: false on CPU")
+
+
+@dataclass
+class BetaScheduleParams:
+    kind: str = _help("constant: beta throughout; warmup: linear from beta_start to beta over "
+                      "warmup_steps; adaptive: a PPO-style controller steering KL to target_kl.",
+                      default="constant")
+    beta_start: float = _help("Beta at step 0 (warmup; also the adaptive start).", default=0.0)
+    warmup_steps: int = _help("Steps of the linear warm-up.", default=100)
+    target_kl: float = _help("KL the adaptive controller aims for (per token, k3).",
+                             default=0.05)
+    horizon: int = _help("Adaptive controller's horizon: larger reacts more slowly.",
+                         default=100)
+
+    def __post_init__(self) -> None:
+        _require(self.kind in ("constant", "warmup", "adaptive"), "train.beta_schedule.kind",
+                 self.kind, "must be constant, warmup or adaptive")
+        _require(self.warmup_steps > 0, "train.beta_schedule.warmup_steps", self.warmup_steps,
+                 "must be positive")
+        _require(self.target_kl > 0, "train.beta_schedule.target_kl", self.target_kl,
+                 "must be positive")
+
+
+@dataclass
+class TrainParams:
+    max_steps: int = _help("GRPO optimizer steps of the full run.", default=400)
+    save_steps: int = _help("Checkpoint every this many steps; a killed run resumes from the "
+                            "last one.", default=50)
+    grpo: GRPOParams = _help("GRPOConfig fields (shared with the smoke run).",
+                             default_factory=GRPOParams)
+    beta_schedule: BetaScheduleParams = _help("How beta moves during training.",
+                                              default_factory=BetaScheduleParams)
+
+    def __post_init__(self) -> None:
+        _require(self.max_steps > 0, "train.max_steps", self.max_steps, "must be positive")
+        _require(self.save_steps > 0, "train.save_steps", self.save_steps, "must be positive")
+
+
+@dataclass
+class SmokeParams:
+    max_steps: int = _help("Steps of the smoke run that proves the pipe before the full run.",
+                           default=50)
+    min_spread_share: float = _help("Smallest acceptable share of groups whose rewards differ "
+                                    "(no spread = no gradient).", default=0.1)
+
+
+@dataclass
+class EvaluateParams:
+    samples: int = _help("k: sampled completions per prompt for the mean sampled reward.",
+                         default=8)
+    seed: int = _help("Sampling seed, the same for the step-0 and the final policy (paired).",
+                      default=1234)
+    confidence: float = _help("Confidence level of the paired bootstrap CI.", default=0.95)
+    n_resamples: int = _help("Bootstrap resamples.", default=10000)
+
+    def __post_init__(self) -> None:
+        _require(self.samples >= 1, "evaluate.samples", self.samples, "must be at least 1")
+        _require(0 < self.confidence < 1, "evaluate.confidence", self.confidence,
+                 "must be between 0 and 1")
+
+
+@dataclass
 class Params:
     seed: int = _help("Seed for everything random in the pipeline.", default=0)
     data: DataParams = _help("Where the rows are and what they must look like.",
@@ -99,6 +265,11 @@ class Params:
     rewards: RewardsParams = _help("Which rewards train the policy, and how they are weighted.",
                                    default_factory=RewardsParams)
     gate: GateParams = _help("The reward-test gate.", default_factory=GateParams)
+    model: ModelParams = _help("The policy to post-train and how its base is prepared.",
+                               default_factory=ModelParams)
+    smoke: SmokeParams = _help("The short run that proves the pipe.", default_factory=SmokeParams)
+    train: TrainParams = _help("The full GRPO run.", default_factory=TrainParams)
+    evaluate: EvaluateParams = _help("Step 0 vs final audit.", default_factory=EvaluateParams)
 
 
 def _require(ok: bool, name: str, value: Any, rule: str) -> None:

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr.errors import PipelineError
 
-class DataError(ValueError):
+
+class DataError(PipelineError, ValueError):
     """A data file cannot be read as rows; the message names the file and line."""
 
 
@@ -94,8 +96,10 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         raise
 
 
-def to_hf_dataset(rows: Iterable[Row]):
+def to_hf_dataset(rows: Iterable[Row], conversational: bool = False):
     """A datasets.Dataset with columns id, prompt, verifier (as JSON text).
+
+    conversational: prompts become one user message each (chat-template models).
 
     The verifier stays JSON text because rows may mix verifier types whose fields clash in type
     (countdown's integer target vs exact_match's string target), which an Arrow struct cannot hold;
@@ -106,6 +110,7 @@ def to_hf_dataset(rows: Iterable[Row]):
     rows = list(rows)
     return Dataset.from_dict({
         "id": [r.id for r in rows],
-        "prompt": [r.prompt for r in rows],
+        "prompt": [[{"role": "user", "content": r.prompt}] if conversational else r.prompt
+                   for r in rows],
         "verifier": [json.dumps(dict(r.verifier), sort_keys=True) for r in rows],
     })

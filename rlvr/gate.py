@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlvr.data import write_json
+from rlvr.errors import PipelineError
 
 GATE_REPORT = Path("reports/gate/reward_tests.json")
 PYTEST_NO_TESTS = 5
 
 
-class GateClosed(RuntimeError):
+class GateClosed(PipelineError):
     """The reward tests have not passed; nothing downstream may run."""
 
 

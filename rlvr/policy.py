@@ -14,6 +14,7 @@ from pathlib import Path
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 # Every printable ASCII character, newline included; anything else maps to <unk>.
 ALPHABET = string.printable.replace("\x0b", "").replace("\x0c", "").replace("\r", "")
+CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 
 def build_char_tokenizer():
@@ -28,8 +29,11 @@ def build_char_tokenizer():
     core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS,
-                                   unk_token=UNK, padding_side="left")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS,
+                                        unk_token=UNK, padding_side="left")
+    # The simplest chat template (messages concatenated), so chat-format code paths run offline.
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 @dataclass(frozen=True)
@@ -84,3 +88,101 @@ def load_policy(folder: str | Path):
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
     return model, tokenizer
+
+
+def warm_start_examples(rows, seed: int, per_row: int = 32) -> list[dict]:
+    """Prompt/completion pairs for the warm start: for each countdown row, well-formed
+    expressions over its numbers that are NOT checked against its target."""
+    import random
+
+    from rlvr.tasks.countdown import well_formed_expressions
+
+    rng = random.Random(seed)
+    examples = []
+    for row in rows:
+        if row.verifier.get("type") != "countdown":
+            continue
+        for expression in well_formed_expressions(list(row.verifier["numbers"]), rng, per_row):
+            examples.append({"prompt": row.prompt, "completion": expression})
+    return examples
+
+
+def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rate: float,
+               seed: int, output_dir: str | Path) -> dict:
+    """Supervised warm start with TRL's SFTTrainer (loss on completion tokens only).
+
+    Returns a summary: examples, steps, first and last training loss.
+    """
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    examples = warm_start_examples(rows, seed)
+    if not examples:
+        raise ValueError("the warm start needs countdown rows; set model.warm_start.steps: 0 "
+                         "for datasets without them")
+    args = SFTConfig(output_dir=str(output_dir), max_steps=steps,
+                     per_device_train_batch_size=batch_size, learning_rate=learning_rate,
+                     lr_scheduler_type="constant", use_cpu=True, bf16=False,
+                     activation_checkpointing=False, save_strategy="no", report_to="none",
+                     logging_steps=10, seed=seed, data_seed=seed, completion_only_loss=True,
+                     dataloader_drop_last=False, disable_tqdm=False)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
+                         processing_class=tokenizer)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return {"examples": len(examples), "steps": steps, "first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None}
+
+
+SOURCE_FILE = "source.json"
+
+
+def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
+    """Write the base (reference) policy to out_dir and return a summary of how it was made.
+
+    tiny: build the model and tokenizer locally, warm-start them on the training rows' numbers,
+    save them. pretrained: record where the model lives (source.json) instead of copying
+    gigabytes; `policy_path(out_dir)` resolves it for the later stages.
+    """
+    import json
+    import shutil
+    import tempfile
+    import time
+
+    out_dir = Path(out_dir)
+    started = time.perf_counter()
+    staging = Path(tempfile.mkdtemp(prefix="base.", dir=out_dir.parent if out_dir.parent.exists()
+                                    else None))
+    try:
+        if model_params.init == "tiny":
+            tokenizer = build_char_tokenizer()
+            size = TinySize(**vars(model_params.tiny))
+            model = build_tiny_model(tokenizer, size, seed=seed)
+            summary = {"init": "tiny", "parameters": sum(p.numel() for p in model.parameters())}
+            ws = model_params.warm_start
+            if ws.steps > 0:
+                with tempfile.TemporaryDirectory() as scratch:
+                    summary["warm_start"] = warm_start(model, tokenizer, rows, ws.steps,
+                                                       ws.batch_size, ws.learning_rate, seed,
+                                                       scratch)
+            save_policy(model, tokenizer, staging)
+        else:
+            summary = {"init": "pretrained", "name_or_path": model_params.name_or_path}
+            (staging / SOURCE_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        summary["seconds"] = round(time.perf_counter() - started, 1)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staging), out_dir)
+        return summary
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def policy_path(base_dir: str | Path) -> str:
+    """What from_pretrained should load for a base written by prepare_base."""
+    import json
+
+    source = Path(base_dir) / SOURCE_FILE
+    if source.exists():
+        return json.loads(source.read_text())["name_or_path"]
+    return str(base_dir)

@@ -11,11 +11,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from rlvr.config import Params, ParamsError, load_params
-from rlvr.data import DataError
-from rlvr.gate import GateClosed, require_gate
-
-EXPECTED_ERRORS = (GateClosed, ParamsError, DataError)
+from rlvr.config import Params, load_params
+from rlvr.errors import PipelineError
+from rlvr.gate import require_gate
 
 
 def run_stage(name: str, main: Callable[[Params], int], gated: bool = True) -> None:
@@ -24,7 +22,7 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True) -> N
         if gated:
             require_gate()
         code = main(load_params())
-    except EXPECTED_ERRORS as error:
+    except PipelineError as error:
         print(f"{name}: {error}", file=sys.stderr)
         sys.exit(1)
     status = "done" if code == 0 else "FAILED"

@@ -1,6 +1,7 @@
 """Shared fixtures. Everything is offline: tiny models are built locally, never downloaded."""
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -21,3 +22,55 @@ def tiny_policy_dir(tmp_path_factory):
     tokenizer = build_char_tokenizer()
     return save_policy(build_tiny_model(tokenizer), tokenizer,
                        tmp_path_factory.mktemp("tiny_policy"))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def project_copy(tmp_path):
+    """A function that copies the project's tracked files into a fresh git repository (outputs
+    of earlier runs left out), optionally with params.yaml overrides, and returns its path."""
+    import shutil
+    import subprocess
+
+    from ruamel.yaml import YAML
+
+    def make(name: str = "project", overrides: dict | None = None):
+        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.split()
+        copy = tmp_path / name
+        for file in files:
+            if (ROOT / file).is_file() and not file.startswith("reports/"):
+                (copy / file).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / file, copy / file)
+        if overrides:
+            yaml = YAML()
+            params = yaml.load(copy / "params.yaml")
+            _merge(params, overrides)
+            yaml.dump(params, copy / "params.yaml")
+        for command in (["git", "init", "-q"], ["git", "add", "-A"],
+                        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
+            subprocess.run(command, cwd=copy, check=True)
+        return copy
+
+    return make
+
+
+def _merge(target, changes):
+    for key, value in changes.items():
+        if isinstance(value, dict) and key in target:
+            _merge(target[key], value)
+        else:
+            target[key] = value
+
+
+@pytest.fixture
+def dvc_env():
+    """A function giving the environment to run the project's commands in a copy: this venv's
+    executables, the copy's code."""
+    import sys
+
+    bin_dir = str(Path(sys.executable).parent)
+    return lambda project: {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                            "PYTHONPATH": str(project)}

@@ -1,8 +1,6 @@
 """The reward-test gate: its verdict, and stages refusing to start without a passing one."""
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +8,6 @@ from pathlib import Path
 import pytest
 
 from rlvr.gate import GateClosed, require_gate, run_reward_tests
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _write_tests(folder: Path, body: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
@@ -49,21 +44,8 @@ def test_require_gate(tmp_path):
     require_gate(report)
 
 
-def _project_copy(tmp_path: Path) -> Path:
-    """The tracked files of this project in a fresh folder (the venv stays where it is)."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()
-    copy = tmp_path / "project"
-    for name in files:
-        if (ROOT / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, copy / name)
-    shutil.rmtree(copy / "reports" / "validation", ignore_errors=True)  # so we see if it comes back
-    return copy
-
-
-def test_a_stage_refuses_to_start_when_the_gate_failed(tmp_path):
-    project = _project_copy(tmp_path)
+def test_a_stage_refuses_to_start_when_the_gate_failed(project_copy):
+    project = project_copy()
     gate = project / "reports" / "gate" / "reward_tests.json"
     gate.parent.mkdir(parents=True, exist_ok=True)
     gate.write_text(json.dumps({"passed": False, "failing": ["tests/rewards/t.py::test_z"]}))
@@ -75,20 +57,15 @@ def test_a_stage_refuses_to_start_when_the_gate_failed(tmp_path):
 
 
 @pytest.mark.slow
-def test_dvc_repro_stops_at_the_gate_naming_the_broken_reward_test(tmp_path):
+def test_dvc_repro_stops_at_the_gate_naming_the_broken_reward_test(project_copy, dvc_env):
     """Break the countdown verifier's precedence on purpose: `dvc repro` must stop at the gate."""
-    project = _project_copy(tmp_path)
+    project = project_copy()
     verifiers = project / "rlvr" / "rewards" / "verifiers.py"
     source = verifiers.read_text()
     assert "            return left * right\n" in source
     verifiers.write_text(source.replace("            return left * right\n",
                                         "            return left + right\n"))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "PYTHONPATH": str(project)}
-    for command in (["git", "init", "-q"], ["git", "add", "-A"],
-                    ["git", "-c", "user.email=ci@local", "-c", "user.name=ci", "commit", "-qm", "x"]):
-        subprocess.run(command, cwd=project, check=True)
-    run = subprocess.run([str(Path(sys.executable).parent / "dvc"), "repro"], cwd=project, env=env,
+    run = subprocess.run(["dvc", "repro"], cwd=project, env=dvc_env(project),
                          capture_output=True, text=True)
     output = run.stdout + run.stderr
     assert run.returncode != 0

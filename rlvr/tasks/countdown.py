@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from rlvr.rewards.verifiers import countdown_solution
 
 OPERATORS = ("+", "-", "*")
-PROMPT_TEMPLATE = "Make {target} from {numbers} using {ops} (each number at most once). Answer: "
+# compact: what the tiny character-level default reads (short prompts keep it fast on a CPU);
+# instruct: for a real instruct model, which answers in <answer> tags (see extract_answer).
+PROMPT_STYLES = {
+    "compact": "{numbers} -> {target}: ",
+    "instruct": ("Using the numbers {numbers_prose}, each at most once, and the operations {ops}, "
+                 "write an arithmetic expression equal to {target}. Put only the expression in "
+                 "<answer></answer> tags."),
+}
 
 
 @dataclass(frozen=True)
@@ -24,20 +31,26 @@ class CountdownSpec:
     high: int = 12
     ops: tuple[str, ...] = OPERATORS
     min_target: int = 1
+    style: str = "compact"
 
 
-def _spell_numbers(numbers: list[int]) -> str:
-    return " and ".join([", ".join(map(str, numbers[:-1])), str(numbers[-1])]) \
-        if len(numbers) > 1 else str(numbers[0])
+def _prose(numbers: list[int]) -> str:
+    if len(numbers) == 1:
+        return str(numbers[0])
+    return ", ".join(map(str, numbers[:-1])) + " and " + str(numbers[-1])
 
 
-def make_prompt(numbers: list[int], target: int, ops: tuple[str, ...] = OPERATORS) -> str:
+def make_prompt(numbers: list[int], target: int, ops: tuple[str, ...] = OPERATORS,
+                style: str = "compact") -> str:
     """The prompt of one row.
 
     >>> make_prompt([3, 5], 15)
-    'Make 15 from 3 and 5 using + - * (each number at most once). Answer: '
+    '3 5 -> 15: '
+    >>> make_prompt([3, 5], 15, style="instruct")[:40]
+    'Using the numbers 3 and 5, each at most '
     """
-    return PROMPT_TEMPLATE.format(target=target, numbers=_spell_numbers(numbers), ops=" ".join(ops))
+    return PROMPT_STYLES[style].format(target=target, numbers=" ".join(map(str, numbers)),
+                                       numbers_prose=_prose(numbers), ops=" ".join(ops))
 
 
 def _draw(rng: random.Random, spec: CountdownSpec) -> tuple[list[int], int]:
@@ -79,10 +92,31 @@ def generate_rows(n_train: int, n_eval: int, spec: CountdownSpec = CountdownSpec
         seen.add(key)
         assert countdown_solution(numbers, target) is not None  # reachable by construction
         verifier = {"type": "countdown", "numbers": numbers, "target": target}
-        rows.append((make_prompt(numbers, target, spec.ops), verifier))
+        rows.append((make_prompt(numbers, target, spec.ops, spec.style), verifier))
 
     def split(part: list[tuple[str, dict]], name: str) -> list[dict]:
         return [{"id": f"{id_prefix}-{name}-{i:03d}", "prompt": prompt, "verifier": verifier}
                 for i, (prompt, verifier) in enumerate(part, start=1)]
 
     return split(rows[:n_train], "train"), split(rows[n_train:], "eval")
+
+
+def well_formed_expressions(numbers: list[int], rng: random.Random, k: int,
+                            ops: tuple[str, ...] = OPERATORS) -> list[str]:
+    """Up to k distinct expressions that use every number once with random operators and order.
+
+    They are well formed but NOT checked against any target: warm-start data that teaches the
+    answer format, not the answer.
+
+    >>> sorted(well_formed_expressions([3, 5], random.Random(0), k=100))
+    ['3*5', '3+5', '3-5', '5*3', '5+3', '5-3']
+    """
+    found: set[str] = set()
+    for _ in range(20 * k):
+        order = numbers[:]
+        rng.shuffle(order)
+        text = str(order[0]) + "".join(rng.choice(ops) + str(n) for n in order[1:])
+        found.add(text)
+        if len(found) >= k:
+            break
+    return sorted(found)

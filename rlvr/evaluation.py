@@ -1,0 +1,222 @@
+"""Sampling and scoring a policy on rows: the step-0 baseline, and step-0 vs final evaluation.
+
+Generation mirrors GRPO's rollouts (same temperature, top_p and completion length, prompts rendered
+the same way) so that a baseline measured here is the reward the first training step would see.
+Everything is seeded: the same policy, rows and seed give the same completions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rlvr.data import Row
+from rlvr.rewards.registry import RewardFunction
+
+
+@dataclass
+class SampleSettings:
+    """How completions are drawn (the GRPO rollout settings, or greedy)."""
+    n: int = 8
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 12
+    seed: int = 0
+    batch_prompts: int = 64
+
+
+@dataclass
+class ScoredRow:
+    """One row's completions and what every reward function gave them."""
+    id: str
+    completions: list[str]
+    rewards: dict[str, list[float | None]]   # reward name -> one value per completion
+    total: list[float]                       # the weighted reward TRL would use
+    lengths: list[int] = field(default_factory=list)
+
+    @property
+    def mean_total(self) -> float:
+        return sum(self.total) / len(self.total)
+
+
+def render_prompt(tokenizer, prompt: str, chat_template: bool) -> str:
+    """The text the model is conditioned on: the prompt, or its chat rendering."""
+    if not chat_template:
+        return prompt
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def generate(model, tokenizer, prompts: Sequence[str], settings: SampleSettings
+             ) -> list[tuple[list[str], list[int]]]:
+    """Completions (text, token count) for each prompt: settings.n of them, seeded."""
+    import torch
+
+    torch.manual_seed(settings.seed)
+    model.eval()
+    tokenizer.padding_side = "left"
+    results = []
+    for start in range(0, len(prompts), settings.batch_prompts):
+        chunk = list(prompts[start:start + settings.batch_prompts])
+        encoded = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+        kwargs = dict(max_new_tokens=settings.max_new_tokens, num_return_sequences=settings.n,
+                      do_sample=settings.do_sample, pad_token_id=tokenizer.pad_token_id,
+                      eos_token_id=tokenizer.eos_token_id)
+        if settings.do_sample:
+            kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=0)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        with torch.no_grad():
+            output = model.generate(**encoded, **kwargs)
+        new_tokens = output[:, encoded["input_ids"].shape[1]:]
+        for i in range(len(chunk)):
+            texts, lengths = [], []
+            for ids in new_tokens[i * settings.n:(i + 1) * settings.n].tolist():
+                if tokenizer.eos_token_id in ids:
+                    ids = ids[:ids.index(tokenizer.eos_token_id) + 1]
+                ids = [t for t in ids if t != tokenizer.pad_token_id]
+                texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+                lengths.append(len(ids))
+            results.append((texts, lengths))
+    return results
+
+
+def weighted_total(per_func: Sequence[float | None], weights: Sequence[float]) -> float:
+    """TRL's combination: the weighted sum of the rewards, a None counting as nothing.
+
+    With weights normalised to sum 1 (as the pipeline passes them) this is compose_rewards'
+    weighted mean whenever no reward is None.
+    """
+    return sum(w * r for w, r in zip(weights, per_func) if r is not None and not math.isnan(r))
+
+
+def score_rows(model, tokenizer, rows: Sequence[Row], reward_funcs: Sequence[RewardFunction],
+               weights: Sequence[float], settings: SampleSettings,
+               chat_template: bool = False) -> list[ScoredRow]:
+    """Sample completions for every row and score them with every reward function."""
+    prompts = [render_prompt(tokenizer, row.prompt, chat_template) for row in rows]
+    generated = generate(model, tokenizer, prompts, settings)
+    scored = []
+    for row, (texts, lengths) in zip(rows, generated):
+        rewards = {
+            f.__name__: f(prompts=[row.prompt] * len(texts), completions=texts,
+                          completion_ids=[[0] * n for n in lengths],
+                          verifier=[row.verifier] * len(texts), id=[row.id] * len(texts))
+            for f in reward_funcs
+        }
+        totals = [weighted_total([rewards[f.__name__][i] for f in reward_funcs], weights)
+                  for i in range(len(texts))]
+        scored.append(ScoredRow(row.id, texts, rewards, totals, lengths))
+    return scored
+
+
+def summarize(scored: Sequence[ScoredRow], correctness: str = "correctness") -> dict:
+    """Means over every sample: total reward, each reward function, success, length."""
+    samples = [(s, i) for s in scored for i in range(len(s.completions))]
+    names = list(scored[0].rewards) if scored else []
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else float("nan")
+
+    summary = {
+        "prompts": len(scored),
+        "samples": len(samples),
+        "mean_reward": mean(s.total[i] for s, i in samples),
+        "mean_length": mean(s.lengths[i] for s, i in samples),
+        "rewards": {name: mean(s.rewards[name][i] for s, i in samples) for name in names},
+        "none_rewards": {name: sum(v is None for s in scored for v in s.rewards[name])
+                         for name in names},
+    }
+    if correctness in names:
+        summary["success"] = summary["rewards"][correctness]
+    return summary
+
+
+# --------------------------------------------------------------------------- step 0 vs final
+
+def paired_ci(deltas: Sequence[float], confidence: float = 0.95, n_resamples: int = 10000,
+              seed: int = 0) -> dict:
+    """Mean of per-prompt deltas with a bootstrap CI over prompts (scipy.stats.bootstrap, BCa)."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    values = np.asarray(deltas, dtype=float)
+    mean = float(values.mean()) if len(values) else math.nan
+    if len(values) < 2 or np.all(values == values[0]):
+        return {"value": mean, "ci_low": mean, "ci_high": mean}
+    result = bootstrap((values,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
+                       method="BCa", random_state=np.random.default_rng(seed))
+    return {"value": mean, "ci_low": float(result.confidence_interval.low),
+            "ci_high": float(result.confidence_interval.high)}
+
+
+def verdict(ci: dict) -> str:
+    """improved / regressed when the CI excludes 0, else no significant change."""
+    if ci["ci_low"] > 0:
+        return "improved"
+    if ci["ci_high"] < 0:
+        return "regressed"
+    return "no significant change"
+
+
+def _split_stats(sampled: Sequence[ScoredRow], greedy: Sequence[ScoredRow],
+                 format_pattern: str) -> dict:
+    from rlvr.rewards.verifiers import format_reward
+
+    summary = summarize(sampled)
+    greedy_summary = summarize(greedy)
+    texts = [t for s in sampled for t in s.completions]
+    return {
+        "greedy_success": greedy_summary.get("success", math.nan),
+        "mean_reward": summary["mean_reward"],
+        "sampled_success": summary.get("success", math.nan),
+        "mean_length": summary["mean_length"],
+        "malformed_share": sum(format_reward(t, format_pattern) == 0 for t in texts) / len(texts),
+        "rewards": summary["rewards"],
+    }
+
+
+def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weights,
+          sampled: SampleSettings, format_pattern: str, chat_template: bool = False,
+          confidence: float = 0.95, n_resamples: int = 10000) -> tuple[dict, list[dict]]:
+    """Step 0 vs final on every split, with the same sampling seeds for both policies.
+
+    policies: {"step0": (model, tokenizer), "final": (model, tokenizer)}. Returns the metrics
+    (per split: both policies' stats and the paired delta of mean reward with its bootstrap CI;
+    the verdict follows the held-out CI) and one record per prompt.
+    """
+    greedy = SampleSettings(n=1, do_sample=False, max_new_tokens=sampled.max_new_tokens,
+                            seed=sampled.seed)
+    metrics: dict = {}
+    per_prompt: list[dict] = []
+    for split, rows in splits.items():
+        scored = {name: (score_rows(m, t, rows, reward_funcs, weights, sampled, chat_template),
+                         score_rows(m, t, rows, reward_funcs, weights, greedy, chat_template))
+                  for name, (m, t) in policies.items()}
+        (s0, g0), (s1, g1) = scored["step0"], scored["final"]
+        deltas = [b.mean_total - a.mean_total for a, b in zip(s0, s1)]
+        metrics[split] = {
+            "prompts": len(rows),
+            "samples_per_prompt": sampled.n,
+            "step0": _split_stats(s0, g0, format_pattern),
+            "final": _split_stats(s1, g1, format_pattern),
+            "delta_mean_reward": paired_ci(deltas, confidence, n_resamples, seed=sampled.seed),
+        }
+        metrics[split]["delta_greedy_success"] = (metrics[split]["final"]["greedy_success"]
+                                                  - metrics[split]["step0"]["greedy_success"])
+        for row, a, b, ga, gb, delta in zip(rows, s0, s1, g0, g1, deltas):
+            correctness = "correctness" if "correctness" in ga.rewards else None
+            per_prompt.append({
+                "id": row.id, "split": split, "prompt": row.prompt,
+                "step0_reward": a.mean_total, "final_reward": b.mean_total, "delta": delta,
+                "step0_greedy": ga.completions[0], "final_greedy": gb.completions[0],
+                "step0_greedy_correct": ga.rewards[correctness][0] if correctness else None,
+                "final_greedy_correct": gb.rewards[correctness][0] if correctness else None,
+            })
+    decisive = "heldout" if "heldout" in metrics else next(iter(metrics))
+    metrics["verdict"] = verdict(metrics[decisive]["delta_mean_reward"])
+    metrics["verdict_split"] = decisive
+    return metrics, per_prompt

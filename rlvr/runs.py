@@ -1,0 +1,159 @@
+"""The smoke and full GRPO runs, end to end: what the smoke and train stages call.
+
+Each returns plain dicts for the stage to write (metrics stay deterministic: timings and the
+resume point go to separate entries) and the lines to print.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from rlvr.config import Params
+from rlvr.data import Row, read_rows, write_text_atomic
+from rlvr.evaluation import SampleSettings, score_rows, summarize
+from rlvr.gate import GateClosed
+from rlvr.policy import load_policy, policy_path
+from rlvr.rewards.registry import build_reward_funcs
+from rlvr.smoke import failed_lines, smoke_checks
+from rlvr.training import (LiveCurvesCallback, fingerprint, loggable, normalized_weights,
+                           resumable_checkpoint, run_grpo)
+
+# The summary keys of a training run, in the order they are reported.
+CURVE_KEYS = ("reward", "rewards/correctness/mean", "rewards/format/mean", "rewards/length/mean",
+              "kl", "loss", "grad_norm", "entropy", "completions/mean_length", "beta",
+              "frac_reward_zero_std")
+
+
+def rollout_settings(params: Params, n: int | None = None, seed: int | None = None) -> SampleSettings:
+    """Sampling that matches GRPO's rollouts (temperature, top_p, completion length)."""
+    grpo = params.train.grpo
+    return SampleSettings(n=n or grpo.num_generations, temperature=grpo.temperature,
+                          top_p=grpo.top_p, max_new_tokens=grpo.max_completion_length,
+                          seed=params.seed if seed is None else seed)
+
+
+def step_history(log_history: list[dict]) -> list[dict]:
+    """The per-step entries of a trainer's log history, numeric and timing-free."""
+    return [{"step": entry["step"], **loggable(entry)} for entry in log_history if "loss" in entry]
+
+
+def baseline(params: Params, model, tokenizer, rows: list[Row]) -> dict:
+    """Step 0: the base policy's mean reward on every row, G samples each, fixed seed."""
+    funcs = build_reward_funcs(params.rewards)
+    settings = rollout_settings(params)
+    scored = score_rows(model, tokenizer, rows, funcs, normalized_weights(params.rewards.weights),
+                        settings, chat_template=params.model.chat_template)
+    summary = summarize(scored)
+    return {**summary, "samples_per_prompt": settings.n, "seed": settings.seed,
+            "temperature": settings.temperature, "max_new_tokens": settings.max_new_tokens}
+
+
+# --------------------------------------------------------------------------- smoke
+
+def smoke_run(params: Params, base_dir: str) -> dict:
+    started = time.perf_counter()
+    rows = read_rows(params.data.train_path)
+    policy = policy_path(base_dir)
+    model, tokenizer = load_policy(policy)
+    step0 = baseline(params, model, tokenizer, rows)
+    del model
+    print(f"smoke: step-0 baseline on {len(rows)} prompts x {step0['samples_per_prompt']} samples: "
+          f"mean reward {step0['mean_reward']:.3f}, success {step0.get('success', math.nan):.3f}")
+
+    funcs = build_reward_funcs(params.rewards)
+    with tempfile.TemporaryDirectory(prefix="smoke.") as scratch:
+        trainer = run_grpo(params, rows, policy, scratch, params.smoke.max_steps,
+                           reward_funcs=funcs)
+    history = step_history(trainer.state.log_history)
+    first_line = history[0] if history else {}
+    step0["first_log_line"] = first_line
+    checks = smoke_checks(
+        rows_loaded=len(rows), expected_rows=params.data.train_rows,
+        num_generations=params.train.grpo.num_generations, max_steps=params.smoke.max_steps,
+        beta=params.train.grpo.beta, history=history, batch_checks=trainer.batch_checks,
+        reward_failures={f.__name__: f.failures for f in funcs},
+        min_spread_share=params.smoke.min_spread_share, baseline_reward=step0["mean_reward"])
+    report = {"passed": all(c["passed"] for c in checks), "checks": checks,
+              "step0_mean_reward": step0["mean_reward"], "first_log_line": first_line,
+              "last_log_line": history[-1] if history else {}}
+    lines = [f"smoke: {'PASSED' if report['passed'] else 'FAILED'}: "
+             f"{sum(c['passed'] for c in checks)}/{len(checks)} checks"] + failed_lines(checks)
+    return {"step0": step0, "report": report, "lines": lines,
+            "timing": {"seconds": round(time.perf_counter() - started, 1)}}
+
+
+# --------------------------------------------------------------------------- full run
+
+def require_smoke(path: str | Path) -> None:
+    path = Path(path)
+    if not path.exists():
+        raise GateClosed(f"{path} is missing: run `dvc repro smoke` first")
+    report = json.loads(path.read_text())
+    if not report.get("passed"):
+        failed = [c["name"] for c in report.get("checks", []) if not c["passed"]]
+        raise GateClosed(f"the smoke run did not pass ({path}): {', '.join(failed)}")
+
+
+def _mean(values: list[float]) -> float:
+    values = [v for v in values if math.isfinite(v)]
+    return sum(values) / len(values) if values else math.nan
+
+
+def run_metrics(history: list[dict], window: int = 10) -> dict:
+    """What a run ended at: the last step's values, and first vs last `window` steps' means."""
+    last = history[-1] if history else {}
+    return {
+        "steps": len(history),
+        "final": {key: last[key] for key in CURVE_KEYS if key in last},
+        f"first{window}_mean_reward": _mean([e["reward"] for e in history[:window]]),
+        f"last{window}_mean_reward": _mean([e["reward"] for e in history[-window:]]),
+        f"last{window}_mean_kl": _mean([e["kl"] for e in history[-window:] if "kl" in e]),
+        "max_kl": max((e["kl"] for e in history if "kl" in e), default=None),
+    }
+
+
+def train_run(params: Params, base_dir: str, final_dir: str, checkpoint_dir: str,
+              report_dir: str, smoke_report: str) -> dict:
+    from rlvr.plots import plot_curves
+
+    started = time.perf_counter()
+    require_smoke(smoke_report)
+    rows = read_rows(params.data.train_path)
+    policy = policy_path(base_dir)
+    run_id = fingerprint({"seed": params.seed, "train": params.train, "rewards": params.rewards,
+                          "model": params.model}, Path(params.data.train_path), Path(base_dir))
+    resume = resumable_checkpoint(checkpoint_dir, run_id)
+    if resume:
+        print(f"train: resuming from {resume}")
+    report_dir = Path(report_dir)
+    trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
+                       save_steps=params.train.save_steps, resume_from=resume,
+                       callbacks=[LiveCurvesCallback(report_dir / "live")])
+    history = step_history(trainer.state.log_history)
+
+    staging = Path(tempfile.mkdtemp(prefix="final.", dir=Path(final_dir).parent))
+    try:
+        trainer.save_model(str(staging))
+        trainer.processing_class.save_pretrained(str(staging))
+        shutil.rmtree(final_dir, ignore_errors=True)
+        shutil.move(str(staging), final_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    write_text_atomic(report_dir / "history.jsonl",
+                      "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in history))
+    plot_curves(history, report_dir / "curves.png",
+                title=f"GRPO: {len(history)} steps, beta {params.train.beta_schedule.kind}")
+    metrics = run_metrics(history)
+    final = metrics["final"]
+    lines = [f"train: {metrics['steps']} steps; reward {metrics['first10_mean_reward']:.3f} "
+             f"(first 10) -> {metrics['last10_mean_reward']:.3f} (last 10); final KL "
+             f"{final.get('kl', float('nan')):.4f}; model -> {final_dir}"]
+    return {"metrics": metrics, "lines": lines,
+            "timing": {"seconds": round(time.perf_counter() - started, 1),
+                       "resumed_from": resume}}

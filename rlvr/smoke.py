@@ -1,0 +1,71 @@
+"""The smoke run's checks: does every part of the GRPO pipe work before the full run spends time?
+
+Each check is {"name", "passed", "value", "expected"}; `failed_lines` turns the failures into one
+plain line each, with the value seen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+# Per-group advantage means are zero up to float32 rounding: in a group of equal rewards TRL's
+# float32 mean can differ from the rewards by ~1e-8, which its (std + 1e-4) divisor turns into ~1e-4.
+ZERO_MEAN_TOLERANCE = 1e-3
+
+
+def _check(name: str, passed: bool, value, expected) -> dict:
+    return {"name": name, "passed": bool(passed), "value": value, "expected": expected}
+
+
+def _non_finite_steps(history: Sequence[dict], key: str) -> list[int]:
+    return [entry["step"] for entry in history
+            if key in entry and not math.isfinite(float(entry[key]))]
+
+
+def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, max_steps: int,
+                 beta: float, history: Sequence[dict], batch_checks: Sequence[dict],
+                 reward_failures: dict[str, int], min_spread_share: float,
+                 baseline_reward: float) -> list[dict]:
+    """The checks, from what the smoke run recorded."""
+    steps = [entry for entry in history if "loss" in entry]
+    sizes = sorted({size for batch in batch_checks for size in batch["group_sizes"]})
+    worst_mean = max((batch["max_abs_group_mean"] for batch in batch_checks), default=math.nan)
+    spread = [1.0 - float(entry["frac_reward_zero_std"]) for entry in steps
+              if "frac_reward_zero_std" in entry]
+    spread_share = sum(spread) / len(spread) if spread else 0.0
+    checks = [
+        _check("rows_loaded", rows_loaded == expected_rows, rows_loaded, expected_rows),
+        _check("steps_completed", len(steps) == max_steps, len(steps), max_steps),
+        _check("completions_per_prompt", sizes == [num_generations], sizes, [num_generations]),
+        _check("rewards_returned_for_every_completion", sum(reward_failures.values()) == 0,
+               reward_failures, "0 None per reward function"),
+        _check("advantages_finite", bool(batch_checks) and all(b["advantages_finite"]
+                                                               for b in batch_checks),
+               sum(not b["advantages_finite"] for b in batch_checks), "0 batches with NaN/Inf"),
+        _check("advantages_zero_mean_per_group", worst_mean <= ZERO_MEAN_TOLERANCE,
+               worst_mean, f"<= {ZERO_MEAN_TOLERANCE}"),
+    ]
+    for key in ("loss", "grad_norm", "kl"):
+        if key == "kl" and beta == 0:
+            checks.append(_check("kl_finite", True, "beta = 0: no reference model, no KL",
+                                 "finite at every step"))
+            continue
+        present = sum(key in entry for entry in steps)
+        bad = _non_finite_steps(steps, key)
+        checks.append(_check(f"{key}_finite", present == len(steps) and not bad and present > 0,
+                             {"steps_logged": present, "non_finite_steps": bad},
+                             "finite at every step"))
+    checks += [
+        _check("groups_with_reward_spread", spread_share >= min_spread_share, round(spread_share, 4),
+               f">= {min_spread_share} (groups whose G rewards are all equal give no gradient)"),
+        _check("step0_baseline_recorded", math.isfinite(baseline_reward), baseline_reward,
+               "a finite mean reward"),
+    ]
+    return checks
+
+
+def failed_lines(checks: Sequence[dict]) -> list[str]:
+    """One line per failed check: its name, the value seen and what was expected."""
+    return [f"smoke check failed: {c['name']}: got {c['value']!r}, expected {c['expected']}"
+            for c in checks if not c["passed"]]

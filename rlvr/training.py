@@ -1,0 +1,338 @@
+"""GRPO training: TRL's GRPOTrainer wired to the pipeline's params, rewards and callbacks.
+
+- `grpo_config` builds a GRPOConfig from params.yaml (TRL's own field names).
+- `BetaScheduleCallback` sets the KL coefficient each step: constant, linear warm-up, or a
+  PPO-style adaptive controller toward a target KL. The beta in force is logged every step.
+- `FiniteGuardCallback` stops the run at the first non-finite loss, KL or grad_norm, naming the
+  step and metric; the trainer saves after logging, so the last checkpoint stays the last good one.
+- `LiveCurvesCallback` writes the curves with DVCLive; on resume it first replays the history
+  restored from the checkpoint, so an interrupted run ends with the same files as an
+  uninterrupted one.
+- `PipelineGRPOTrainer` records, for every generated batch, the group sizes and whether the
+  advantages are finite and zero-mean per group (the smoke checks read them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from rlvr.config import BetaScheduleParams, GRPOParams, ModelParams
+from rlvr.errors import PipelineError
+from rlvr.rewards.registry import RewardFunction
+
+# Logged keys that measure time or throughput: kept out of the metric files, which must be
+# identical between two runs with the same seed.
+TIMING_KEYS = ("step_time", "train_runtime", "train_samples_per_second",
+               "train_steps_per_second", "total_flos")
+GUARDED_KEYS = ("loss", "kl", "grad_norm")
+FINGERPRINT_FILE = "fingerprint.json"
+
+
+class NonFiniteMetric(PipelineError):
+    """Training produced NaN or Inf in a guarded metric; the run stopped."""
+
+
+# --------------------------------------------------------------------------- config
+
+def normalized_weights(weights: Sequence[float]) -> list[float]:
+    """Reward weights scaled to sum 1: TRL sums weighted rewards, so its logged `reward` is then
+    the weighted mean that compose_rewards defines."""
+    total = sum(weights)
+    if total <= 0:
+        raise ValueError(f"reward weights must have a positive sum, got {list(weights)}")
+    return [w / total for w in weights]
+
+
+def grpo_config(grpo: GRPOParams, *, output_dir: str | Path, max_steps: int, seed: int,
+                reward_weights: Sequence[float], save_steps: int | None = None,
+                beta: float | None = None) -> GRPOConfig:
+    """GRPOConfig from params.yaml's train.grpo (TRL names), plus what the pipeline fixes:
+    log every step, report through our own callbacks, checkpoint every save_steps (or never)."""
+    fields = {name: getattr(grpo, name) for name in GRPOParams.__dataclass_fields__
+              if name != "extra"}
+    known = set(GRPOConfig.__dataclass_fields__)
+    unknown = sorted(set(grpo.extra) - known)
+    if unknown:
+        from rlvr.config import ParamsError
+
+        raise ParamsError(f"params.yaml: train.grpo.extra has unknown GRPOConfig field(s) "
+                          f"{unknown}; see trl.GRPOConfig for the names")
+    fields.update(grpo.extra)
+    if beta is not None:
+        fields["beta"] = beta
+    fields.setdefault("activation_checkpointing", False)
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        seed=seed,
+        data_seed=seed,
+        reward_weights=normalized_weights(reward_weights),
+        logging_steps=1,
+        logging_nan_inf_filter=False,  # the Trainer would otherwise hide a NaN loss from the guard
+        report_to="none",
+        save_strategy="steps" if save_steps else "no",
+        save_steps=save_steps or 500,
+        save_total_limit=2,
+        disable_tqdm=False,
+        **fields,
+    )
+
+
+def peft_config(model: ModelParams):
+    """A LoraConfig when model.lora.enabled, else None (full fine-tuning)."""
+    if not model.lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    lora = model.lora
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=lora.target_modules, task_type="CAUSAL_LM")
+
+
+# --------------------------------------------------------------------------- beta schedule
+
+class BetaSchedule:
+    """The KL coefficient as a function of the step (and, for adaptive, of the observed KL).
+
+    >>> s = BetaSchedule(BetaScheduleParams(kind="warmup", beta_start=0.0, warmup_steps=10), 0.1)
+    >>> [round(s.value(step), 3) for step in (0, 5, 10, 50)]
+    [0.0, 0.05, 0.1, 0.1]
+    >>> a = BetaSchedule(BetaScheduleParams(kind="adaptive", beta_start=0.1, target_kl=0.05,
+    ...                                     horizon=10), 0.1)
+    >>> a.observe_kl(0.5); round(a.value(1), 4)   # KL far above target: beta grows (capped +20%/horizon)
+    0.102
+    """
+
+    def __init__(self, params: BetaScheduleParams, beta: float) -> None:
+        self.params = params
+        self.beta = beta
+        self.current = params.beta_start if params.kind in ("warmup", "adaptive") else beta
+        if params.kind == "adaptive" and self.current <= 0:
+            self.current = beta
+
+    def value(self, step: int) -> float:
+        p = self.params
+        if p.kind == "warmup":
+            fraction = min(1.0, step / p.warmup_steps)
+            self.current = p.beta_start + fraction * (self.beta - p.beta_start)
+        return self.current
+
+    def observe_kl(self, kl: float) -> None:
+        """Adaptive only: move beta toward keeping KL at target (Ziegler et al. 2019)."""
+        if self.params.kind != "adaptive" or not math.isfinite(kl):
+            return
+        error = max(-0.2, min(0.2, kl / self.params.target_kl - 1.0))
+        self.current = self.current * (1.0 + error / self.params.horizon)
+
+
+class BetaScheduleCallback(TrainerCallback):
+    """Sets trainer.beta before every step from a BetaSchedule."""
+
+    def __init__(self, schedule: BetaSchedule) -> None:
+        self.schedule = schedule
+        self.trainer: GRPOTrainer | None = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.trainer is not None:
+            self.trainer.beta = self.schedule.value(state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "kl" in logs:
+            self.schedule.observe_kl(float(logs["kl"]))
+
+
+# --------------------------------------------------------------------------- guards and curves
+
+class FiniteGuardCallback(TrainerCallback):
+    """Raise NonFiniteMetric at the first NaN/Inf loss, KL or grad_norm."""
+
+    def __init__(self, checkpoint_dir: str | Path | None = None) -> None:
+        self.checkpoint_dir = checkpoint_dir
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in GUARDED_KEYS:
+            value = (logs or {}).get(key)
+            if value is not None and not math.isfinite(float(value)):
+                last = last_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
+                raise NonFiniteMetric(
+                    f"step {state.global_step}: {key} = {value} is not finite; training stopped. "
+                    f"Last good checkpoint: {last or 'none'}. Lower the learning rate or raise beta.")
+
+
+def loggable(logs: dict[str, Any]) -> dict[str, float]:
+    """The numeric, non-timing entries of a log line."""
+    return {k: float(v) for k, v in logs.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and k not in TIMING_KEYS and k not in ("step", "epoch")}
+
+
+class LiveCurvesCallback(TrainerCallback):
+    """Training curves with DVCLive, one point per logged step (step = global step)."""
+
+    def __init__(self, live_dir: str | Path) -> None:
+        self.live_dir = Path(live_dir)
+        self.live = None
+
+    def _log(self, step: int, logs: dict[str, Any]) -> None:
+        values = loggable(logs)
+        if not values or "loss" not in logs:
+            return
+        self.live.step = step
+        for key, value in sorted(values.items()):  # sorted: a replayed history keeps one order
+            self.live.log_metric(key, value)
+        self.live.make_summary()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from dvclive import Live
+
+        self.live = Live(dir=str(self.live_dir), dvcyaml=None, save_dvc_exp=False, resume=False)
+        for entry in state.log_history:  # restored from a checkpoint: replay it
+            self._log(entry["step"], entry)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.live is not None and logs:
+            self._log(state.global_step, logs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.live is not None:
+            self.live.end()
+
+
+# --------------------------------------------------------------------------- trainer
+
+def group_checks(prompts: Sequence[Any], advantages: Sequence[float], num_generations: int) -> dict:
+    """Diagnostics of one generated batch: group sizes, advantage finiteness and per-group mean."""
+    sizes, current, previous = [], 0, object()
+    for prompt in prompts:
+        if current and prompt == previous and current < num_generations:
+            current += 1
+        else:
+            if current:
+                sizes.append(current)
+            current, previous = 1, prompt
+    sizes.append(current)
+    means, start = [], 0
+    for size in sizes:
+        group = advantages[start:start + size]
+        means.append(sum(group) / size)
+        start += size
+    return {
+        "groups": len(sizes),
+        "group_sizes": sorted(set(sizes)),
+        "advantages_finite": all(math.isfinite(a) for a in advantages),
+        "max_abs_group_mean": max(abs(m) for m in means) if means else 0.0,
+    }
+
+
+class PipelineGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer that logs the beta in force and records per-batch group diagnostics."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch_checks: list[dict] = []
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.batch_checks.append(group_checks([x["prompt"] for x in inputs],
+                                              output["advantages"].tolist(), self.num_generations))
+        return output
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            logs["beta"] = float(self.beta)
+        super().log(logs, start_time)
+
+
+def build_trainer(policy: str, train_dataset, reward_funcs: Sequence[RewardFunction],
+                  config: GRPOConfig, model: ModelParams, callbacks: Sequence[TrainerCallback],
+                  beta_schedule: BetaSchedule | None = None) -> PipelineGRPOTrainer:
+    """The trainer, with the beta schedule bound to it."""
+    callbacks = list(callbacks)
+    schedule_callback = BetaScheduleCallback(beta_schedule) if beta_schedule else None
+    if schedule_callback:
+        callbacks.insert(0, schedule_callback)
+    trainer = PipelineGRPOTrainer(model=policy, reward_funcs=list(reward_funcs), args=config,
+                                  train_dataset=train_dataset, callbacks=callbacks,
+                                  peft_config=peft_config(model))
+    if schedule_callback:
+        schedule_callback.trainer = trainer
+        trainer.beta = beta_schedule.value(0)
+    return trainer
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+def last_checkpoint(folder: str | Path | None) -> str | None:
+    """The latest complete checkpoint-N in folder (the Trainer writes trainer_state.json last, so
+    a checkpoint cut short by a kill is skipped), or None."""
+    if folder is None or not Path(folder).is_dir():
+        return None
+    complete = [(int(p.name.split("-")[1]), p) for p in Path(folder).glob("checkpoint-*")
+                if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").exists()]
+    return str(max(complete)[1]) if complete else None
+
+
+def fingerprint(*parts: Any) -> str:
+    """A stable hash of what a run depends on (params, base model and data file contents)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, Path):
+            files = sorted(p for p in part.rglob("*") if p.is_file()) if part.is_dir() else [part]
+            for file in files:
+                digest.update(str(file.relative_to(part) if part.is_dir() else file.name).encode())
+                digest.update(file.read_bytes())
+        else:
+            digest.update(json.dumps(part, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def resumable_checkpoint(folder: str | Path, run_fingerprint: str) -> str | None:
+    """The checkpoint to resume from, if the folder holds checkpoints of this very run.
+
+    Checkpoints of a different run (other params, base model or data) are deleted so they can
+    never be resumed by mistake.
+    """
+    folder = Path(folder)
+    marker = folder / FINGERPRINT_FILE
+    if folder.exists():
+        recorded = json.loads(marker.read_text())["fingerprint"] if marker.exists() else None
+        if recorded != run_fingerprint:
+            shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"fingerprint": run_fingerprint}) + "\n")
+    return last_checkpoint(folder)
+
+
+# --------------------------------------------------------------------------- one GRPO run
+
+def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
+             save_steps: int | None = None, callbacks: Sequence[TrainerCallback] = (),
+             resume_from: str | None = None, reward_funcs: Sequence[RewardFunction] | None = None
+             ) -> PipelineGRPOTrainer:
+    """Train `policy` with GRPO on `rows` for max_steps (resuming from a checkpoint if given)."""
+    from transformers import set_seed
+
+    from rlvr.data import to_hf_dataset
+    from rlvr.rewards.registry import build_reward_funcs
+
+    set_seed(params.seed)
+    train = params.train
+    schedule = BetaSchedule(train.beta_schedule, train.grpo.beta)
+    config = grpo_config(train.grpo, output_dir=output_dir, max_steps=max_steps, seed=params.seed,
+                         reward_weights=params.rewards.weights, save_steps=save_steps)
+    funcs = list(reward_funcs) if reward_funcs is not None else build_reward_funcs(params.rewards)
+    dataset = to_hf_dataset(rows, conversational=params.model.chat_template)
+    trainer = build_trainer(policy, dataset, funcs, config, params.model,
+                            [FiniteGuardCallback(output_dir if save_steps else None), *callbacks],
+                            beta_schedule=schedule)
+    trainer.train(resume_from_checkpoint=resume_from)
+    return trainer

@@ -1,0 +1,53 @@
+"""Stage evaluate: step 0 (the base policy) vs the final policy, prompt by prompt.
+
+    dvc repro evaluate              (or: python -m stages.evaluate)
+
+Scores both policies on the training prompts and the held-out prompts with the same sampling
+seeds: greedy success, mean sampled reward over evaluate.samples samples, each reward function,
+completion length, malformed share. Writes reports/eval/metrics.json (a DVC metric; the delta of
+mean reward carries a paired bootstrap CI, and the verdict follows the held-out CI) and
+reports/eval/per_prompt.jsonl.
+"""
+
+import json
+
+from rlvr.config import Params
+from rlvr.data import read_rows, write_json, write_text_atomic
+from rlvr.evaluation import audit
+from rlvr.policy import load_policy, policy_path
+from rlvr.rewards.registry import build_reward_funcs
+from rlvr.runs import rollout_settings
+from rlvr.stage import run_stage
+from rlvr.training import normalized_weights
+
+OUT_DIR = "reports/eval"
+
+
+def main(params: Params) -> int:
+    splits = {"train": read_rows(params.data.train_path),
+              "heldout": read_rows(params.data.eval_path)}
+    policies = {"step0": load_policy(policy_path("models/base")),
+                "final": load_policy("models/final")}
+    ev = params.evaluate
+    metrics, per_prompt = audit(
+        policies, splits, build_reward_funcs(params.rewards),
+        normalized_weights(params.rewards.weights),
+        rollout_settings(params, n=ev.samples, seed=ev.seed), params.rewards.format_pattern,
+        chat_template=params.model.chat_template, confidence=ev.confidence,
+        n_resamples=ev.n_resamples)
+    write_json(f"{OUT_DIR}/metrics.json", metrics)
+    write_text_atomic(f"{OUT_DIR}/per_prompt.jsonl",
+                      "".join(json.dumps(r, sort_keys=True) + "\n" for r in per_prompt))
+    for split in splits:
+        m = metrics[split]
+        d = m["delta_mean_reward"]
+        print(f"evaluate: {split}: mean reward {m['step0']['mean_reward']:.3f} -> "
+              f"{m['final']['mean_reward']:.3f} (delta {d['value']:+.3f}, "
+              f"{ev.confidence:.0%} CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]); greedy success "
+              f"{m['step0']['greedy_success']:.3f} -> {m['final']['greedy_success']:.3f}")
+    print(f"evaluate: verdict on {metrics['verdict_split']}: {metrics['verdict']}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_stage("evaluate", main)

@@ -1,0 +1,31 @@
+"""Stage prepare_model: write the base policy, which is both the reference model and step 0.
+
+    dvc repro prepare_model         (or: python -m stages.prepare_model)
+
+model.init: tiny builds a Qwen3-architecture model and a character tokenizer locally and
+warm-starts it on well-formed expressions over the training rows' numbers (never checked against
+the targets, never from the held-out rows); model.init: pretrained records model.name_or_path.
+Writes models/base/ and reports/prepare/summary.json.
+"""
+
+from rlvr.config import Params
+from rlvr.data import read_rows, write_json
+from rlvr.policy import prepare_base
+from rlvr.stage import run_stage
+
+BASE_DIR = "models/base"
+
+
+def main(params: Params) -> int:
+    rows = read_rows(params.data.train_path)
+    print(f"prepare_model: model.init = {params.model.init}")
+    summary = prepare_base(params.model, rows, params.seed, BASE_DIR)
+    seconds = summary.pop("seconds")
+    write_json("reports/prepare/summary.json", summary)
+    write_json("reports/prepare/timing.json", {"seconds": seconds})
+    print(f"prepare_model: {summary} -> {BASE_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_stage("prepare_model", main)

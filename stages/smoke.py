@@ -1,0 +1,30 @@
+"""Stage smoke: a short GRPO run that proves the pipe, and the step-0 reward baseline.
+
+    dvc repro smoke                 (or: python -m stages.smoke)
+
+Measures the base policy's mean reward on every training prompt (G samples each, fixed seed),
+then runs smoke.max_steps GRPO steps with the train.grpo settings and checks rows, groups,
+rewards, advantages, loss / KL / grad_norm and reward spread. Writes reports/smoke/checks.json and
+reports/smoke/step0.json; exits non-zero naming every failed check with its value.
+"""
+
+from rlvr.config import Params
+from rlvr.data import write_json
+from rlvr.runs import smoke_run
+from rlvr.stage import run_stage
+
+OUT_DIR = "reports/smoke"
+
+
+def main(params: Params) -> int:
+    result = smoke_run(params, base_dir="models/base")
+    write_json(f"{OUT_DIR}/step0.json", result["step0"])
+    write_json(f"{OUT_DIR}/checks.json", result["report"])
+    write_json(f"{OUT_DIR}/timing.json", result["timing"])
+    for line in result["lines"]:
+        print(line)
+    return 0 if result["report"]["passed"] else 1
+
+
+if __name__ == "__main__":
+    run_stage("smoke", main)

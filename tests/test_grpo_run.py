@@ -1,0 +1,101 @@
+"""Short real GRPO runs on the tiny policy: faults must not crash or hide (NaN, raising rewards)."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from rlvr.config import parse_params
+from rlvr.data import read_rows
+from rlvr.rewards.registry import RewardFunction, build_reward_funcs, score_correctness
+from rlvr.training import NonFiniteMetric, run_grpo
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"train": {"grpo": {"num_generations": 4, "per_device_train_batch_size": 8,
+                            "max_completion_length": 6}}}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return read_rows(ROOT / "data" / "grpo_train.jsonl")[:8]
+
+
+def test_a_raising_reward_scores_none_counts_it_and_training_goes_on(tiny_policy_dir, rows,
+                                                                     tmp_path):
+    params = parse_params(SMALL)
+
+    def flaky(text, verifier, n_tokens):
+        if verifier["target"] % 2:  # rows with an odd target make this reward raise
+            raise ValueError("flaky verifier")
+        return score_correctness(text, verifier)
+
+    funcs = [*build_reward_funcs(params.rewards), RewardFunction("flaky", flaky)]
+    params.rewards.weights = [1.0, 0.2, 1.0]  # one weight per function, the flaky one included
+    trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=3,
+                       reward_funcs=funcs)
+    steps = [e for e in trainer.state.log_history if "loss" in e]
+    assert len(steps) == 3
+    assert funcs[2].failures > 0
+    assert sum(e["rewards/flaky/failures"] for e in steps) > 0
+    assert all(math.isfinite(e["loss"]) for e in steps)
+
+
+class PoisonGradients(TrainerCallback):
+    """From the start of step `at` on, every gradient of the first weight becomes NaN."""
+
+    def __init__(self, at):
+        self.at, self.model = at, None
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.model = model
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step + 1 == self.at:
+            weight = next(self.model.parameters())
+            weight.register_hook(lambda grad: torch.full_like(grad, float("nan")))
+
+
+def test_nan_stops_the_run_at_once_naming_step_and_metric(tiny_policy_dir, rows, tmp_path):
+    params = parse_params(SMALL)
+    with pytest.raises(NonFiniteMetric, match=r"step 3: grad_norm = nan is not finite") as error:
+        run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=6, save_steps=2,
+                 callbacks=[PoisonGradients(at=3)])
+    assert "checkpoint-2" in str(error.value)
+    assert (tmp_path / "checkpoint-2").is_dir()
+    assert not (tmp_path / "checkpoint-3").exists() and not (tmp_path / "checkpoint-4").exists()
+    from safetensors.torch import load_file
+
+    weights = load_file(tmp_path / "checkpoint-2" / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in weights.values())
+
+
+def test_beta_in_force_is_logged_every_step(tiny_policy_dir, rows, tmp_path):
+    params = parse_params({"train": {
+        "grpo": {**SMALL["train"]["grpo"], "beta": 0.02},
+        "beta_schedule": {"kind": "warmup", "beta_start": 0.01, "warmup_steps": 2}}})
+    trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=3)
+    betas = [e["beta"] for e in trainer.state.log_history if "loss" in e]
+    assert betas == pytest.approx([0.01, 0.015, 0.02])
+    assert all("kl" in e for e in trainer.state.log_history if "loss" in e)
+
+
+def test_a_pretrained_folder_with_chat_prompts_and_lora(tiny_policy_dir, rows, tmp_path):
+    """The real-model path (model.init: pretrained, chat_template, LoRA), on the tiny folder."""
+    from peft import PeftModel
+
+    from rlvr.policy import load_policy
+
+    params = parse_params({**SMALL, "model": {
+        "init": "pretrained", "name_or_path": str(tiny_policy_dir), "chat_template": True,
+        "lora": {"enabled": True, "r": 4, "alpha": 8}}})
+    trainer = run_grpo(params, rows, params.model.name_or_path, tmp_path / "run", max_steps=2)
+    assert isinstance(trainer.model, PeftModel)
+    assert isinstance(trainer.train_dataset[0]["prompt"], list)  # chat messages
+    steps = [e for e in trainer.state.log_history if "loss" in e]
+    assert len(steps) == 2 and all(math.isfinite(e["loss"]) for e in steps)
+    trainer.save_model(str(tmp_path / "final"))
+    assert (tmp_path / "final" / "adapter_config.json").exists()
+    model, tokenizer = load_policy(tmp_path / "final")  # base + adapter, loaded back
+    assert model.config.vocab_size == len(tokenizer)

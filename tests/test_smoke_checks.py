@@ -1,0 +1,67 @@
+"""The smoke checks pass on a healthy run and name what broke otherwise."""
+
+import math
+
+from rlvr.smoke import failed_lines, smoke_checks
+
+HEALTHY = dict(
+    rows_loaded=64, expected_rows=64, num_generations=8, max_steps=3, beta=0.02,
+    history=[{"step": s, "loss": 0.01, "grad_norm": 0.5, "kl": 0.001 * s,
+              "frac_reward_zero_std": 0.25} for s in (1, 2, 3)],
+    batch_checks=[{"groups": 8, "group_sizes": [8], "advantages_finite": True,
+                   "max_abs_group_mean": 1e-7}] * 3,
+    reward_failures={"correctness": 0, "format": 0}, min_spread_share=0.1,
+    baseline_reward=0.42)
+
+
+def _failed(**changes):
+    checks = smoke_checks(**{**HEALTHY, **changes})
+    return {c["name"] for c in checks if not c["passed"]}, failed_lines(checks)
+
+
+def test_a_healthy_run_passes_every_check():
+    checks = smoke_checks(**HEALTHY)
+    assert all(c["passed"] for c in checks) and len(checks) >= 11
+    assert {c["name"] for c in checks} >= {
+        "rows_loaded", "completions_per_prompt", "rewards_returned_for_every_completion",
+        "advantages_finite", "advantages_zero_mean_per_group", "loss_finite", "kl_finite",
+        "grad_norm_finite", "groups_with_reward_spread", "step0_baseline_recorded"}
+
+
+def test_each_failure_is_named_with_its_value():
+    names, lines = _failed(rows_loaded=63)
+    assert names == {"rows_loaded"} and lines == [
+        "smoke check failed: rows_loaded: got 63, expected 64"]
+    assert _failed(batch_checks=[{"groups": 9, "group_sizes": [7, 8], "advantages_finite": True,
+                                  "max_abs_group_mean": 0.0}])[0] == {"completions_per_prompt"}
+    assert _failed(reward_failures={"correctness": 3, "format": 0})[0] == {
+        "rewards_returned_for_every_completion"}
+    assert _failed(batch_checks=[{"groups": 8, "group_sizes": [8], "advantages_finite": False,
+                                  "max_abs_group_mean": math.nan}])[0] >= {"advantages_finite"}
+    assert _failed(batch_checks=[{"groups": 8, "group_sizes": [8], "advantages_finite": True,
+                                  "max_abs_group_mean": 0.3}])[0] == {
+        "advantages_zero_mean_per_group"}
+    assert _failed(baseline_reward=math.nan)[0] == {"step0_baseline_recorded"}
+
+
+def test_non_finite_metrics_name_their_steps():
+    history = [dict(h) for h in HEALTHY["history"]]
+    history[1]["kl"] = math.nan
+    names, lines = _failed(history=history)
+    assert names == {"kl_finite"} and "'non_finite_steps': [2]" in lines[0]
+
+
+def test_no_reward_spread_means_no_gradient_and_fails():
+    history = [{**h, "frac_reward_zero_std": 1.0} for h in HEALTHY["history"]]
+    names, lines = _failed(history=history)
+    assert names == {"groups_with_reward_spread"} and "give no gradient" in lines[0]
+
+
+def test_beta_zero_has_no_kl_to_check():
+    history = [{k: v for k, v in h.items() if k != "kl"} for h in HEALTHY["history"]]
+    assert _failed(history=history, beta=0.0)[0] == set()
+    assert _failed(history=history)[0] == {"kl_finite"}  # beta > 0 but no KL logged
+
+
+def test_a_short_run_fails_steps_completed():
+    assert _failed(history=HEALTHY["history"][:2])[0] == {"steps_completed"}

@@ -1,0 +1,113 @@
+"""GRPO wiring: config from params, beta schedules, guards, checkpoints, batch diagnostics."""
+
+import json
+import math
+
+import pytest
+
+from rlvr.config import BetaScheduleParams, GRPOParams, ParamsError, parse_params
+from rlvr.training import (BetaSchedule, FiniteGuardCallback, NonFiniteMetric, fingerprint,
+                           group_checks, grpo_config, loggable, normalized_weights,
+                           resumable_checkpoint)
+
+
+def test_grpo_config_uses_trl_names_and_cpu_safe_values(tmp_path):
+    params = parse_params({"train": {"grpo": {"learning_rate": "3e-05", "num_generations": 4,
+                                               "per_device_train_batch_size": 16,
+                                               "extra": {"top_k": 5}}}})
+    config = grpo_config(params.train.grpo, output_dir=tmp_path, max_steps=7, seed=3,
+                         reward_weights=[1.0, 0.25])
+    assert config.learning_rate == 3e-05 and config.num_generations == 4
+    assert config.max_steps == 7 and config.seed == 3 and config.top_k == 5
+    assert config.use_cpu and not config.bf16 and config.beta == params.train.grpo.beta
+    assert config.reward_weights == pytest.approx([0.8, 0.2])
+    assert config.logging_steps == 1 and config.save_strategy == "no"
+
+
+def test_unknown_extra_grpo_field_is_named(tmp_path):
+    params = parse_params({"train": {"grpo": {"extra": {"learning_rat": 1}}}})
+    with pytest.raises(ParamsError, match=r"unknown GRPOConfig field\(s\) \['learning_rat'\]"):
+        grpo_config(params.train.grpo, output_dir=tmp_path, max_steps=1, seed=0,
+                    reward_weights=[1])
+
+
+def test_batch_size_must_hold_whole_groups():
+    with pytest.raises(ParamsError, match="divisible by num_generations"):
+        GRPOParams(num_generations=8, per_device_train_batch_size=60)
+
+
+def test_normalized_weights():
+    assert normalized_weights([1.0, 0.2]) == pytest.approx([1 / 1.2, 0.2 / 1.2])
+    with pytest.raises(ValueError):
+        normalized_weights([0, 0])
+
+
+def test_constant_schedule():
+    schedule = BetaSchedule(BetaScheduleParams(kind="constant"), 0.04)
+    assert [schedule.value(s) for s in (0, 10, 1000)] == [0.04, 0.04, 0.04]
+
+
+def test_warmup_schedule_is_linear_then_flat():
+    schedule = BetaSchedule(BetaScheduleParams(kind="warmup", beta_start=0.01, warmup_steps=4),
+                            0.05)
+    assert [schedule.value(s) for s in range(6)] == pytest.approx(
+        [0.01, 0.02, 0.03, 0.04, 0.05, 0.05])
+
+
+def test_adaptive_schedule_steers_toward_the_target_kl():
+    params = BetaScheduleParams(kind="adaptive", beta_start=0.1, target_kl=0.05, horizon=10)
+    up, down, still = (BetaSchedule(params, 0.1) for _ in range(3))
+    up.observe_kl(0.5)      # KL too high: more penalty
+    down.observe_kl(0.01)   # KL too low: less penalty
+    still.observe_kl(0.05)  # on target: unchanged
+    assert up.value(1) == pytest.approx(0.1 * 1.02)
+    assert down.value(1) == pytest.approx(0.1 * (1 - 0.8 / 10 * 0.25))
+    assert still.value(1) == pytest.approx(0.1)
+    up.observe_kl(float("nan"))  # a missing KL changes nothing
+    assert up.value(2) == pytest.approx(0.1 * 1.02)
+
+
+def test_finite_guard_names_step_and_metric():
+    guard = FiniteGuardCallback()
+
+    class State:
+        global_step = 17
+
+    guard.on_log(None, State(), None, logs={"loss": 0.1, "kl": 0.01, "grad_norm": 2.0})
+    with pytest.raises(NonFiniteMetric, match=r"step 17: grad_norm = inf is not finite"):
+        guard.on_log(None, State(), None, logs={"loss": 0.1, "grad_norm": math.inf})
+
+
+def test_loggable_drops_timings_and_non_numbers():
+    assert loggable({"loss": 1, "step_time": 0.3, "train_runtime": 9, "epoch": 1.0, "x": "y",
+                     "kl": 0.5}) == {"loss": 1.0, "kl": 0.5}
+
+
+def test_group_checks():
+    prompts = ["a"] * 4 + ["b"] * 4
+    checks = group_checks(prompts, [1, -1, -1, 1, 0, 0, 0, 0], num_generations=4)
+    assert checks == {"groups": 2, "group_sizes": [4], "advantages_finite": True,
+                      "max_abs_group_mean": 0.0}
+    bad = group_checks(prompts[:7], [1, 1, 1, 1, float("nan"), 0, 0], num_generations=4)
+    assert bad["group_sizes"] == [3, 4] and bad["advantages_finite"] is False
+
+
+def test_checkpoints_of_another_run_are_never_resumed(tmp_path):
+    folder = tmp_path / "ckpt"
+    assert resumable_checkpoint(folder, "run-a") is None
+    (folder / "checkpoint-4").mkdir()
+    (folder / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    assert resumable_checkpoint(folder, "run-a").endswith("checkpoint-4")
+    assert resumable_checkpoint(folder, "run-b") is None  # other params: wiped
+    assert not (folder / "checkpoint-4").exists()
+    assert json.loads((folder / "fingerprint.json").read_text()) == {"fingerprint": "run-b"}
+
+
+def test_fingerprint_follows_file_contents(tmp_path):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("a\n")
+    first = fingerprint({"lr": 1}, data)
+    assert fingerprint({"lr": 1}, data) == first
+    assert fingerprint({"lr": 2}, data) != first
+    data.write_text("b\n")
+    assert fingerprint({"lr": 1}, data) != first
