@@ -222,6 +222,12 @@ class BetaScheduleParams:
 @dataclass
 class TrainParams:
     max_steps: int = _help("GRPO optimizer steps of the full run.", default=400)
+    advantage: str = _help("group: GRPO's per-group baseline (TRL's own computation); "
+                           "running_mean: the ablation with no group normalisation, one global "
+                           "running mean of the reward as the baseline, no std scaling.",
+                           default="group")
+    running_mean_momentum: float = _help("running_mean: weight of the old baseline in each "
+                                         "update (exponential moving average).", default=0.9)
     save_steps: int = _help("Checkpoint every this many steps; a killed run resumes from the "
                             "last one.", default=50)
     grpo: GRPOParams = _help("GRPOConfig fields (shared with the smoke run).",
@@ -231,6 +237,10 @@ class TrainParams:
 
     def __post_init__(self) -> None:
         _require(self.max_steps > 0, "train.max_steps", self.max_steps, "must be positive")
+        _require(self.advantage in ("group", "running_mean"), "train.advantage", self.advantage,
+                 "must be group or running_mean")
+        _require(0 <= self.running_mean_momentum < 1, "train.running_mean_momentum",
+                 self.running_mean_momentum, "must be in [0, 1)")
         _require(self.save_steps > 0, "train.save_steps", self.save_steps, "must be positive")
 
 
@@ -258,6 +268,20 @@ class EvaluateParams:
 
 
 @dataclass
+class ReportParams:
+    window: int = _help("Steps in the moving averages the KL/beta diagnosis compares.",
+                        default=50)
+    kl_tiny: float = _help("'Too tight' if the smoothed KL never exceeds this ...", default=0.01)
+    plateau_gain: float = _help("... and the reward gains less than this over the second half.",
+                                default=0.02)
+    kl_high: float = _help("'Too loose' if the smoothed KL ends above this, ...", default=1.0)
+    kl_rising_ratio: float = _help("... or the last quarter's KL exceeds the third quarter's by "
+                                   "this factor (still climbing), ...", default=1.5)
+    collapse_drop: float = _help("... or the smoothed reward ends this far below its peak.",
+                                 default=0.1)
+
+
+@dataclass
 class Params:
     seed: int = _help("Seed for everything random in the pipeline.", default=0)
     data: DataParams = _help("Where the rows are and what they must look like.",
@@ -270,6 +294,8 @@ class Params:
     smoke: SmokeParams = _help("The short run that proves the pipe.", default_factory=SmokeParams)
     train: TrainParams = _help("The full GRPO run.", default_factory=TrainParams)
     evaluate: EvaluateParams = _help("Step 0 vs final audit.", default_factory=EvaluateParams)
+    report: ReportParams = _help("Thresholds of the retrospective's KL/beta diagnosis.",
+                                 default_factory=ReportParams)
 
 
 def _require(ok: bool, name: str, value: Any, rule: str) -> None:

@@ -162,6 +162,11 @@ def verdict(ci: dict) -> str:
     return "no significant change"
 
 
+def _mean_of(values: Sequence[float | None] | None) -> float | None:
+    values = [v for v in values or [] if v is not None]
+    return sum(values) / len(values) if values else None
+
+
 def _split_stats(sampled: Sequence[ScoredRow], greedy: Sequence[ScoredRow],
                  format_pattern: str) -> dict:
     from rlvr.rewards.verifiers import format_reward
@@ -212,6 +217,8 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
             per_prompt.append({
                 "id": row.id, "split": split, "prompt": row.prompt,
                 "step0_reward": a.mean_total, "final_reward": b.mean_total, "delta": delta,
+                "step0_success": _mean_of(a.rewards.get("correctness")),
+                "final_success": _mean_of(b.rewards.get("correctness")),
                 "step0_greedy": ga.completions[0], "final_greedy": gb.completions[0],
                 "step0_greedy_correct": ga.rewards[correctness][0] if correctness else None,
                 "final_greedy_correct": gb.rewards[correctness][0] if correctness else None,

@@ -18,6 +18,24 @@ PANELS = [
 ]
 
 
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str | Path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    _pyplot().close(fig)
+    return path
+
+
 def _smooth(values: Sequence[float], window: int) -> list[float]:
     out, total = [], 0.0
     for i, v in enumerate(values):
@@ -30,11 +48,7 @@ def _smooth(values: Sequence[float], window: int) -> list[float]:
 
 def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO training") -> Path:
     """One figure, one panel per quantity; raw values faint, a moving average on top."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     panels = [(name, [k for k in keys if any(k in e for e in history)]) for name, keys in PANELS]
     panels = [(name, keys) for name, keys in panels if keys]
     cols = 4
@@ -58,9 +72,26 @@ def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO tr
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+def plot_per_prompt(per_prompt: Sequence[dict], path: str | Path) -> Path:
+    """Step-0 vs final mean reward, one dot per prompt, train and held-out side by side."""
+    plt = _pyplot()
+    splits = sorted({r["split"] for r in per_prompt}, reverse=True)
+    fig, axes = plt.subplots(1, len(splits), figsize=(5 * len(splits), 4.4), squeeze=False)
+    for ax, split in zip(axes.flat, splits):
+        rows = [r for r in per_prompt if r["split"] == split]
+        colors = ["C2" if r["delta"] > 0 else "C3" if r["delta"] < 0 else "C7" for r in rows]
+        ax.scatter([r["step0_reward"] for r in rows], [r["final_reward"] for r in rows],
+                   c=colors, s=22, alpha=0.75)
+        ax.plot([0, 1], [0, 1], color="k", linewidth=0.8, linestyle="--")
+        ax.set_xlim(-0.05, 1.05)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("mean reward at step 0")
+        ax.set_ylabel("mean reward, final")
+        up = sum(r["delta"] > 0 for r in rows)
+        down = sum(r["delta"] < 0 for r in rows)
+        ax.set_title(f"{split}: {up} prompts up, {down} down (of {len(rows)})", fontsize=10)
+        ax.grid(alpha=0.3)
+    return _save(fig, path)

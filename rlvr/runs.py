@@ -10,7 +10,6 @@ import json
 import math
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 from rlvr.config import Params
@@ -22,6 +21,14 @@ from rlvr.rewards.registry import build_reward_funcs
 from rlvr.smoke import failed_lines, smoke_checks
 from rlvr.training import (LiveCurvesCallback, fingerprint, loggable, normalized_weights,
                            resumable_checkpoint, run_grpo)
+
+LIBRARY_DIR = Path(__file__).resolve().parent
+
+
+def library_versions() -> dict[str, str]:
+    from importlib import metadata
+
+    return {name: metadata.version(name) for name in ("torch", "transformers", "trl", "accelerate")}
 
 # The summary keys of a training run, in the order they are reported.
 CURVE_KEYS = ("reward", "rewards/correctness/mean", "rewards/format/mean", "rewards/length/mean",
@@ -56,7 +63,6 @@ def baseline(params: Params, model, tokenizer, rows: list[Row]) -> dict:
 # --------------------------------------------------------------------------- smoke
 
 def smoke_run(params: Params, base_dir: str) -> dict:
-    started = time.perf_counter()
     rows = read_rows(params.data.train_path)
     policy = policy_path(base_dir)
     model, tokenizer = load_policy(policy)
@@ -83,8 +89,7 @@ def smoke_run(params: Params, base_dir: str) -> dict:
               "last_log_line": history[-1] if history else {}}
     lines = [f"smoke: {'PASSED' if report['passed'] else 'FAILED'}: "
              f"{sum(c['passed'] for c in checks)}/{len(checks)} checks"] + failed_lines(checks)
-    return {"step0": step0, "report": report, "lines": lines,
-            "timing": {"seconds": round(time.perf_counter() - started, 1)}}
+    return {"step0": step0, "report": report, "lines": lines}
 
 
 # --------------------------------------------------------------------------- full run
@@ -121,12 +126,14 @@ def train_run(params: Params, base_dir: str, final_dir: str, checkpoint_dir: str
               report_dir: str, smoke_report: str) -> dict:
     from rlvr.plots import plot_curves
 
-    started = time.perf_counter()
     require_smoke(smoke_report)
     rows = read_rows(params.data.train_path)
     policy = policy_path(base_dir)
+    # What the run depends on: params, data, base model, the library's code and versions. A
+    # checkpoint of any other run is never resumed.
     run_id = fingerprint({"seed": params.seed, "train": params.train, "rewards": params.rewards,
-                          "model": params.model}, Path(params.data.train_path), Path(base_dir))
+                          "model": params.model, "versions": library_versions()},
+                         Path(params.data.train_path), Path(base_dir), LIBRARY_DIR)
     resume = resumable_checkpoint(checkpoint_dir, run_id)
     if resume:
         print(f"train: resuming from {resume}")
@@ -154,6 +161,6 @@ def train_run(params: Params, base_dir: str, final_dir: str, checkpoint_dir: str
     lines = [f"train: {metrics['steps']} steps; reward {metrics['first10_mean_reward']:.3f} "
              f"(first 10) -> {metrics['last10_mean_reward']:.3f} (last 10); final KL "
              f"{final.get('kl', float('nan')):.4f}; model -> {final_dir}"]
-    return {"metrics": metrics, "lines": lines,
-            "timing": {"seconds": round(time.perf_counter() - started, 1),
-                       "resumed_from": resume}}
+    if resume:
+        lines.append(f"train: resumed from {resume}")
+    return {"metrics": metrics, "lines": lines}

@@ -11,9 +11,14 @@ import sys
 import time
 from collections.abc import Callable
 
+from pathlib import Path
+
 from rlvr.config import Params, load_params
+from rlvr.data import write_json
 from rlvr.errors import PipelineError
 from rlvr.gate import require_gate
+
+TIMING_DIR = Path("reports/timing")
 
 
 def run_stage(name: str, main: Callable[[Params], int], gated: bool = True) -> None:
@@ -25,6 +30,9 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True) -> N
     except PipelineError as error:
         print(f"{name}: {error}", file=sys.stderr)
         sys.exit(1)
-    status = "done" if code == 0 else "FAILED"
-    print(f"{name}: {status} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    seconds = time.perf_counter() - started
+    # Wall time per stage, for the report's provenance; kept out of the metric files, which must
+    # be identical between runs with the same seed.
+    write_json(TIMING_DIR / f"{name}.json", {"seconds": round(seconds, 1), "exit_code": code})
+    print(f"{name}: {'done' if code == 0 else 'FAILED'} in {seconds:.1f} s", file=sys.stderr)
     sys.exit(code)

@@ -35,6 +35,7 @@ TIMING_KEYS = ("step_time", "train_runtime", "train_samples_per_second",
                "train_steps_per_second", "total_flos")
 GUARDED_KEYS = ("loss", "kl", "grad_norm")
 FINGERPRINT_FILE = "fingerprint.json"
+RUNNING_MEAN_FILE = "running_mean.json"
 
 
 class NonFiniteMetric(PipelineError):
@@ -233,18 +234,72 @@ def group_checks(prompts: Sequence[Any], advantages: Sequence[float], num_genera
     }
 
 
-class PipelineGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer that logs the beta in force and records per-batch group diagnostics."""
+class RunningMeanBaseline:
+    """The no-group-norm ablation: advantage = reward - one running mean over all past batches.
 
-    def __init__(self, *args, **kwargs) -> None:
+    >>> b = RunningMeanBaseline(momentum=0.5)
+    >>> b.advantages([1.0, 0.0, 1.0, 0.0])   # first batch: its own mean is the baseline
+    [0.5, -0.5, 0.5, -0.5]
+    >>> b.advantages([1.0, 1.0])             # baseline 0.5 * 0.5 + 0.5 * 1.0 = 0.75 after it
+    [0.5, 0.5]
+    >>> b.value
+    0.75
+    """
+
+    def __init__(self, momentum: float) -> None:
+        self.momentum = momentum
+        self.value: float | None = None
+
+    def advantages(self, rewards: Sequence[float]) -> list[float]:
+        finite = [r for r in rewards if math.isfinite(r)]
+        batch_mean = sum(finite) / len(finite) if finite else 0.0
+        baseline = batch_mean if self.value is None else self.value
+        self.value = (batch_mean if self.value is None
+                      else self.momentum * self.value + (1 - self.momentum) * batch_mean)
+        return [r - baseline if math.isfinite(r) else 0.0 for r in rewards]
+
+
+class PipelineGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer that logs the beta in force, records per-batch group diagnostics and, for the
+    no-group-norm ablation, replaces TRL's group advantages by a running-mean baseline."""
+
+    def __init__(self, *args, running_mean: RunningMeanBaseline | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.batch_checks: list[dict] = []
+        self.running_mean = running_mean
+        self._last_rewards_per_func = None
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
+                                                      completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func
+        return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
+        if self.running_mean is not None:
+            import torch
+
+            per_func = self._last_rewards_per_func
+            weights = self.reward_weights.to(per_func.device).unsqueeze(0)
+            totals = (per_func * weights).nansum(dim=1)
+            totals[torch.isnan(per_func).all(dim=1)] = torch.nan
+            advantages = self.running_mean.advantages(totals.tolist())
+            n = len(inputs)
+            local = advantages[self.accelerator.process_index * n:
+                               (self.accelerator.process_index + 1) * n]
+            output["advantages"] = torch.tensor(local, dtype=output["advantages"].dtype,
+                                                device=output["advantages"].device)
+            self._metrics["train"]["running_mean_baseline"].append(float(self.running_mean.value))
         self.batch_checks.append(group_checks([x["prompt"] for x in inputs],
                                               output["advantages"].tolist(), self.num_generations))
         return output
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.running_mean is not None:  # its state must survive a resume, like the RNG's
+            folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            (folder / RUNNING_MEAN_FILE).write_text(json.dumps({"value": self.running_mean.value}))
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
@@ -254,7 +309,8 @@ class PipelineGRPOTrainer(GRPOTrainer):
 
 def build_trainer(policy: str, train_dataset, reward_funcs: Sequence[RewardFunction],
                   config: GRPOConfig, model: ModelParams, callbacks: Sequence[TrainerCallback],
-                  beta_schedule: BetaSchedule | None = None) -> PipelineGRPOTrainer:
+                  beta_schedule: BetaSchedule | None = None,
+                  running_mean: RunningMeanBaseline | None = None) -> PipelineGRPOTrainer:
     """The trainer, with the beta schedule bound to it."""
     callbacks = list(callbacks)
     schedule_callback = BetaScheduleCallback(beta_schedule) if beta_schedule else None
@@ -262,7 +318,7 @@ def build_trainer(policy: str, train_dataset, reward_funcs: Sequence[RewardFunct
         callbacks.insert(0, schedule_callback)
     trainer = PipelineGRPOTrainer(model=policy, reward_funcs=list(reward_funcs), args=config,
                                   train_dataset=train_dataset, callbacks=callbacks,
-                                  peft_config=peft_config(model))
+                                  peft_config=peft_config(model), running_mean=running_mean)
     if schedule_callback:
         schedule_callback.trainer = trainer
         trainer.beta = beta_schedule.value(0)
@@ -286,7 +342,8 @@ def fingerprint(*parts: Any) -> str:
     digest = hashlib.sha256()
     for part in parts:
         if isinstance(part, Path):
-            files = sorted(p for p in part.rglob("*") if p.is_file()) if part.is_dir() else [part]
+            files = sorted(p for p in part.rglob("*") if p.is_file() and "__pycache__" not in
+                           p.parts) if part.is_dir() else [part]
             for file in files:
                 digest.update(str(file.relative_to(part) if part.is_dir() else file.name).encode())
                 digest.update(file.read_bytes())
@@ -331,8 +388,12 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
                          reward_weights=params.rewards.weights, save_steps=save_steps)
     funcs = list(reward_funcs) if reward_funcs is not None else build_reward_funcs(params.rewards)
     dataset = to_hf_dataset(rows, conversational=params.model.chat_template)
+    running_mean = (RunningMeanBaseline(train.running_mean_momentum)
+                    if train.advantage == "running_mean" else None)
+    if running_mean is not None and resume_from:
+        running_mean.value = json.loads((Path(resume_from) / RUNNING_MEAN_FILE).read_text())["value"]
     trainer = build_trainer(policy, dataset, funcs, config, params.model,
                             [FiniteGuardCallback(output_dir if save_steps else None), *callbacks],
-                            beta_schedule=schedule)
+                            beta_schedule=schedule, running_mean=running_mean)
     trainer.train(resume_from_checkpoint=resume_from)
     return trainer

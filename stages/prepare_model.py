@@ -20,9 +20,8 @@ def main(params: Params) -> int:
     rows = read_rows(params.data.train_path)
     print(f"prepare_model: model.init = {params.model.init}")
     summary = prepare_base(params.model, rows, params.seed, BASE_DIR)
-    seconds = summary.pop("seconds")
+    summary.pop("seconds")
     write_json("reports/prepare/summary.json", summary)
-    write_json("reports/prepare/timing.json", {"seconds": seconds})
     print(f"prepare_model: {summary} -> {BASE_DIR}")
     return 0
 

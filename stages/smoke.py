@@ -20,7 +20,6 @@ def main(params: Params) -> int:
     result = smoke_run(params, base_dir="models/base")
     write_json(f"{OUT_DIR}/step0.json", result["step0"])
     write_json(f"{OUT_DIR}/checks.json", result["report"])
-    write_json(f"{OUT_DIR}/timing.json", result["timing"])
     for line in result["lines"]:
         print(line)
     return 0 if result["report"]["passed"] else 1

@@ -19,7 +19,6 @@ def main(params: Params) -> int:
                        checkpoint_dir="models/checkpoints", report_dir="reports/train",
                        smoke_report="reports/smoke/checks.json")
     write_json("reports/train/metrics.json", result["metrics"])
-    write_json("reports/train/timing.json", result["timing"])
     for line in result["lines"]:
         print(line)
     return 0

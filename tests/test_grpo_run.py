@@ -99,3 +99,18 @@ def test_a_pretrained_folder_with_chat_prompts_and_lora(tiny_policy_dir, rows, t
     assert (tmp_path / "final" / "adapter_config.json").exists()
     model, tokenizer = load_policy(tmp_path / "final")  # base + adapter, loaded back
     assert model.config.vocab_size == len(tokenizer)
+
+
+def test_no_group_norm_ablation_uses_one_running_mean_baseline(tiny_policy_dir, rows, tmp_path):
+    params = parse_params({**SMALL, "train": {**SMALL["train"], "advantage": "running_mean"},
+                           "rewards": {"funcs": ["correctness"], "weights": [1.0]}})
+    # the untrained policy never hits a target: reward something that varies in its random text
+    varied = RewardFunction("odd_text", lambda text, verifier, n: float(sum(map(ord, text)) % 2))
+    trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=3, save_steps=2,
+                       reward_funcs=[varied])
+    steps = [e for e in trainer.state.log_history if "loss" in e]
+    assert all("running_mean_baseline" in e for e in steps)
+    assert trainer.running_mean.value == pytest.approx(steps[-1]["running_mean_baseline"])
+    assert (tmp_path / "checkpoint-2" / "running_mean.json").exists()
+    # advantages are reward - baseline: a group's advantages no longer average to zero
+    assert max(b["max_abs_group_mean"] for b in trainer.batch_checks) > 1e-3

@@ -1,0 +1,95 @@
+"""The retrospective's pieces: KL/beta diagnosis rules, audit, PPO cost, HTML self-containment."""
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from rlvr.config import load_params
+from rlvr.report import (KLThresholds, count_parameters, diagnose_kl, hyperparameter_table,
+                         ppo_cost, prompt_audit, to_html)
+
+ROOT = Path(__file__).resolve().parents[1]
+T = KLThresholds(kl_tiny=0.01, plateau_gain=0.02, kl_high=1.0, kl_rising_ratio=1.5,
+                 collapse_drop=0.1, window=10)
+
+
+def _history(reward, kl=None, steps=200):
+    return [{"step": s, "reward": reward(s), **({"kl": kl(s)} if kl else {})}
+            for s in range(1, steps + 1)]
+
+
+def test_healthy_kl_bounded_reward_rising():
+    result = diagnose_kl(_history(lambda s: 0.3 + 0.5 * s / 200, lambda s: min(0.2, s / 500)), T)
+    assert result["label"] == "healthy"
+    assert not any(r["fired"] for r in result["rules"])
+
+
+def test_too_tight_kl_tiny_and_reward_flat():
+    result = diagnose_kl(_history(lambda s: 0.4 + 0.1 * min(s, 40) / 40, lambda s: 0.001), T)
+    assert result["label"] == "too tight" and "lower beta" in result["advice"]
+
+
+def test_too_loose_kl_keeps_climbing():
+    result = diagnose_kl(_history(lambda s: 0.3 + 0.5 * s / 200, lambda s: 0.01 * math.exp(s / 40)),
+                         T)
+    assert result["label"] == "too loose"
+    fired = {r["rule"] for r in result["rules"] if r["fired"]}
+    assert "KL keeps climbing (last quarter / third quarter)" in fired
+
+
+def test_too_loose_reward_rises_then_collapses():
+    result = diagnose_kl(_history(lambda s: 0.3 + 0.5 * s / 100 if s <= 100 else 0.8 - 0.5 * (s - 100) / 100,
+                                  lambda s: 0.2), T)
+    assert result["label"] == "too loose"
+    assert any(r["fired"] and "collapses" in r["rule"] for r in result["rules"])
+
+
+def test_beta_zero_has_only_reward_rules():
+    result = diagnose_kl(_history(lambda s: 0.3 + 0.5 * s / 200), T)
+    assert result["label"] == "healthy" and "no KL was measured" in result["advice"]
+
+
+def test_prompt_audit():
+    rows = [{"id": str(i), "delta": d, "step0_success": a, "final_success": b}
+            for i, (d, a, b) in enumerate([(0.5, 0.2, 0.7), (-0.2, 0.4, 0.2), (0.0, 0.0, 0.0),
+                                           (0.0, 1.0, 1.0), (0.1, 0.5, 0.6)])]
+    audit = prompt_audit(rows, top=2)
+    assert [r["id"] for r in audit["gains"]] == ["0", "4"]
+    assert [r["id"] for r in audit["losses"]] == ["1"]
+    assert [r["id"] for r in audit["never_solved"]] == ["2"]
+    assert [r["id"] for r in audit["always_solved"]] == ["3"]
+
+
+def test_ppo_cost_counts_a_critic_of_the_policys_size():
+    cost = ppo_cost(policy_params=1_000_000, hidden_size=128, num_generations=8)
+    assert cost["critic_parameters"] == 1_000_129
+    assert cost["critic_memory_mb"] == pytest.approx(1_000_129 * 16 / 2**20)
+    assert (cost["ppo_rollouts_per_prompt"], cost["grpo_rollouts_per_prompt"]) == (1, 8)
+
+
+def test_parameters_are_counted_from_safetensors_headers(tiny_policy_dir):
+    from rlvr.policy import load_policy
+
+    model, _ = load_policy(tiny_policy_dir)
+    assert count_parameters(tiny_policy_dir) == sum(p.numel() for p in model.parameters())
+
+
+def test_hyperparameters_carry_the_comment_next_to_them_or_the_help():
+    rows = {name: (value, why) for name, value, why in
+            hyperparameter_table(ROOT / "params.yaml", load_params(ROOT / "params.yaml"))}
+    assert "train.grpo.learning_rate" in rows and "train.grpo.beta" in rows
+    assert rows["train.grpo.beta"][1]  # a rationale, from the comment in params.yaml
+    assert rows["model.tiny.intermediate_size"][1] == "MLP width."  # no comment: the help string
+    assert all(why for _, why in rows.values())
+
+
+def test_html_is_self_contained(tmp_path):
+    from PIL import Image
+
+    Image.new("RGB", (4, 4), "red").save(tmp_path / "plot.png")
+    html = to_html("# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![a plot](plot.png)\n", tmp_path)
+    assert "<table>" in html and "data:image/png;base64," in html
+    assert not re.search(r"(src|href)=\"(https?:)?//", html)
+    assert "plot.png" not in html
