@@ -35,6 +35,8 @@ class ScoredRow:
     rewards: dict[str, list[float | None]]   # reward name -> one value per completion
     total: list[float]                       # the weighted reward TRL would use
     lengths: list[int] = field(default_factory=list)
+    prompt_text: str = ""                    # the rendered prompt the model was conditioned on
+    token_ids: list[list[int]] = field(default_factory=list)
 
     @property
     def mean_total(self) -> float:
@@ -50,8 +52,8 @@ def render_prompt(tokenizer, prompt: str, chat_template: bool) -> str:
 
 
 def generate(model, tokenizer, prompts: Sequence[str], settings: SampleSettings
-             ) -> list[tuple[list[str], list[int]]]:
-    """Completions (text, token count) for each prompt: settings.n of them, seeded."""
+             ) -> list[tuple[list[str], list[list[int]]]]:
+    """Completions (texts, token ids up to and with <eos>) for each prompt: settings.n, seeded."""
     import torch
 
     torch.manual_seed(settings.seed)
@@ -72,14 +74,14 @@ def generate(model, tokenizer, prompts: Sequence[str], settings: SampleSettings
             output = model.generate(**encoded, **kwargs)
         new_tokens = output[:, encoded["input_ids"].shape[1]:]
         for i in range(len(chunk)):
-            texts, lengths = [], []
+            texts, token_ids = [], []
             for ids in new_tokens[i * settings.n:(i + 1) * settings.n].tolist():
                 if tokenizer.eos_token_id in ids:
                     ids = ids[:ids.index(tokenizer.eos_token_id) + 1]
                 ids = [t for t in ids if t != tokenizer.pad_token_id]
                 texts.append(tokenizer.decode(ids, skip_special_tokens=True))
-                lengths.append(len(ids))
-            results.append((texts, lengths))
+                token_ids.append(ids)
+            results.append((texts, token_ids))
     return results
 
 
@@ -98,8 +100,11 @@ def score_rows(model, tokenizer, rows: Sequence[Row], reward_funcs: Sequence[Rew
     """Sample completions for every row and score them with every reward function."""
     prompts = [render_prompt(tokenizer, row.prompt, chat_template) for row in rows]
     generated = generate(model, tokenizer, prompts, settings)
+    prompt_of = dict(zip((row.id for row in rows), prompts))
     scored = []
-    for row, (texts, lengths) in zip(rows, generated):
+    for row, (texts, token_ids) in zip(rows, generated):
+        lengths = [len(ids) for ids in token_ids]
+        prompt_text = prompt_of[row.id]
         rewards = {
             f.__name__: f(prompts=[row.prompt] * len(texts), completions=texts,
                           completion_ids=[[0] * n for n in lengths],
@@ -108,7 +113,7 @@ def score_rows(model, tokenizer, rows: Sequence[Row], reward_funcs: Sequence[Rew
         }
         totals = [weighted_total([rewards[f.__name__][i] for f in reward_funcs], weights)
                   for i in range(len(texts))]
-        scored.append(ScoredRow(row.id, texts, rewards, totals, lengths))
+        scored.append(ScoredRow(row.id, texts, rewards, totals, lengths, prompt_text, token_ids))
     return scored
 
 
@@ -212,6 +217,9 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
         }
         metrics[split]["delta_greedy_success"] = (metrics[split]["final"]["greedy_success"]
                                                   - metrics[split]["step0"]["greedy_success"])
+        (final_model, tokenizer), (base_model, _) = policies["final"], policies["step0"]
+        metrics[split]["kl_final_vs_step0"] = policy_kl(final_model, base_model, tokenizer, s1,
+                                                        sampled.temperature)
         for row, a, b, ga, gb, delta in zip(rows, s0, s1, g0, g1, deltas):
             correctness = "correctness" if "correctness" in ga.rewards else None
             per_prompt.append({
@@ -227,3 +235,39 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
     metrics["verdict"] = verdict(metrics[decisive]["delta_mean_reward"])
     metrics["verdict_split"] = decisive
     return metrics, per_prompt
+
+
+def completion_logprobs(model, tokenizer, prompt: str, completions: Sequence[Sequence[int]],
+                        temperature: float = 1.0) -> list[list[float]]:
+    """Per-token log-probabilities of each completion (token ids) after the prompt."""
+    import torch
+
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    out = []
+    with torch.no_grad():
+        for ids in completions:
+            if not ids:
+                out.append([])
+                continue
+            full = torch.tensor([prompt_ids + list(ids)])
+            logits = model(input_ids=full).logits[0, len(prompt_ids) - 1:-1] / temperature
+            logps = torch.log_softmax(logits.float(), dim=-1)
+            out.append(logps.gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1).tolist())
+    return out
+
+
+def policy_kl(policy, reference, tokenizer, scored: Sequence[ScoredRow],
+              temperature: float = 1.0) -> float:
+    """Mean per-token k3 KL(policy || reference) on the policy's own samples: how far training
+    moved the policy, measured the same way whether or not training used a KL penalty."""
+    from rlvr.grpo_math import k3_kl
+
+    total, count = 0.0, 0
+    for row in scored:
+        logp = completion_logprobs(policy, tokenizer, row.prompt_text, row.token_ids, temperature)
+        ref = completion_logprobs(reference, tokenizer, row.prompt_text, row.token_ids,
+                                  temperature)
+        for a, b in zip(logp, ref):
+            total += sum(k3_kl(x, y) for x, y in zip(a, b))
+            count += len(a)
+    return total / count if count else math.nan

@@ -226,11 +226,11 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
     out.append("")
     out += _table(["split", "prompts", "mean reward step 0", "mean reward final",
                    f"delta [{confidence:.0%} CI]", "greedy success step 0", "greedy success final",
-                   "malformed step 0", "malformed final"],
+                   "malformed step 0", "malformed final", "KL final vs step 0"],
                   [[name, m["prompts"], m["step0"]["mean_reward"], m["final"]["mean_reward"],
                     _ci(m["delta_mean_reward"]), m["step0"]["greedy_success"],
                     m["final"]["greedy_success"], m["step0"]["malformed_share"],
-                    m["final"]["malformed_share"]]
+                    m["final"]["malformed_share"], m.get("kl_final_vs_step0")]
                    for name, m in (("train", train), ("held-out", held))])
     out += ["", f"![step 0 vs final reward per prompt]({images['per_prompt']})", ""]
 

@@ -1,0 +1,145 @@
+"""Compare DVC experiments: one table (params that differ, final reward, held-out success, final
+KL, verdict) and overlaid reward and KL curves, from `dvc exp show --json` and each experiment's
+committed training history.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HISTORY = "reports/train/history.jsonl"
+TRAIN_METRICS = "reports/train/metrics.json"
+EVAL_METRICS = "reports/eval/metrics.json"
+
+
+@dataclass
+class Experiment:
+    name: str
+    rev: str
+    params: dict[str, Any]
+    train: dict = field(default_factory=dict)
+    evaluation: dict = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else key))
+        return out
+    return {prefix: tree}
+
+
+def _entry(name: str, data: dict) -> Experiment:
+    params = data.get("params", {}).get("params.yaml", {}).get("data", {})
+    metrics = data.get("metrics", {})
+    return Experiment(name=name, rev=data["rev"], params=_flatten(params),
+                      train=metrics.get(TRAIN_METRICS, {}).get("data", {}),
+                      evaluation=metrics.get(EVAL_METRICS, {}).get("data", {}))
+
+
+def parse_exp_show(rows: Sequence[dict]) -> list[Experiment]:
+    """The baseline commit and its experiments from `dvc exp show --json` (the workspace is
+    skipped: it is not a recorded run)."""
+    found = []
+    for row in rows:
+        if row.get("rev") == "workspace" or not row.get("data"):
+            continue
+        found.append(_entry(f"baseline ({row['rev'][:7]})", row["data"]))
+        for experiment in row.get("experiments") or []:
+            for rev in experiment.get("revs", []):
+                if rev.get("data"):
+                    found.append(_entry(rev.get("name") or rev["rev"][:7], rev["data"]))
+    return found
+
+
+def exp_show(cwd: str | Path = ".") -> list[dict]:
+    run = subprocess.run(["dvc", "exp", "show", "--json"], cwd=cwd, capture_output=True,
+                         text=True, check=True)
+    return json.loads(run.stdout)
+
+
+def read_history(rev: str, cwd: str | Path = ".") -> list[dict]:
+    """The training history committed in an experiment's (or the baseline's) git revision."""
+    run = subprocess.run(["git", "show", f"{rev}:{HISTORY}"], cwd=cwd, capture_output=True,
+                         text=True)
+    if run.returncode != 0:
+        return []
+    return [json.loads(line) for line in run.stdout.splitlines() if line]
+
+
+def differing_params(experiments: Sequence[Experiment]) -> list[str]:
+    keys = sorted({k for e in experiments for k in e.params})
+    return [k for k in keys if len({json.dumps(e.params.get(k)) for e in experiments}) > 1]
+
+
+def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[list[Any]]]:
+    params = differing_params(experiments)
+    header = ["experiment", *params, "final reward (last 10 steps)", "held-out greedy success",
+              "held-out mean reward", "KL final vs step 0 (held-out samples)",
+              "training KL (last 10 steps)", "verdict"]
+    rows = []
+    for e in experiments:
+        held = e.evaluation.get("heldout", {}).get("final", {})
+        rows.append([e.name, *[e.params.get(p) for p in params],
+                     e.train.get("last10_mean_reward"), held.get("greedy_success"),
+                     held.get("mean_reward"),
+                     e.evaluation.get("heldout", {}).get("kl_final_vs_step0"),
+                     e.train.get("last10_mean_kl"),
+                     e.evaluation.get("verdict")])
+    return header, rows
+
+
+def plot_overlay(experiments: Sequence[Experiment], path: str | Path) -> Path:
+    from rlvr.plots import _pyplot, _save, _smooth
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for i, e in enumerate(experiments):
+        for ax, key in zip(axes, ("reward", "kl")):
+            points = [(h["step"], h[key]) for h in e.history if key in h]
+            if points:
+                steps, values = zip(*points)
+                ax.plot(steps, _smooth(values, max(1, len(values) // 20)), color=f"C{i}",
+                        label=e.name, linewidth=1.5)
+    for ax, title in zip(axes, ("Reward (moving average)", "KL to reference (moving average)")):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def comparison_markdown(experiments: Sequence[Experiment], image: str) -> str:
+    from rlvr.report import _table
+
+    header, rows = comparison_rows(experiments)
+    lines = ["# Experiments", "",
+             f"{len(experiments)} runs: the baseline commit and its DVC experiments "
+             "(`dvc exp show`). Columns between the name and the results are the params that "
+             "differ.", ""]
+    lines += _table(header, rows)
+    lines += ["", f"![reward and KL curves]({image})", ""]
+    return "\n".join(lines)
+
+
+def compare(cwd: str | Path = ".", out_dir: str | Path = "reports") -> list[Experiment]:
+    """Write reports/experiments.md, .html and the overlay PNG; return the experiments."""
+    from rlvr.data import write_text_atomic
+    from rlvr.report import to_html
+
+    experiments = parse_exp_show(exp_show(cwd))
+    for e in experiments:
+        e.history = read_history(e.rev, cwd)
+    out = Path(cwd) / out_dir
+    plot_overlay(experiments, out / "figures" / "experiments.png")
+    markdown = comparison_markdown(experiments, "figures/experiments.png")
+    write_text_atomic(out / "experiments.md", markdown)
+    write_text_atomic(out / "experiments.html", to_html(markdown, out, title="Experiments"))
+    return experiments
