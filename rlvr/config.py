@@ -282,6 +282,31 @@ class ReportParams:
 
 
 @dataclass
+class OrchestrationParams:
+    retries: int = _help("Retries of a training stage that fails (a killed run resumes from "
+                         "its checkpoint).", default=2)
+    retry_delay_seconds: int = _help("Wait before a retry.", default=10)
+    retried_stages: list[str] = _help("Stages the flow retries; the gate and validation never "
+                                      "are (a retry cannot fix a failing test or a bad row).",
+                                      default_factory=lambda: ["prepare_model", "smoke", "train"])
+    default_timeout: int = _help("Seconds a stage may run before the flow fails it.",
+                                 default=1800)
+    timeouts: dict = _help("Per-stage timeouts in seconds, overriding default_timeout.",
+                           default_factory=lambda: {"train": 3600})
+    ablations: dict = _help("Experiments flow: name -> list of `-S` overrides.",
+                            default_factory=lambda: {
+                                "no-kl": ["train.grpo.beta=0"],
+                                "no-group-norm": ["train.advantage=running_mean"]})
+    sweep: dict = _help("Experiments flow: param -> values, queued as a grid.",
+                        default_factory=lambda: {"train.grpo.beta": [0.01, 0.1]})
+
+    def __post_init__(self) -> None:
+        _require(self.retries >= 0, "orchestration.retries", self.retries, "must be >= 0")
+        _require(self.default_timeout > 0, "orchestration.default_timeout",
+                 self.default_timeout, "must be positive")
+
+
+@dataclass
 class Params:
     seed: int = _help("Seed for everything random in the pipeline.", default=0)
     data: DataParams = _help("Where the rows are and what they must look like.",
@@ -296,6 +321,8 @@ class Params:
     evaluate: EvaluateParams = _help("Step 0 vs final audit.", default_factory=EvaluateParams)
     report: ReportParams = _help("Thresholds of the retrospective's KL/beta diagnosis.",
                                  default_factory=ReportParams)
+    orchestration: OrchestrationParams = _help("The Prefect flows: retries, timeouts, "
+                                               "experiments.", default_factory=OrchestrationParams)
 
 
 def _require(ok: bool, name: str, value: Any, rule: str) -> None:

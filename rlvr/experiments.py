@@ -60,8 +60,11 @@ def parse_exp_show(rows: Sequence[dict]) -> list[Experiment]:
 
 
 def exp_show(cwd: str | Path = ".") -> list[dict]:
-    run = subprocess.run(["dvc", "exp", "show", "--json"], cwd=cwd, capture_output=True,
-                         text=True, check=True)
+    from rlvr.orchestration import run_dvc
+
+    run = run_dvc(cwd, "exp", "show", "--json")
+    if run.returncode != 0:
+        raise RuntimeError(f"dvc exp show failed: {run.stderr[-2000:]}")
     return json.loads(run.stdout)
 
 

@@ -138,16 +138,16 @@ def ppo_cost(policy_params: int, hidden_size: int, num_generations: int,
 
 # --------------------------------------------------------------------------- provenance
 
-def _git(*args: str) -> str:
+def _git(*args: str, cwd: str | Path | None = None) -> str:
     try:
-        return subprocess.run(["git", *args], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                              cwd=cwd).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
 
 
-def provenance(lock_path: str | Path = "dvc.lock", timing_dir: str | Path = "reports/timing"
-               ) -> dict:
+def provenance(lock_path: str | Path = "dvc.lock", timing_dir: str | Path = "reports/timing",
+               cwd: str | Path | None = None) -> dict:
     """Commit (and whether the tree was dirty), DVC hashes of data and models, versions, timings."""
     from ruamel.yaml import YAML
 
@@ -170,9 +170,9 @@ def provenance(lock_path: str | Path = "dvc.lock", timing_dir: str | Path = "rep
     for file in sorted(Path(timing_dir).glob("*.json")):
         timings[file.stem] = json.loads(file.read_text()).get("seconds")
     return {
-        "git_commit": _git("rev-parse", "HEAD") or "unknown",
+        "git_commit": _git("rev-parse", "HEAD", cwd=cwd) or "unknown",
         # outputs the pipeline itself rewrites do not make the tree dirty
-        "git_dirty": bool([line for line in _git("status", "--porcelain").splitlines()
+        "git_dirty": bool([line for line in _git("status", "--porcelain", cwd=cwd).splitlines()
                            if not re.search(r"(reports/|dvc\.lock)", line)]),
         "dvc_hashes": dict(sorted(hashes.items())),
         "versions": versions,
@@ -198,7 +198,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         lines.append("| " + " | ".join(_f(c).replace("|", "\\|").replace("\n", " ")
-                                         for c in row) + " |")
+                                         .replace("<", "&lt;") for c in row) + " |")
     return lines
 
 

@@ -8,6 +8,11 @@ from hypothesis import HealthCheck, settings
 
 import rlvr  # noqa: F401  (sets the offline / no-analytics environment first)
 
+# Prefect must never write to the user's ~/.prefect: a throwaway home for the whole test session,
+# set before anything imports prefect.
+os.environ["PREFECT_HOME"] = __import__("tempfile").mkdtemp(prefix="prefect-home-")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+
 # Derandomized so the reward gate gives the same verdict on the same code, every run.
 settings.register_profile("default", derandomize=True, max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,74 @@
+"""Prefect flow: the ablations and the beta sweep as DVC experiments, and their comparison.
+
+    python -m flows.experiments
+
+Queues `orchestration.ablations` (name -> `-S` overrides) and the `orchestration.sweep` grid with
+`dvc exp run --queue`, runs the queue (`dvc exp run --run-all`: each in a temporary copy, the
+workspace keeps the default run), then publishes the comparison table (scripts/compare_experiments)
+as the artifact `experiments-comparison`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("PREFECT_HOME", str(ROOT / ".prefect"))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+from prefect import flow, task  # noqa: E402
+from prefect.artifacts import create_table_artifact  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+
+from rlvr.config import load_params  # noqa: E402
+from rlvr.experiments import compare, comparison_rows  # noqa: E402
+from rlvr.orchestration import StageFailed, provenance_line, run_dvc  # noqa: E402
+
+
+def _dvc(root: str, *args: str) -> str:
+    run = run_dvc(root, *args)
+    if run.returncode != 0:
+        raise StageFailed(f"dvc {' '.join(args)} failed: {(run.stdout + run.stderr)[-3000:]}")
+    return run.stdout + run.stderr
+
+
+@task(cache_policy=NO_CACHE)
+def queue_experiments(root: str) -> int:
+    params = load_params(Path(root) / "params.yaml").orchestration
+    queued = 0
+    for name, overrides in params.ablations.items():
+        _dvc(root, "exp", "run", "--queue", "-n", name, *[a for o in overrides for a in ("-S", o)])
+        queued += 1
+    for key, values in params.sweep.items():
+        _dvc(root, "exp", "run", "--queue", "-S", f"{key}={','.join(map(str, values))}")
+        queued += len(values)
+    return queued
+
+
+@task(cache_policy=NO_CACHE)
+def run_queue(root: str) -> str:
+    return _dvc(root, "exp", "run", "--run-all")
+
+
+@task(cache_policy=NO_CACHE)
+def publish_comparison(root: str) -> list[list]:
+    header, rows = comparison_rows(compare(root))
+    table = [dict(zip(header, [f"{v:.4f}" if isinstance(v, float) else v for v in row]))
+             for row in rows]
+    create_table_artifact(table=table, key="experiments-comparison",
+                          description=f"Ablations and beta sweep. {provenance_line(Path(root))}")
+    return rows
+
+
+@flow(name="grpo-experiments", log_prints=True)
+def experiments(root: str = str(ROOT)) -> list[list]:
+    queued = queue_experiments(root)
+    print(f"experiments: {queued} queued")
+    run_queue(root)
+    return publish_comparison(root)
+
+
+if __name__ == "__main__":
+    for row in experiments():
+        print(row)

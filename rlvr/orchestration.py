@@ -1,0 +1,184 @@
+"""What the Prefect flows need from the pipeline: the stage list (from dvc.yaml), running a stage
+through `dvc repro`, failure messages that name what broke, and the artifacts of each stage.
+
+The artifact contents are built by pure functions (`stage_artifacts`) from the files the stages
+wrote; `publish_stage_artifacts` hands them to Prefect. Keys stay the same from run to run, so
+Prefect keeps every version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.errors import PipelineError
+
+
+class StageFailed(PipelineError):
+    """A DVC stage failed; the message names the stage and what broke."""
+
+
+@dataclass
+class Artifact:
+    key: str                 # lowercase letters, digits and dashes
+    kind: str                # table | markdown | link
+    description: str
+    table: list[dict] = field(default_factory=list)
+    markdown: str = ""
+    link: str = ""
+
+
+def dvc_stages(dvc_yaml: str | Path = "dvc.yaml") -> list[str]:
+    """Stage names in dvc.yaml's order (the order they are written, upstream first)."""
+    from ruamel.yaml import YAML
+
+    return list((YAML(typ="safe").load(Path(dvc_yaml).read_text()) or {})["stages"])
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def failure_detail(stage: str, root: Path, output: str) -> str:
+    """The part of a failure a user needs: failing tests, bad rows, failed checks, or the tail."""
+    if stage == "reward_tests":
+        gate = root / "reports/gate/reward_tests.json"
+        if gate.exists():
+            verdict = json.loads(gate.read_text())
+            return "failing reward tests: " + (", ".join(verdict.get("failing") or [])
+                                               or verdict.get("reason", "unknown"))
+    if stage == "validate":
+        rows = [line for line in output.splitlines() if line.endswith("]") and ": " in line
+                and not line.startswith(("validate:", "ERROR"))]
+        if rows:
+            return "invalid rows:\n" + "\n".join(rows)
+    if stage == "smoke":
+        failed = [line for line in output.splitlines() if line.startswith("smoke check failed")]
+        if failed:
+            return "\n".join(failed)
+    return _tail(output)
+
+
+def tool_env() -> dict[str, str]:
+    """The environment for dvc and the stages: this interpreter's bin folder first on PATH, so a
+    flow run by a worker uses the project's environment even if the worker's PATH lacks it."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def run_dvc(root: str | Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["dvc", *args], cwd=root, capture_output=True, text=True,
+                          env=tool_env())
+
+
+def run_dvc_stage(stage: str, root: str | Path) -> str:
+    """`dvc repro <stage>` in root; its output, or StageFailed naming the stage and the cause."""
+    root = Path(root)
+    run = run_dvc(root, "repro", stage)
+    output = run.stdout + run.stderr
+    if run.returncode != 0:
+        raise StageFailed(f"stage {stage} failed (dvc repro exit {run.returncode}): "
+                          f"{failure_detail(stage, root, output)}")
+    return output
+
+
+def provenance_line(root: Path) -> str:
+    """git commit and the dvc.lock hashes of data and models, for artifact descriptions."""
+    from rlvr.report import provenance
+
+    prov = provenance(root / "dvc.lock", root / "reports/timing", cwd=root)
+    hashes = ", ".join(f"{path} {md5[:12]}" for path, md5 in prov["dvc_hashes"].items())
+    dirty = " (uncommitted changes)" if prov["git_dirty"] else ""
+    return f"git {prov['git_commit'][:12]}{dirty}; dvc.lock: {hashes or 'no hashes yet'}"
+
+
+def _json(root: Path, path: str) -> Any:
+    file = root / path
+    return json.loads(file.read_text()) if file.exists() else None
+
+
+def stage_artifacts(stage: str, root: Path) -> list[Artifact]:
+    """The artifacts a finished stage publishes (none for stages without one)."""
+    where = provenance_line(root)
+    if stage == "reward_tests":
+        gate = _json(root, "reports/gate/reward_tests.json") or {}
+        return [Artifact("reward-tests", "table", f"Reward-test gate. {where}",
+                         table=[{"gate": "passed" if gate.get("passed") else "FAILED",
+                                 **gate.get("counts", {}),
+                                 "failing": ", ".join(gate.get("failing", []))}])]
+    if stage == "validate":
+        summary = _json(root, "reports/validation/summary.json") or {"files": {}}
+        rows = [{"file": f["path"], "rule": rule, "held": r["success"],
+                 "rows breaking it": r["unexpected_count"]}
+                for f in summary["files"].values() for rule, r in f["rules"].items()]
+        return [Artifact("data-validation", "table", f"Data validation per file and rule. {where}",
+                         table=rows)]
+    if stage == "smoke":
+        checks = _json(root, "reports/smoke/checks.json") or {"checks": []}
+        return [Artifact("smoke-checks", "table", f"Smoke-run checks. {where}",
+                         table=[{"check": c["name"], "passed": c["passed"],
+                                 "value": json.dumps(c["value"]), "expected": str(c["expected"])}
+                                for c in checks["checks"]])]
+    if stage == "train":
+        m = _json(root, "reports/train/metrics.json") or {}
+        step0 = _json(root, "reports/smoke/step0.json") or {}
+        final = m.get("final", {})
+        markdown = "\n".join([
+            "# Training summary", "",
+            f"- step-0 baseline mean reward: {step0.get('mean_reward', float('nan')):.3f}",
+            f"- mean reward, first 10 steps: {m.get('first10_mean_reward', float('nan')):.3f}",
+            f"- mean reward, last 10 steps: {m.get('last10_mean_reward', float('nan')):.3f}",
+            f"- final KL (last 10 steps): {m.get('last10_mean_kl', float('nan')):.4f}",
+            f"- steps: {m.get('steps')}, final beta: {final.get('beta')}", "",
+            f"Curves: {(root / 'reports/train/curves.png').as_uri()}"])
+        return [Artifact("training-summary", "markdown", f"GRPO training summary. {where}",
+                         markdown=markdown)]
+    if stage == "evaluate":
+        ev = _json(root, "reports/eval/metrics.json") or {}
+        rows = []
+        for split in ("train", "heldout"):
+            if split in ev:
+                s, d = ev[split], ev[split]["delta_mean_reward"]
+                rows.append({"split": split, "mean reward step 0": s["step0"]["mean_reward"],
+                             "mean reward final": s["final"]["mean_reward"],
+                             "delta": d["value"], "ci low": d["ci_low"], "ci high": d["ci_high"],
+                             "greedy success step 0": s["step0"]["greedy_success"],
+                             "greedy success final": s["final"]["greedy_success"],
+                             "KL final vs step 0": s.get("kl_final_vs_step0"),
+                             "verdict": ev.get("verdict")})
+        return [Artifact("evaluation-audit", "table",
+                         f"Step 0 vs final; verdict: {ev.get('verdict')}. {where}", table=rows)]
+    if stage == "report":
+        md = root / "reports/retrospective.md"
+        return [Artifact("retrospective", "markdown", f"The retrospective. {where}",
+                         markdown=md.read_text() if md.exists() else ""),
+                Artifact("retrospective-html", "link", f"Self-contained HTML report. {where}",
+                         link=(root / "reports/retrospective.html").as_uri())]
+    return []
+
+
+def publish(artifact: Artifact) -> None:
+    from prefect.artifacts import (create_link_artifact, create_markdown_artifact,
+                                   create_table_artifact)
+
+    if artifact.kind == "table":
+        create_table_artifact(table=artifact.table, key=artifact.key,
+                              description=artifact.description)
+    elif artifact.kind == "markdown":
+        create_markdown_artifact(markdown=artifact.markdown, key=artifact.key,
+                                 description=artifact.description)
+    else:
+        create_link_artifact(link=artifact.link, link_text=artifact.key, key=artifact.key,
+                             description=artifact.description)
+
+
+def publish_stage_artifacts(stage: str, root: Path) -> list[str]:
+    artifacts = stage_artifacts(stage, root)
+    for artifact in artifacts:
+        publish(artifact)
+    return [a.key for a in artifacts]

@@ -1,0 +1,71 @@
+"""Ablations and a beta sweep as queued DVC experiments, and their comparison, on a small budget."""
+
+import subprocess
+
+import pytest
+
+from rlvr.experiments import Experiment, comparison_rows, differing_params, parse_exp_show
+
+SMALL = {"model": {"warm_start": {"steps": 30}},
+         "smoke": {"max_steps": 3},
+         "train": {"max_steps": 6, "save_steps": 3,
+                   "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
+         "evaluate": {"samples": 2, "n_resamples": 500}}
+
+
+def test_parse_exp_show_and_the_comparison_table():
+    def data(rev, beta, reward):
+        return {"rev": rev, "params": {"params.yaml": {"data": {"seed": 0, "train": {
+            "grpo": {"beta": beta}}}}}, "metrics": {
+            "reports/train/metrics.json": {"data": {"last10_mean_reward": reward,
+                                                    "last10_mean_kl": 0.1}},
+            "reports/eval/metrics.json": {"data": {"verdict": "improved", "heldout": {
+                "final": {"greedy_success": 0.5, "mean_reward": 0.6},
+                "kl_final_vs_step0": 0.2}}}}}
+
+    rows = [{"rev": "workspace", "data": data("workspace", 0.05, 0.8)},
+            {"rev": "abcdef123", "data": data("abcdef123", 0.05, 0.8), "experiments": [
+                {"name": "no-kl", "revs": [{"rev": "1234567", "name": "no-kl",
+                                            "data": data("1234567", 0.0, 0.7)}]}]}]
+    experiments = parse_exp_show(rows)
+    assert [e.name for e in experiments] == ["baseline (abcdef1)", "no-kl"]
+    assert differing_params(experiments) == ["train.grpo.beta"]
+    header, table = comparison_rows(experiments)
+    assert header[1] == "train.grpo.beta"
+    assert table[1] == ["no-kl", 0.0, 0.7, 0.5, 0.6, 0.2, 0.1, "improved"]
+
+
+def test_missing_metrics_leave_blanks_not_errors():
+    header, table = comparison_rows([Experiment("x", "r", {})])
+    assert table == [["x", None, None, None, None, None, None]]
+
+
+@pytest.mark.slow
+def test_queued_ablations_and_sweep_run_and_compare(project_copy, dvc_env):
+    project = project_copy("exps", SMALL)
+    env = dvc_env(project)
+
+    def run(*command):
+        done = subprocess.run(list(command), cwd=project, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    run("dvc", "repro")
+    run("git", "add", "-A")
+    run("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "baseline run")
+    run("dvc", "exp", "run", "--queue", "-n", "no-kl", "-S", "train.grpo.beta=0")
+    run("dvc", "exp", "run", "--queue", "-n", "no-group-norm", "-S",
+        "train.advantage=running_mean")
+    run("dvc", "exp", "run", "--queue", "-S", "train.grpo.beta=0.01,0.1")
+    run("dvc", "exp", "run", "--run-all")
+    output = run("python", "scripts/compare_experiments.py")
+    table = (project / "reports" / "experiments.md").read_text()
+    assert "| no-kl |" in table and "| no-group-norm |" in table
+    assert table.count("| baseline (") == 1
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "experiment" not in line]
+    assert len(rows) == 5, table
+    assert "train.advantage" in table and "train.grpo.beta" in table
+    assert (project / "reports" / "figures" / "experiments.png").stat().st_size > 10_000
+    html = (project / "reports" / "experiments.html").read_text()
+    assert "data:image/png;base64," in html
+    assert "compare: reports/experiments.md" in output
