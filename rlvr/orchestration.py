@@ -46,12 +46,12 @@ def _tail(text: str, lines: int = 25) -> str:
 
 def failure_detail(stage: str, root: Path, output: str) -> str:
     """The part of a failure a user needs: failing tests, bad rows, failed checks, or the tail."""
-    if stage == "reward_tests":
+    if stage == "reward_tests" and "reward_tests: running" in output:
         gate = root / "reports/gate/reward_tests.json"
-        if gate.exists():
-            verdict = json.loads(gate.read_text())
-            return "failing reward tests: " + (", ".join(verdict.get("failing") or [])
-                                               or verdict.get("reason", "unknown"))
+        verdict = json.loads(gate.read_text()) if gate.exists() else {}
+        why = ", ".join(verdict.get("failing") or []) or verdict.get("reason")
+        if why:
+            return f"failing reward tests: {why}"
     if stage == "validate":
         rows = [line for line in output.splitlines() if line.endswith("]") and ": " in line
                 and not line.startswith(("validate:", "ERROR"))]

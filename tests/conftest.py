@@ -79,3 +79,14 @@ def dvc_env():
     bin_dir = str(Path(sys.executable).parent)
     return lambda project: {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
                             "PYTHONPATH": str(project)}
+
+
+@pytest.fixture
+def small_budget():
+    """params.yaml overrides that run the whole pipeline in about a minute (tiny warm start, a
+    few GRPO steps, few evaluation samples): for tests of the plumbing, not of learning."""
+    return {"model": {"warm_start": {"steps": 30}},
+            "smoke": {"max_steps": 3},
+            "train": {"max_steps": 6, "save_steps": 3,
+                      "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
+            "evaluate": {"samples": 2, "n_resamples": 500}}

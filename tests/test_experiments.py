@@ -6,11 +6,6 @@ import pytest
 
 from rlvr.experiments import Experiment, comparison_rows, differing_params, parse_exp_show
 
-SMALL = {"model": {"warm_start": {"steps": 30}},
-         "smoke": {"max_steps": 3},
-         "train": {"max_steps": 6, "save_steps": 3,
-                   "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
-         "evaluate": {"samples": 2, "n_resamples": 500}}
 
 
 def test_parse_exp_show_and_the_comparison_table():
@@ -41,8 +36,8 @@ def test_missing_metrics_leave_blanks_not_errors():
 
 
 @pytest.mark.slow
-def test_queued_ablations_and_sweep_run_and_compare(project_copy, dvc_env):
-    project = project_copy("exps", SMALL)
+def test_queued_ablations_and_sweep_run_and_compare(small_budget, project_copy, dvc_env):
+    project = project_copy("exps", small_budget)
     env = dvc_env(project)
 
     def run(*command):

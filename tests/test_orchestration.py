@@ -21,8 +21,11 @@ def test_failure_details_name_what_broke(tmp_path):
     gate = tmp_path / "reports/gate/reward_tests.json"
     gate.parent.mkdir(parents=True)
     gate.write_text(json.dumps({"passed": False, "failing": ["tests/rewards/x.py::test_y"]}))
-    assert failure_detail("reward_tests", tmp_path, "") == \
+    assert failure_detail("reward_tests", tmp_path, "reward_tests: running tests/rewards\n") == \
         "failing reward tests: tests/rewards/x.py::test_y"
+    # a stage that never ran (DVC itself failed) gets DVC's own message, not a stale verdict
+    locked = "ERROR: Unable to acquire lock. Most likely another DVC process is running"
+    assert failure_detail("reward_tests", tmp_path, locked) == locked
     output = ("validate: checking a and b\n"
               "data/grpo_train.jsonl: line 5: is not a JSON object: not valid JSON [json_object]\n"
               "validate: FAILED in 3.0 s\nERROR: failed to reproduce 'validate'\n")
