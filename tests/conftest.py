@@ -90,3 +90,26 @@ def small_budget():
             "train": {"max_steps": 6, "save_steps": 3,
                       "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
             "evaluate": {"samples": 2, "n_resamples": 500}}
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """One throwaway Prefect server and database for every flow test (it takes ~17 s to start)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def artifact_versions():
+    """A function listing every stored version of an artifact key."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    def versions(key: str) -> list:
+        with get_client(sync_client=True) as client:
+            return client.read_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[key])))
+
+    return versions

@@ -36,31 +36,30 @@ def test_missing_metrics_leave_blanks_not_errors():
 
 
 @pytest.mark.slow
-def test_queued_ablations_and_sweep_run_and_compare(small_budget, project_copy, dvc_env):
+def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
+        small_budget, project_copy, dvc_env, prefect_harness, artifact_versions):
+    from flows.experiments import experiments
+
     project = project_copy("exps", small_budget)
     env = dvc_env(project)
 
     def run(*command):
         done = subprocess.run(list(command), cwd=project, env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        return done.stdout + done.stderr
 
-    run("dvc", "repro")
+    run("dvc", "repro")  # the baseline run, committed: experiments are compared against it
     run("git", "add", "-A")
     run("git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "baseline run")
-    run("dvc", "exp", "run", "--queue", "-n", "no-kl", "-S", "train.grpo.beta=0")
-    run("dvc", "exp", "run", "--queue", "-n", "no-group-norm", "-S",
-        "train.advantage=running_mean")
-    run("dvc", "exp", "run", "--queue", "-S", "train.grpo.beta=0.01,0.1")
-    run("dvc", "exp", "run", "--run-all")
-    output = run("python", "scripts/compare_experiments.py")
+
+    rows = experiments(root=str(project))  # orchestration.ablations + orchestration.sweep
+
+    assert len(rows) == 5  # baseline, no-kl, no-group-norm, beta 0.01 and 0.1
     table = (project / "reports" / "experiments.md").read_text()
     assert "| no-kl |" in table and "| no-group-norm |" in table
     assert table.count("| baseline (") == 1
-    rows = [line for line in table.splitlines() if line.startswith("| ") and "experiment" not in line]
-    assert len(rows) == 5, table
     assert "train.advantage" in table and "train.grpo.beta" in table
+    assert all(row[-1] in ("improved", "no significant change", "regressed") for row in rows)
     assert (project / "reports" / "figures" / "experiments.png").stat().st_size > 10_000
-    html = (project / "reports" / "experiments.html").read_text()
-    assert "data:image/png;base64," in html
-    assert "compare: reports/experiments.md" in output
+    assert "data:image/png;base64," in (project / "reports" / "experiments.html").read_text()
+    (artifact,) = artifact_versions("experiments-comparison")
+    assert "no-group-norm" in str(artifact.data) and "git " in artifact.description

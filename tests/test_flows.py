@@ -11,30 +11,13 @@ STAGE_KEYS = {"reward_tests": ["reward-tests"], "validate": ["data-validation"],
               "evaluate": ["evaluation-audit"], "report": ["retrospective", "retrospective-html"]}
 
 
-@pytest.fixture(scope="session")
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
-def artifact_versions(key: str) -> list:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-
-    with get_client(sync_client=True) as client:
-        return client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=[key])))
-
-
 def _mtime(path):
     return path.stat().st_mtime_ns if path.exists() else None
 
 
 @pytest.mark.slow
 def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
-        small_budget, project_copy, prefect_harness):
+        small_budget, project_copy, prefect_harness, artifact_versions):
     from flows.pipeline import pipeline
 
     project = project_copy("flow", small_budget)
