@@ -10,20 +10,16 @@ as the artifact `experiments-comparison`.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("PREFECT_HOME", str(ROOT / ".prefect"))
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+from flows import ROOT  # first: it sets PREFECT_HOME before prefect is imported
+from prefect import flow, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
 
-from prefect import flow, task  # noqa: E402
-from prefect.artifacts import create_table_artifact  # noqa: E402
-from prefect.cache_policies import NO_CACHE  # noqa: E402
-
-from rlvr.config import load_params  # noqa: E402
-from rlvr.experiments import compare, comparison_rows  # noqa: E402
-from rlvr.orchestration import StageFailed, provenance_line, run_dvc  # noqa: E402
+from rlvr.config import load_params
+from rlvr.experiments import compare, comparison_rows
+from rlvr.orchestration import StageFailed, provenance_line, run_dvc
 
 
 def _dvc(root: str, *args: str) -> str:

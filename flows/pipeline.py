@@ -12,19 +12,14 @@ dvc.lock hashes it came from.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("PREFECT_HOME", str(ROOT / ".prefect"))  # never the user's ~/.prefect
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+from flows import ROOT  # first: it sets PREFECT_HOME before prefect is imported
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 
-from prefect import flow, get_run_logger, task  # noqa: E402
-from prefect.cache_policies import NO_CACHE  # noqa: E402
-
-from rlvr.config import load_params  # noqa: E402
-from rlvr.orchestration import (StageFailed, dvc_stages, publish_stage_artifacts,  # noqa: E402
-                                run_dvc_stage)
+from rlvr.config import load_params
+from rlvr.orchestration import StageFailed, dvc_stages, publish_stage_artifacts, run_dvc_stage
 
 
 @task(cache_policy=NO_CACHE)

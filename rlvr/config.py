@@ -73,13 +73,13 @@ class RewardsParams:
                                  default_factory=LengthParams)
 
     def __post_init__(self) -> None:
-        from rlvr.rewards.registry import REWARD_FUNCS
-
-        unknown = [name for name in self.funcs if name not in REWARD_FUNCS]
-        _require(not unknown, "rewards.funcs", self.funcs,
-                 f"unknown reward function(s) {unknown}; known: {sorted(REWARD_FUNCS)}")
+        # Names are checked against the registry by rlvr.rewards.registry.check_reward_names
+        # (every stage calls it first), so this module needs no reward code.
+        _require(bool(self.funcs), "rewards.funcs", self.funcs, "must list at least one reward")
         _require(len(self.weights) == len(self.funcs), "rewards.weights", self.weights,
                  f"needs one weight per reward function ({len(self.funcs)})")
+        _require(sum(self.weights) > 0, "rewards.weights", self.weights,
+                 "must sum to more than 0 (the rewards are averaged with these weights)")
 
 
 @dataclass
@@ -307,6 +307,54 @@ class OrchestrationParams:
 
 
 @dataclass
+class PathsParams:
+    """Where every stage output lives: dvc.yaml interpolates these (${paths.*}), the stages and
+    the flows read them, so no path is spelled in two places."""
+    gate_verdict: str = _help("The reward-test gate's verdict (JSON).",
+                              default="reports/gate/reward_tests.json")
+    validation_summary: str = _help("Data validation: per file and rule (a DVC metric).",
+                                    default="reports/validation/summary.json")
+    data_docs: str = _help("Great Expectations Data Docs (HTML folder; not a DVC output: GX stamps "
+                           "each page with the run time).",
+                           default="reports/validation/data_docs")
+    base_model: str = _help("The base policy: reference model and step 0.", default="models/base")
+    prepare_summary: str = _help("How the base policy was made.",
+                                 default="reports/prepare/summary.json")
+    smoke_checks: str = _help("The smoke run's checks.", default="reports/smoke/checks.json")
+    step0: str = _help("The step-0 reward baseline and the first log line.",
+                       default="reports/smoke/step0.json")
+    checkpoints: str = _help("Training checkpoints: a resume cache, not a result (no DVC out).",
+                             default="models/checkpoints")
+    final_model: str = _help("The trained policy.", default="models/final")
+    train_metrics: str = _help("What the training run ended at (a DVC metric).",
+                               default="reports/train/metrics.json")
+    train_history: str = _help("Every logged training step (JSONL).",
+                               default="reports/train/history.jsonl")
+    train_curves: str = _help("Training curves (PNG).", default="reports/train/curves.png")
+    train_live: str = _help("DVCLive folder of the training curves.",
+                            default="reports/train/live")
+    eval_metrics: str = _help("Step 0 vs final (a DVC metric).",
+                              default="reports/eval/metrics.json")
+    eval_per_prompt: str = _help("Step 0 vs final, one record per prompt (JSONL).",
+                                 default="reports/eval/per_prompt.jsonl")
+    per_prompt_figure: str = _help("Per-prompt scatter of the retrospective (PNG).",
+                                   default="reports/figures/per_prompt.png")
+    retrospective_md: str = _help("The retrospective, markdown.",
+                                  default="reports/retrospective.md")
+    retrospective_html: str = _help("The retrospective, self-contained HTML.",
+                                    default="reports/retrospective.html")
+    timing: str = _help("Wall time per stage (not an output: it differs on every run).",
+                        default="reports/timing")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            _require(bool(value) and not Path(value).is_absolute()
+                     and ".." not in Path(value).parts, f"paths.{f.name}", value,
+                     "must be a non-empty path inside the repository (relative, no '..')")
+
+
+@dataclass
 class Params:
     seed: int = _help("Seed for everything random in the pipeline.", default=0)
     data: DataParams = _help("Where the rows are and what they must look like.",
@@ -323,6 +371,7 @@ class Params:
                                  default_factory=ReportParams)
     orchestration: OrchestrationParams = _help("The Prefect flows: retries, timeouts, "
                                                "experiments.", default_factory=OrchestrationParams)
+    paths: PathsParams = _help("Where every output lives.", default_factory=PathsParams)
 
 
 def _require(ok: bool, name: str, value: Any, rule: str) -> None:

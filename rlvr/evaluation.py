@@ -27,6 +27,15 @@ class SampleSettings:
     batch_prompts: int = 64
 
 
+def rollout_settings(params, n: int | None = None, seed: int | None = None) -> SampleSettings:
+    """Sampling that matches GRPO's rollouts (params.train.grpo: temperature, top_p, completion
+    length; G samples unless n is given)."""
+    grpo = params.train.grpo
+    return SampleSettings(n=n or grpo.num_generations, temperature=grpo.temperature,
+                          top_p=grpo.top_p, max_new_tokens=grpo.max_completion_length,
+                          seed=params.seed if seed is None else seed)
+
+
 @dataclass
 class ScoredRow:
     """One row's completions and what every reward function gave them."""

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HISTORY = "reports/train/history.jsonl"
-TRAIN_METRICS = "reports/train/metrics.json"
-EVAL_METRICS = "reports/eval/metrics.json"
+from rlvr.config import PathsParams
+
+# Where each run's results live (params.yaml `paths`; the defaults, unless compare is given others).
+DEFAULT_PATHS = PathsParams()
 
 
 @dataclass
@@ -36,26 +37,26 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: tree}
 
 
-def _entry(name: str, data: dict) -> Experiment:
+def _entry(name: str, data: dict, paths: PathsParams) -> Experiment:
     params = data.get("params", {}).get("params.yaml", {}).get("data", {})
     metrics = data.get("metrics", {})
     return Experiment(name=name, rev=data["rev"], params=_flatten(params),
-                      train=metrics.get(TRAIN_METRICS, {}).get("data", {}),
-                      evaluation=metrics.get(EVAL_METRICS, {}).get("data", {}))
+                      train=metrics.get(paths.train_metrics, {}).get("data", {}),
+                      evaluation=metrics.get(paths.eval_metrics, {}).get("data", {}))
 
 
-def parse_exp_show(rows: Sequence[dict]) -> list[Experiment]:
+def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> list[Experiment]:
     """The baseline commit and its experiments from `dvc exp show --json` (the workspace is
     skipped: it is not a recorded run)."""
     found = []
     for row in rows:
         if row.get("rev") == "workspace" or not row.get("data"):
             continue
-        found.append(_entry(f"baseline ({row['rev'][:7]})", row["data"]))
+        found.append(_entry(f"baseline ({row['rev'][:7]})", row["data"], paths))
         for experiment in row.get("experiments") or []:
             for rev in experiment.get("revs", []):
                 if rev.get("data"):
-                    found.append(_entry(rev.get("name") or rev["rev"][:7], rev["data"]))
+                    found.append(_entry(rev.get("name") or rev["rev"][:7], rev["data"], paths))
     return found
 
 
@@ -68,9 +69,10 @@ def exp_show(cwd: str | Path = ".") -> list[dict]:
     return json.loads(run.stdout)
 
 
-def read_history(rev: str, cwd: str | Path = ".") -> list[dict]:
+def read_history(rev: str, cwd: str | Path = ".", history: str = DEFAULT_PATHS.train_history
+                 ) -> list[dict]:
     """The training history committed in an experiment's (or the baseline's) git revision."""
-    run = subprocess.run(["git", "show", f"{rev}:{HISTORY}"], cwd=cwd, capture_output=True,
+    run = subprocess.run(["git", "show", f"{rev}:{history}"], cwd=cwd, capture_output=True,
                          text=True)
     if run.returncode != 0:
         return []
@@ -99,49 +101,32 @@ def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[
     return header, rows
 
 
-def plot_overlay(experiments: Sequence[Experiment], path: str | Path) -> Path:
-    from rlvr.plots import _pyplot, _save, _smooth
-
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    for i, e in enumerate(experiments):
-        for ax, key in zip(axes, ("reward", "kl")):
-            points = [(h["step"], h[key]) for h in e.history if key in h]
-            if points:
-                steps, values = zip(*points)
-                ax.plot(steps, _smooth(values, max(1, len(values) // 20)), color=f"C{i}",
-                        label=e.name, linewidth=1.5)
-    for ax, title in zip(axes, ("Reward (moving average)", "KL to reference (moving average)")):
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    return _save(fig, path)
-
-
 def comparison_markdown(experiments: Sequence[Experiment], image: str) -> str:
-    from rlvr.report import _table
+    from rlvr.render import md_table
 
     header, rows = comparison_rows(experiments)
     lines = ["# Experiments", "",
              f"{len(experiments)} runs: the baseline commit and its DVC experiments "
              "(`dvc exp show`). Columns between the name and the results are the params that "
              "differ.", ""]
-    lines += _table(header, rows)
+    lines += md_table(header, rows)
     lines += ["", f"![reward and KL curves]({image})", ""]
     return "\n".join(lines)
 
 
 def compare(cwd: str | Path = ".", out_dir: str | Path = "reports") -> list[Experiment]:
     """Write reports/experiments.md, .html and the overlay PNG; return the experiments."""
+    from rlvr.config import load_params
     from rlvr.data import write_text_atomic
-    from rlvr.report import to_html
+    from rlvr.plots import plot_overlay
+    from rlvr.render import to_html
 
-    experiments = parse_exp_show(exp_show(cwd))
+    paths = load_params(Path(cwd) / "params.yaml").paths
+    experiments = parse_exp_show(exp_show(cwd), paths)
     for e in experiments:
-        e.history = read_history(e.rev, cwd)
+        e.history = read_history(e.rev, cwd, paths.train_history)
     out = Path(cwd) / out_dir
-    plot_overlay(experiments, out / "figures" / "experiments.png")
+    plot_overlay({e.name: e.history for e in experiments}, out / "figures" / "experiments.png")
     markdown = comparison_markdown(experiments, "figures/experiments.png")
     write_text_atomic(out / "experiments.md", markdown)
     write_text_atomic(out / "experiments.html", to_html(markdown, out, title="Experiments"))

@@ -18,7 +18,6 @@ from pathlib import Path
 from rlvr.data import write_json
 from rlvr.errors import PipelineError
 
-GATE_REPORT = Path("reports/gate/reward_tests.json")
 PYTEST_NO_TESTS = 5
 
 
@@ -31,7 +30,7 @@ def _test_id(case: ET.Element) -> str:
     return f"{classname.replace('.', '/')}.py::{name}" if classname else name
 
 
-def run_reward_tests(test_paths: Sequence[str], report_path: str | Path = GATE_REPORT) -> dict:
+def run_reward_tests(test_paths: Sequence[str], report_path: str | Path) -> dict:
     """Run pytest on the reward tests and write the verdict JSON: passed, counts, failing ids."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
@@ -63,7 +62,7 @@ def run_reward_tests(test_paths: Sequence[str], report_path: str | Path = GATE_R
     return verdict
 
 
-def require_gate(report_path: str | Path = GATE_REPORT) -> None:
+def require_gate(report_path: str | Path) -> None:
     """Raise GateClosed unless the last reward-test run passed."""
     path = Path(report_path)
     if not path.exists():

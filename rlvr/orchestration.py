@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr.config import PathsParams
 from rlvr.errors import PipelineError
 
 
@@ -44,10 +45,16 @@ def _tail(text: str, lines: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def _paths(root: Path) -> PathsParams:
+    from rlvr.config import load_params
+
+    return load_params(root / "params.yaml").paths
+
+
 def failure_detail(stage: str, root: Path, output: str) -> str:
     """The part of a failure a user needs: failing tests, bad rows, failed checks, or the tail."""
     if stage == "reward_tests" and "reward_tests: running" in output:
-        gate = root / "reports/gate/reward_tests.json"
+        gate = root / _paths(root).gate_verdict
         verdict = json.loads(gate.read_text()) if gate.exists() else {}
         why = ", ".join(verdict.get("failing") or []) or verdict.get("reason")
         if why:
@@ -88,13 +95,23 @@ def run_dvc_stage(stage: str, root: str | Path) -> str:
 
 
 def provenance_line(root: Path) -> str:
-    """git commit and the dvc.lock hashes of data and models, for artifact descriptions."""
-    from rlvr.report import provenance
+    """git commit, the md5s of the data files and the models (each from the stage that wrote it
+    in dvc.lock) and the stage wall times, for artifact descriptions."""
+    from rlvr.config import load_params
+    from rlvr.provenance import git_state, provenance
 
-    prov = provenance(root / "dvc.lock", root / "reports/timing", cwd=root)
-    hashes = ", ".join(f"{path} {md5[:12]}" for path, md5 in prov["dvc_hashes"].items())
-    dirty = " (uncommitted changes)" if prov["git_dirty"] else ""
-    return f"git {prov['git_commit'][:12]}{dirty}; dvc.lock: {hashes or 'no hashes yet'}"
+    params = load_params(root / "params.yaml")
+    paths = params.paths
+    prov = provenance([params.data.train_path, params.data.eval_path],
+                      [paths.base_model, paths.final_model], root=root)
+    hashes = ", ".join(f"{path} {md5[:12]}" for path, md5 in
+                       {**prov["data"], **prov["models"]}.items())
+    git = git_state(root)
+    dirty = " (uncommitted changes)" if git["dirty"] else ""
+    seconds = [f"{f.stem} {json.loads(f.read_text()).get('seconds')} s"
+               for f in sorted((root / paths.timing).glob("*.json"))]
+    return (f"git {git['commit'][:12]}{dirty}; dvc.lock: {hashes}"
+            + (f"; wall time: {', '.join(seconds)}" if seconds else ""))
 
 
 def _json(root: Path, path: str) -> Any:
@@ -105,28 +122,29 @@ def _json(root: Path, path: str) -> Any:
 def stage_artifacts(stage: str, root: Path) -> list[Artifact]:
     """The artifacts a finished stage publishes (none for stages without one)."""
     where = provenance_line(root)
+    paths = _paths(root)
     if stage == "reward_tests":
-        gate = _json(root, "reports/gate/reward_tests.json") or {}
+        gate = _json(root, paths.gate_verdict) or {}
         return [Artifact("reward-tests", "table", f"Reward-test gate. {where}",
                          table=[{"gate": "passed" if gate.get("passed") else "FAILED",
                                  **gate.get("counts", {}),
                                  "failing": ", ".join(gate.get("failing", []))}])]
     if stage == "validate":
-        summary = _json(root, "reports/validation/summary.json") or {"files": {}}
+        summary = _json(root, paths.validation_summary) or {"files": {}}
         rows = [{"file": f["path"], "rule": rule, "held": r["success"],
                  "rows breaking it": r["unexpected_count"]}
                 for f in summary["files"].values() for rule, r in f["rules"].items()]
         return [Artifact("data-validation", "table", f"Data validation per file and rule. {where}",
                          table=rows)]
     if stage == "smoke":
-        checks = _json(root, "reports/smoke/checks.json") or {"checks": []}
+        checks = _json(root, paths.smoke_checks) or {"checks": []}
         return [Artifact("smoke-checks", "table", f"Smoke-run checks. {where}",
                          table=[{"check": c["name"], "passed": c["passed"],
                                  "value": json.dumps(c["value"]), "expected": str(c["expected"])}
                                 for c in checks["checks"]])]
     if stage == "train":
-        m = _json(root, "reports/train/metrics.json") or {}
-        step0 = _json(root, "reports/smoke/step0.json") or {}
+        m = _json(root, paths.train_metrics) or {}
+        step0 = _json(root, paths.step0) or {}
         final = m.get("final", {})
         markdown = "\n".join([
             "# Training summary", "",
@@ -135,11 +153,11 @@ def stage_artifacts(stage: str, root: Path) -> list[Artifact]:
             f"- mean reward, last 10 steps: {m.get('last10_mean_reward', float('nan')):.3f}",
             f"- final KL (last 10 steps): {m.get('last10_mean_kl', float('nan')):.4f}",
             f"- steps: {m.get('steps')}, final beta: {final.get('beta')}", "",
-            f"Curves: {(root / 'reports/train/curves.png').as_uri()}"])
+            f"Curves: {(root / paths.train_curves).resolve().as_uri()}"])
         return [Artifact("training-summary", "markdown", f"GRPO training summary. {where}",
                          markdown=markdown)]
     if stage == "evaluate":
-        ev = _json(root, "reports/eval/metrics.json") or {}
+        ev = _json(root, paths.eval_metrics) or {}
         rows = []
         for split in ("train", "heldout"):
             if split in ev:
@@ -154,11 +172,11 @@ def stage_artifacts(stage: str, root: Path) -> list[Artifact]:
         return [Artifact("evaluation-audit", "table",
                          f"Step 0 vs final; verdict: {ev.get('verdict')}. {where}", table=rows)]
     if stage == "report":
-        md = root / "reports/retrospective.md"
+        md = root / paths.retrospective_md
         return [Artifact("retrospective", "markdown", f"The retrospective. {where}",
                          markdown=md.read_text() if md.exists() else ""),
                 Artifact("retrospective-html", "link", f"Self-contained HTML report. {where}",
-                         link=(root / "reports/retrospective.html").as_uri())]
+                         link=(root / paths.retrospective_html).resolve().as_uri())]
     return []
 
 

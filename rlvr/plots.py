@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from rlvr.stats import moving_average
 
 PANELS = [
     ("Reward", ["reward", "rewards/correctness/mean", "rewards/format/mean",
@@ -18,7 +20,8 @@ PANELS = [
 ]
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -27,28 +30,19 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: str | Path) -> Path:
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out, write the PNG (folders made as needed) and close the figure."""
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
-
-
-def _smooth(values: Sequence[float], window: int) -> list[float]:
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO training") -> Path:
     """One figure, one panel per quantity; raw values faint, a moving average on top."""
-    plt = _pyplot()
+    plt = pyplot()
     panels = [(name, [k for k in keys if any(k in e for e in history)]) for name, keys in PANELS]
     panels = [(name, keys) for name, keys in panels if keys]
     cols = 4
@@ -61,7 +55,7 @@ def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO tr
             steps, values = zip(*points)
             color = f"C{i}"
             ax.plot(steps, values, color=color, alpha=0.25, linewidth=0.8)
-            ax.plot(steps, _smooth(values, window), color=color, linewidth=1.6,
+            ax.plot(steps, moving_average(values, window), color=color, linewidth=1.6,
                     label=key.replace("rewards/", "").replace("/mean", ""))
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("step", fontsize=8)
@@ -72,12 +66,12 @@ def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO tr
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_per_prompt(per_prompt: Sequence[dict], path: str | Path) -> Path:
     """Step-0 vs final mean reward, one dot per prompt, train and held-out side by side."""
-    plt = _pyplot()
+    plt = pyplot()
     splits = sorted({r["split"] for r in per_prompt}, reverse=True)
     fig, axes = plt.subplots(1, len(splits), figsize=(5 * len(splits), 4.4), squeeze=False)
     for ax, split in zip(axes.flat, splits):
@@ -94,4 +88,23 @@ def plot_per_prompt(per_prompt: Sequence[dict], path: str | Path) -> Path:
         down = sum(r["delta"] < 0 for r in rows)
         ax.set_title(f"{split}: {up} prompts up, {down} down (of {len(rows)})", fontsize=10)
         ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
+
+
+def plot_overlay(histories: Mapping[str, Sequence[dict]], path: str | Path) -> Path:
+    """Reward and KL curves (moving averages) of several runs, overlaid: one colour per run."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for i, (name, history) in enumerate(histories.items()):
+        for ax, key in zip(axes, ("reward", "kl")):
+            points = [(h["step"], h[key]) for h in history if key in h]
+            if points:
+                steps, values = zip(*points)
+                ax.plot(steps, moving_average(values, max(1, len(values) // 20)),
+                        color=f"C{i}", label=name, linewidth=1.5)
+    for ax, title in zip(axes, ("Reward (moving average)", "KL to reference (moving average)")):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)

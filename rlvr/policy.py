@@ -8,8 +8,9 @@ fixed alphabet, its weights from a seeded random init.
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
 from pathlib import Path
+
+from rlvr.config import TinyModelParams
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 # Every printable ASCII character, newline included; anything else maps to <unk>.
@@ -36,22 +37,13 @@ def build_char_tokenizer():
     return tokenizer
 
 
-@dataclass(frozen=True)
-class TinySize:
-    """Sizes of the tiny Qwen3 default (0.5M parameters with the defaults)."""
-    hidden_size: int = 128
-    intermediate_size: int = 512
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    max_position_embeddings: int = 256
-
-
-def build_tiny_model(tokenizer, size: TinySize = TinySize(), seed: int = 0):
-    """A randomly initialised Qwen3ForCausalLM sized by `size`, deterministic in `seed`."""
+def build_tiny_model(tokenizer, size: TinyModelParams | None = None, seed: int = 0):
+    """A randomly initialised Qwen3ForCausalLM sized by `size` (params.yaml model.tiny; its
+    defaults give 0.5M parameters), deterministic in `seed`."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    size = size or TinyModelParams()
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=size.hidden_size,
@@ -156,8 +148,7 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
     try:
         if model_params.init == "tiny":
             tokenizer = build_char_tokenizer()
-            size = TinySize(**vars(model_params.tiny))
-            model = build_tiny_model(tokenizer, size, seed=seed)
+            model = build_tiny_model(tokenizer, model_params.tiny, seed=seed)
             summary = {"init": "tiny", "parameters": sum(p.numel() for p in model.parameters())}
             ws = model_params.warm_start
             if ws.steps > 0:

@@ -12,15 +12,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rlvr.config import Params
+from rlvr.config import Params, PathsParams
 from rlvr.data import Row, read_rows, write_text_atomic
-from rlvr.evaluation import SampleSettings, score_rows, summarize
+from rlvr.evaluation import rollout_settings, score_rows, summarize
 from rlvr.gate import GateClosed
 from rlvr.policy import load_policy, policy_path
-from rlvr.rewards.registry import build_reward_funcs
+from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
-from rlvr.training import (LiveCurvesCallback, fingerprint, loggable, normalized_weights,
-                           resumable_checkpoint, run_grpo)
+from rlvr.training import (LiveCurvesCallback, fingerprint, loggable, resumable_checkpoint,
+                           run_grpo)
 
 LIBRARY_DIR = Path(__file__).resolve().parent
 
@@ -34,14 +34,6 @@ def library_versions() -> dict[str, str]:
 CURVE_KEYS = ("reward", "rewards/correctness/mean", "rewards/format/mean", "rewards/length/mean",
               "kl", "loss", "grad_norm", "entropy", "completions/mean_length", "beta",
               "frac_reward_zero_std")
-
-
-def rollout_settings(params: Params, n: int | None = None, seed: int | None = None) -> SampleSettings:
-    """Sampling that matches GRPO's rollouts (temperature, top_p, completion length)."""
-    grpo = params.train.grpo
-    return SampleSettings(n=n or grpo.num_generations, temperature=grpo.temperature,
-                          top_p=grpo.top_p, max_new_tokens=grpo.max_completion_length,
-                          seed=params.seed if seed is None else seed)
 
 
 def step_history(log_history: list[dict]) -> list[dict]:
@@ -122,27 +114,31 @@ def run_metrics(history: list[dict], window: int = 10) -> dict:
     }
 
 
-def train_run(params: Params, base_dir: str, final_dir: str, checkpoint_dir: str,
-              report_dir: str, smoke_report: str) -> dict:
+def train_run(params: Params, paths: PathsParams) -> dict:
+    """The full run: resume from a checkpoint of this very run if there is one, train, then
+    write the final model, the history, the curves; return the metrics and the lines to print."""
     from rlvr.plots import plot_curves
 
-    require_smoke(smoke_report)
+    require_smoke(paths.smoke_checks)
     rows = read_rows(params.data.train_path)
-    policy = policy_path(base_dir)
+    policy = policy_path(paths.base_model)
+    final_dir, checkpoint_dir = paths.final_model, paths.checkpoints
     # What the run depends on: params, data, base model, the library's code and versions. A
     # checkpoint of any other run is never resumed.
+    model = params.model
     run_id = fingerprint({"seed": params.seed, "train": params.train, "rewards": params.rewards,
-                          "model": params.model, "versions": library_versions()},
-                         Path(params.data.train_path), Path(base_dir), LIBRARY_DIR)
+                          "model": {"chat_template": model.chat_template, "lora": model.lora},
+                          "versions": library_versions()},
+                         Path(params.data.train_path), Path(paths.base_model), LIBRARY_DIR)
     resume = resumable_checkpoint(checkpoint_dir, run_id)
     if resume:
         print(f"train: resuming from {resume}")
-    report_dir = Path(report_dir)
     trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
                        save_steps=params.train.save_steps, resume_from=resume,
-                       callbacks=[LiveCurvesCallback(report_dir / "live")])
+                       callbacks=[LiveCurvesCallback(paths.train_live)])
     history = step_history(trainer.state.log_history)
 
+    Path(final_dir).parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="final.", dir=Path(final_dir).parent))
     try:
         trainer.save_model(str(staging))
@@ -152,9 +148,9 @@ def train_run(params: Params, base_dir: str, final_dir: str, checkpoint_dir: str
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
-    write_text_atomic(report_dir / "history.jsonl",
+    write_text_atomic(paths.train_history,
                       "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in history))
-    plot_curves(history, report_dir / "curves.png",
+    plot_curves(history, paths.train_curves,
                 title=f"GRPO: {len(history)} steps, beta {params.train.beta_schedule.kind}")
     metrics = run_metrics(history)
     final = metrics["final"]

@@ -1,38 +1,136 @@
-"""What every stage script shares: the gate check, params loading, and errors as plain lines.
+"""What every stage script shares: params loading, the gate check, and errors as plain lines.
 
-A stage is `main(params) -> int`; `run_stage` loads params.yaml, checks the reward-test gate
-(unless the stage is the gate itself) and turns the pipeline's own errors into one line on stderr
-and a non-zero exit, so `dvc repro` stops with a readable reason instead of a traceback.
+A stage is `main(params) -> int`; `run_stage` loads params.yaml, checks the reward names and the
+reward-test gate (unless the stage is the gate itself) and turns the pipeline's own errors into
+one line on stderr and a non-zero exit, so `dvc repro` stops with a readable reason.
+
+The params a stage gets are a view that only lets it read what dvc.yaml declares for it (its
+`params:` entries and the `${...}` values its deps and outs interpolate): DVC reruns a stage only
+when a declared param changes, so reading an undeclared one would let the cache lie. Such a read
+fails at once, naming the stage and the key.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import sys
 import time
-from collections.abc import Callable
-
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from rlvr.config import Params, load_params
 from rlvr.data import write_json
 from rlvr.errors import PipelineError
 from rlvr.gate import require_gate
 
-TIMING_DIR = Path("reports/timing")
+DVC_YAML = Path("dvc.yaml")
+WHOLE_FILE = ""  # a stage that declares all of params.yaml
+_INTERPOLATION = re.compile(r"\$\{\s*([A-Za-z0-9_.]+)\s*\}")
+
+
+class UndeclaredParam(Exception):
+    """A stage read a param that dvc.yaml does not declare for it: a bug in dvc.yaml or the stage
+    (not a PipelineError: it must print its traceback)."""
+
+
+def _strings(node: Any) -> Iterable[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(key)
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _strings(item)
+
+
+def declared_params(stage: str, dvc_yaml: str | Path = DVC_YAML) -> set[str]:
+    """The dotted params.yaml keys a stage may read: its `params:` list and its interpolations.
+
+    WHOLE_FILE ("") in the set means all of params.yaml.
+    """
+    from ruamel.yaml import YAML
+
+    spec = (YAML(typ="safe").load(Path(dvc_yaml).read_text()) or {})["stages"][stage]
+    keys = set()
+    for entry in spec.get("params") or []:
+        if isinstance(entry, str):
+            keys.add(entry)
+        elif isinstance(entry, dict):
+            for file, names in entry.items():
+                if file != "params.yaml":
+                    raise ValueError(f"dvc.yaml: stage {stage} reads params from {file}; the "
+                                     "pipeline's params all live in params.yaml")
+                keys.update(names) if names else keys.add(WHOLE_FILE)
+    for text in _strings({k: v for k, v in spec.items() if k != "params"}):
+        keys.update(_INTERPOLATION.findall(text))
+    return keys
+
+
+class ParamsView:
+    """Read-only view of a params dataclass: reading a key outside `allowed` raises
+    UndeclaredParam. A fully declared section is returned as the dataclass itself.
+
+    >>> view = ParamsView(Params(), {"seed", "train.grpo"}, "smoke")
+    >>> view.train.grpo.beta, view.seed
+    (0.05, 0)
+    >>> view.train.max_steps
+    Traceback (most recent call last):
+    ...
+    rlvr.stage.UndeclaredParam: stage smoke reads params.yaml train.max_steps, which dvc.yaml does not declare for it: add it to the stage's params in dvc.yaml
+    """
+
+    def __init__(self, obj: Any, allowed: set[str], stage: str, prefix: str = "") -> None:
+        object.__setattr__(self, "_obj", obj)
+        object.__setattr__(self, "_allowed", allowed)
+        object.__setattr__(self, "_stage", stage)
+        object.__setattr__(self, "_prefix", prefix)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        key = f"{self._prefix}.{name}" if self._prefix else name
+        value = getattr(self._obj, name)
+        if any(a == WHOLE_FILE or key == a or key.startswith(a + ".") for a in self._allowed):
+            return value
+        if dataclasses.is_dataclass(value) and any(a.startswith(key + ".") for a in self._allowed):
+            return ParamsView(value, self._allowed, self._stage, key)
+        raise UndeclaredParam(f"stage {self._stage} reads params.yaml {key}, which dvc.yaml does "
+                              "not declare for it: add it to the stage's params in dvc.yaml")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("params are read-only")
+
+    def __repr__(self) -> str:  # never the values: printing a section would read all of it
+        return f"ParamsView({self._stage}: {self._prefix or 'params'})"
+
+
+def stage_view(params: Params, stage: str, dvc_yaml: str | Path = DVC_YAML) -> Params | ParamsView:
+    """The params as the stage may see them (the Params itself if it declares the whole file)."""
+    allowed = declared_params(stage, dvc_yaml)
+    return params if WHOLE_FILE in allowed else ParamsView(params, allowed, stage)
 
 
 def run_stage(name: str, main: Callable[[Params], int], gated: bool = True) -> None:
+    from rlvr.rewards.registry import check_reward_names
+
     started = time.perf_counter()
     try:
-        if gated:
-            require_gate()
-        code = main(load_params())
+        params = load_params()
+        if gated:  # the gate runs first: it must report broken reward code, not crash on it
+            require_gate(params.paths.gate_verdict)
+            check_reward_names(params.rewards.funcs)
+        code = main(stage_view(params, name))
     except PipelineError as error:
         print(f"{name}: {error}", file=sys.stderr)
         sys.exit(1)
     seconds = time.perf_counter() - started
-    # Wall time per stage, for the report's provenance; kept out of the metric files, which must
-    # be identical between runs with the same seed.
-    write_json(TIMING_DIR / f"{name}.json", {"seconds": round(seconds, 1), "exit_code": code})
+    # Wall time per stage, for the console and the flows; kept out of every output DVC records,
+    # which must be identical between runs with the same seed.
+    write_json(Path(params.paths.timing) / f"{name}.json",
+               {"seconds": round(seconds, 1), "exit_code": code})
     print(f"{name}: {'done' if code == 0 else 'FAILED'} in {seconds:.1f} s", file=sys.stderr)
     sys.exit(code)

@@ -27,7 +27,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rlvr.config import BetaScheduleParams, GRPOParams, ModelParams
 from rlvr.errors import PipelineError
-from rlvr.rewards.registry import RewardFunction
+from rlvr.rewards.registry import RewardFunction, normalized_weights
 
 # Logged keys that measure time or throughput: kept out of the metric files, which must be
 # identical between two runs with the same seed.
@@ -43,15 +43,6 @@ class NonFiniteMetric(PipelineError):
 
 
 # --------------------------------------------------------------------------- config
-
-def normalized_weights(weights: Sequence[float]) -> list[float]:
-    """Reward weights scaled to sum 1: TRL sums weighted rewards, so its logged `reward` is then
-    the weighted mean that compose_rewards defines."""
-    total = sum(weights)
-    if total <= 0:
-        raise ValueError(f"reward weights must have a positive sum, got {list(weights)}")
-    return [w / total for w in weights]
-
 
 def grpo_config(grpo: GRPOParams, *, output_dir: str | Path, max_steps: int, seed: int,
                 reward_weights: Sequence[float], save_steps: int | None = None,

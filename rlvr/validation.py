@@ -3,8 +3,9 @@
 Each JSONL file becomes two pandas frames: one row per line (is it a JSON object?) and one row per
 object (the fields, flattened). Built-in expectations check what they can express (row count,
 presence, uniqueness, lengths, sets); the rules no built-in expresses (verifier fields well typed,
-regex compiles, countdown target reachable) are computed per row as flag columns that an
-expectation then requires to be true. Every failure is reported as one plain line naming the file,
+regex compiles, countdown target reachable, checked by scoring the solver's answer with the
+verifier itself) are computed per row as flag columns that an expectation then requires to be
+true. Every failure is reported as one plain line naming the file,
 the row id (or line number) and the rule broken.
 """
 
@@ -21,7 +22,7 @@ import pandas as pd
 
 from rlvr.data import Line, read_lines
 from rlvr.rewards.registry import VERIFIERS, verifier_problems
-from rlvr.rewards.verifiers import countdown_solution
+from rlvr.rewards.verifiers import countdown_reward, countdown_solution
 
 # Columns that explain a failing row; each rule names the one it prints (Rule.detail).
 _DETAIL_COLUMNS = ["line_detail", "fields_detail", "regex_detail", "countdown_detail"]
@@ -81,8 +82,15 @@ def _countdown_solvable(verifier: Any, fields_ok: bool | None) -> tuple[bool | N
     if not fields_ok or verifier.get("type") != "countdown":
         return None, ""
     numbers, target = verifier["numbers"], verifier["target"]
-    solvable = countdown_solution(numbers, target, verifier.get("allow_division", False)) is not None
-    return solvable, "" if solvable else f"{target} cannot be made from {numbers}"
+    division = verifier.get("allow_division", False)
+    solution = countdown_solution(numbers, target, division)
+    if solution is None:
+        return False, f"{target} cannot be made from {numbers}"
+    # The verifier has the last word: a row counts as answerable only if it rewards an answer.
+    if countdown_reward(solution, numbers, target, division) != 1.0:
+        return False, (f"the verifier scores the solver's answer {solution!r} as 0, so no "
+                       f"answer to {target} from {numbers} can earn a reward")
+    return True, ""
 
 
 def lines_frame(lines: Sequence[Line]) -> pd.DataFrame:
@@ -185,11 +193,15 @@ def row_rules(expected_rows: int | None, max_prompt_chars: int,
 class _Runner:
     """One ephemeral GX context; each frame is validated by a checkpoint that updates Data Docs."""
 
-    def __init__(self, docs_dir: Path | None) -> None:
+    def __init__(self, docs_dir: Path | None, run_name: str) -> None:
         import great_expectations as gx
+        from great_expectations.core.run_identifier import RunIdentifier
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         self.gx = gx
+        # Every page names the data it validated (the files' md5s, as dvc.lock records them);
+        # the run time stays the real one.
+        self.run_id = RunIdentifier(run_name=run_name)
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
         self.source = self.context.data_sources.add_pandas("rows")
@@ -217,7 +229,7 @@ class _Runner:
         checkpoint = self.context.checkpoints.add(gx.Checkpoint(
             name=name, validation_definitions=[definition], actions=actions,
             result_format=_RESULT_FORMAT))
-        result = checkpoint.run(batch_parameters={"dataframe": frame})
+        result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=self.run_id)
         (validation,) = result.run_results.values()
         by_name = {r.expectation_config.meta["rule"]: r for r in validation.results}
         return [(rule, by_name[rule.name]) for rule in rules]
@@ -252,10 +264,16 @@ def validate_files(train_path: str, eval_path: str, train_rows: int, max_prompt_
     """Validate the training and held-out files against the contract.
 
     Data Docs HTML is written to `docs_dir` (replaced whole, only once every file was validated).
+    They are a view for people, not a DVC output: GX stamps them with the run time, so their bytes
+    differ on every run; summary() is the record. Each page's run name carries the md5 of both
+    files (`data-<train md5>-<eval md5>`, 8 hex digits each) so it says which data it shows.
     """
+    from rlvr.provenance import file_md5
+
     staging = Path(tempfile.mkdtemp(prefix="data_docs.")) if docs_dir is not None else None
     try:
-        runner = _Runner(staging)
+        run_name = "data-" + "-".join(file_md5(p)[:8] for p in (train_path, eval_path))
+        runner = _Runner(staging, run_name)
         parsed = {path: read_lines(path) for path in (train_path, eval_path)}
         prompts = {path: [line.obj.get("prompt") for line in lines if line.obj is not None
                           and isinstance(line.obj.get("prompt"), str)]

@@ -13,21 +13,17 @@ import json
 
 from rlvr.config import Params
 from rlvr.data import read_rows, write_json, write_text_atomic
-from rlvr.evaluation import audit
+from rlvr.evaluation import audit, rollout_settings
 from rlvr.policy import load_policy, policy_path
-from rlvr.rewards.registry import build_reward_funcs
-from rlvr.runs import rollout_settings
+from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.stage import run_stage
-from rlvr.training import normalized_weights
-
-OUT_DIR = "reports/eval"
 
 
 def main(params: Params) -> int:
     splits = {"train": read_rows(params.data.train_path),
               "heldout": read_rows(params.data.eval_path)}
-    policies = {"step0": load_policy(policy_path("models/base")),
-                "final": load_policy("models/final")}
+    policies = {"step0": load_policy(policy_path(params.paths.base_model)),
+                "final": load_policy(params.paths.final_model)}
     ev = params.evaluate
     metrics, per_prompt = audit(
         policies, splits, build_reward_funcs(params.rewards),
@@ -35,8 +31,8 @@ def main(params: Params) -> int:
         rollout_settings(params, n=ev.samples, seed=ev.seed), params.rewards.format_pattern,
         chat_template=params.model.chat_template, confidence=ev.confidence,
         n_resamples=ev.n_resamples)
-    write_json(f"{OUT_DIR}/metrics.json", metrics)
-    write_text_atomic(f"{OUT_DIR}/per_prompt.jsonl",
+    write_json(params.paths.eval_metrics, metrics)
+    write_text_atomic(params.paths.eval_per_prompt,
                       "".join(json.dumps(r, sort_keys=True) + "\n" for r in per_prompt))
     for split in splits:
         m = metrics[split]

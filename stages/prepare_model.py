@@ -13,16 +13,13 @@ from rlvr.data import read_rows, write_json
 from rlvr.policy import prepare_base
 from rlvr.stage import run_stage
 
-BASE_DIR = "models/base"
-
-
 def main(params: Params) -> int:
     rows = read_rows(params.data.train_path)
     print(f"prepare_model: model.init = {params.model.init}")
-    summary = prepare_base(params.model, rows, params.seed, BASE_DIR)
+    summary = prepare_base(params.model, rows, params.seed, params.paths.base_model)
     summary.pop("seconds")
-    write_json("reports/prepare/summary.json", summary)
-    print(f"prepare_model: {summary} -> {BASE_DIR}")
+    write_json(params.paths.prepare_summary, summary)
+    print(f"prepare_model: {summary} -> {params.paths.base_model}")
     return 0
 
 

@@ -5,52 +5,58 @@
 Reads what the other stages wrote (evaluation, curves, smoke checks, validation, gate, dvc.lock)
 and writes reports/retrospective.md and reports/retrospective.html (plots embedded, opens with no
 network): verdict, curves, KL/beta diagnosis, hyperparameters with their rationale, smoke and data
-checks, per-prompt audit, GRPO vs PPO cost, provenance.
+checks, per-prompt audit, GRPO vs PPO cost, provenance. Every path comes from params.yaml `paths`.
 """
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 from rlvr.config import PARAMS_FILE, Params
 from rlvr.data import write_text_atomic
+from rlvr.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost
 from rlvr.plots import plot_per_prompt
 from rlvr.policy import policy_path
-from rlvr.report import (KLThresholds, build_report, count_parameters, diagnose_kl,
-                         hyperparameter_table, ppo_cost, provenance, to_html)
+from rlvr.provenance import provenance
+from rlvr.render import to_html
+from rlvr.report import build_report, hyperparameter_table
 from rlvr.stage import run_stage
-
-REPORTS = Path("reports")
 
 
 def _json(path: str):
-    return json.loads((REPORTS / path).read_text())
+    return json.loads(Path(path).read_text())
 
 
 def _jsonl(path: str) -> list:
-    return [json.loads(line) for line in (REPORTS / path).read_text().splitlines() if line]
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line]
 
 
 def main(params: Params) -> int:
-    per_prompt = _jsonl("eval/per_prompt.jsonl")
-    history = _jsonl("train/history.jsonl")
-    plot_per_prompt(per_prompt, REPORTS / "figures/per_prompt.png")
-    base = Path(policy_path("models/base"))
+    paths = params.paths
+    per_prompt = _jsonl(paths.eval_per_prompt)
+    history = _jsonl(paths.train_history)
+    plot_per_prompt(per_prompt, paths.per_prompt_figure)
+    base = Path(policy_path(paths.base_model))
     config = json.loads((base / "config.json").read_text()) if base.is_dir() else {}
     cost = ppo_cost(count_parameters(base) or 0, config.get("hidden_size", 0),
                     params.train.grpo.num_generations)
+    report_dir = Path(paths.retrospective_md).parent
     markdown = build_report(
-        evaluation=_json("eval/metrics.json"), per_prompt=per_prompt, history=history,
+        evaluation=_json(paths.eval_metrics), per_prompt=per_prompt, history=history,
         diagnosis=diagnose_kl(history, KLThresholds(**dataclasses.asdict(params.report))),
         hyperparameters=hyperparameter_table(PARAMS_FILE, params),
-        smoke=_json("smoke/checks.json"), step0=_json("smoke/step0.json"),
-        validation=_json("validation/summary.json"), gate=_json("gate/reward_tests.json"),
-        cost=cost, prov=provenance(), params=dataclasses.asdict(params),
-        images={"curves": "train/curves.png", "per_prompt": "figures/per_prompt.png"},
+        smoke=_json(paths.smoke_checks), step0=_json(paths.step0),
+        validation=_json(paths.validation_summary), gate=_json(paths.gate_verdict),
+        cost=cost, params=dataclasses.asdict(params),
+        prov=provenance([params.data.train_path, params.data.eval_path],
+                        [paths.base_model, paths.final_model], current_stage="report"),
+        images={name: os.path.relpath(path, report_dir) for name, path in
+                (("curves", paths.train_curves), ("per_prompt", paths.per_prompt_figure))},
         confidence=params.evaluate.confidence)
-    write_text_atomic(REPORTS / "retrospective.md", markdown)
-    write_text_atomic(REPORTS / "retrospective.html", to_html(markdown, REPORTS))
-    print("report: reports/retrospective.md and reports/retrospective.html (self-contained)")
+    write_text_atomic(paths.retrospective_md, markdown)
+    write_text_atomic(paths.retrospective_html, to_html(markdown, report_dir))  # images inlined
+    print(f"report: {paths.retrospective_md} and {paths.retrospective_html} (self-contained)")
     return 0
 
 

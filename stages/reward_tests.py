@@ -2,20 +2,21 @@
 
     dvc repro reward_tests          (or: python -m stages.reward_tests)
 
-Writes reports/gate/reward_tests.json (passed, counts, failing test ids). Every other stage reads
+Writes paths.gate_verdict (reports/gate/reward_tests.json: passed, counts, failing test ids). Every other stage reads
 it first and refuses to start unless it says passed; a failure here exits non-zero, naming the tests.
 """
 
 from rlvr.config import Params
-from rlvr.gate import GATE_REPORT, run_reward_tests
+from rlvr.gate import run_reward_tests
 from rlvr.stage import run_stage
 
 
 def main(params: Params) -> int:
     print(f"reward_tests: running {' '.join(params.gate.tests)}")
-    verdict = run_reward_tests(params.gate.tests, GATE_REPORT)
+    verdict = run_reward_tests(params.gate.tests, params.paths.gate_verdict)
     counts = verdict["counts"]
-    print(f"reward_tests: {counts['passed']}/{counts['tests']} passed -> {GATE_REPORT}")
+    print(f"reward_tests: {counts['passed']}/{counts['tests']} passed -> "
+          f"{params.paths.gate_verdict}")
     if verdict["passed"]:
         return 0
     for test_id in verdict["failing"]:

@@ -13,13 +13,10 @@ from rlvr.data import write_json
 from rlvr.runs import smoke_run
 from rlvr.stage import run_stage
 
-OUT_DIR = "reports/smoke"
-
-
 def main(params: Params) -> int:
-    result = smoke_run(params, base_dir="models/base")
-    write_json(f"{OUT_DIR}/step0.json", result["step0"])
-    write_json(f"{OUT_DIR}/checks.json", result["report"])
+    result = smoke_run(params, base_dir=params.paths.base_model)
+    write_json(params.paths.step0, result["step0"])
+    write_json(params.paths.smoke_checks, result["report"])
     for line in result["lines"]:
         print(line)
     return 0 if result["report"]["passed"] else 1

@@ -4,8 +4,9 @@
 
 Needs a passing smoke run. Trains models/base for train.max_steps GRPO steps, checkpointing every
 train.save_steps into models/checkpoints/; if a run was killed, the next one resumes from the last
-checkpoint by itself. Writes models/final/, reports/train/metrics.json (a DVC metric), the DVCLive
-curves in reports/train/live/ and reports/train/curves.png.
+checkpoint by itself. Writes models/final/, reports/train/metrics.json (a DVC metric), the
+DVCLive curves in reports/train/live/, reports/train/history.jsonl and reports/train/curves.png
+(every path from params.yaml `paths`).
 """
 
 from rlvr.config import Params
@@ -15,10 +16,8 @@ from rlvr.stage import run_stage
 
 
 def main(params: Params) -> int:
-    result = train_run(params, base_dir="models/base", final_dir="models/final",
-                       checkpoint_dir="models/checkpoints", report_dir="reports/train",
-                       smoke_report="reports/smoke/checks.json")
-    write_json("reports/train/metrics.json", result["metrics"])
+    result = train_run(params, params.paths)
+    write_json(params.paths.train_metrics, result["metrics"])
     for line in result["lines"]:
         print(line)
     return 0

@@ -14,21 +14,18 @@ from rlvr.data import write_json
 from rlvr.stage import run_stage
 from rlvr.validation import summary, validate_files
 
-OUT_DIR = Path("reports/validation")
-
-
 def main(params: Params) -> int:
-    data = params.data
+    data, paths = params.data, params.paths
     print(f"validate: checking {data.train_path} and {data.eval_path}")
     reports = validate_files(data.train_path, data.eval_path, data.train_rows,
-                             data.max_prompt_chars, docs_dir=OUT_DIR / "data_docs")
+                             data.max_prompt_chars, docs_dir=paths.data_docs)
     result = summary(reports)
-    write_json(OUT_DIR / "summary.json", result)
+    write_json(paths.validation_summary, result)
     for report in reports:
         print(f"validate: {report.path}: {report.rows} rows, {len(report.problems)} problem(s)")
         for problem in report.problems:
             print(problem)
-    print(f"validate: Data Docs at {OUT_DIR / 'data_docs' / 'index.html'}")
+    print(f"validate: Data Docs at {Path(paths.data_docs) / 'index.html'}")
     return 0 if result["passed"] else 1
 
 

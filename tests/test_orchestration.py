@@ -18,6 +18,7 @@ def test_stage_order_is_dvc_yamls():
 
 
 def test_failure_details_name_what_broke(tmp_path):
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     gate = tmp_path / "reports/gate/reward_tests.json"
     gate.parent.mkdir(parents=True)
     gate.write_text(json.dumps({"passed": False, "failing": ["tests/rewards/x.py::test_y"]}))

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import load_params
-from rlvr.report import (KLThresholds, count_parameters, diagnose_kl, hyperparameter_table,
-                         ppo_cost, prompt_audit, to_html)
+from rlvr.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost, prompt_audit
+from rlvr.render import to_html
+from rlvr.report import hyperparameter_table
 
 ROOT = Path(__file__).resolve().parents[1]
 T = KLThresholds(kl_tiny=0.01, plateau_gain=0.02, kl_high=1.0, kl_rising_ratio=1.5,

@@ -6,9 +6,9 @@ import math
 import pytest
 
 from rlvr.config import BetaScheduleParams, GRPOParams, ParamsError, parse_params
+from rlvr.rewards.registry import normalized_weights
 from rlvr.training import (BetaSchedule, FiniteGuardCallback, NonFiniteMetric, fingerprint,
-                           group_checks, grpo_config, loggable, normalized_weights,
-                           resumable_checkpoint)
+                           group_checks, grpo_config, loggable, resumable_checkpoint)
 
 
 def test_grpo_config_uses_trl_names_and_cpu_safe_values(tmp_path):

@@ -48,7 +48,12 @@ def test_the_committed_data_passes_and_writes_data_docs(files, tmp_path):
     assert result["passed"] is True and result["problems"] == 0
     assert all(rule["success"] for f in result["files"].values() for rule in f["rules"].values())
     assert (tmp_path / "docs" / "index.html").exists()
-    assert len(list((tmp_path / "docs").rglob("validations/**/*.html"))) == 4
+    pages = list((tmp_path / "docs").rglob("validations/**/*.html"))
+    assert len(pages) == 4
+    from rlvr.provenance import file_md5
+
+    run_name = f"data-{file_md5(files[0])[:8]}-{file_md5(files[1])[:8]}"  # which data it shows
+    assert all(run_name in str(page.relative_to(tmp_path)) for page in pages)
 
 
 def _set(key, value):
@@ -141,6 +146,8 @@ CORRUPTIONS = {
                                 "verifier_fields"),
     "countdown_unreachable": (_edit(_set_verifier("target", 100_003)), "train", "row cd-train-005",
                               "countdown_solvable"),
+    "countdown_negative_number": (_edit(_set_verifier("numbers", [-3, 5])), "train",
+                                  "row cd-train-005", "verifier_fields"),
     "regex_does_not_compile": (_edit(_regex_bad_pattern), "train", "row cd-train-005",
                                "regex_compiles"),
     "exact_match_blank_target": (_edit(_exact_match_empty_target), "train", "row cd-train-005",
@@ -181,6 +188,25 @@ def test_unreachable_target_names_the_numbers(files):
     _edit_row(files[0], 4, _set_verifier("target", 100_003))
     (problem,) = _validate(*files)[0].problems
     assert "100003 cannot be made from" in problem
+
+
+def test_negative_numbers_are_rejected_because_no_answer_could_use_them(files):
+    """{"numbers": [-3, 5], "target": 2}: the solver writes -3+5, but the verifier has no unary
+    minus, so -3+5, 5+(-3) and 5-3 all score 0. The row is rejected, saying why."""
+    _edit_row(files[0], 4, _set("verifier", {"type": "countdown", "numbers": [-3, 5], "target": 2}))
+    (problem,) = _validate(*files)[0].problems
+    assert "row cd-train-005" in problem and "non-negative integers" in problem
+    assert "no unary minus" in problem and problem.endswith("[verifier_fields]")
+
+
+def test_solvability_is_decided_by_the_verifier_not_a_second_grammar(files, monkeypatch):
+    """If the solver found an answer the verifier does not reward, the row is not answerable."""
+    import rlvr.validation
+
+    monkeypatch.setattr(rlvr.validation, "countdown_reward", lambda *args, **kwargs: 0.0)
+    problems = _validate(*files)[0].problems
+    assert len(problems) == 64 and all(p.endswith("[countdown_solvable]") for p in problems)
+    assert "the verifier scores the solver's answer" in problems[0]
 
 
 def test_a_user_dataset_may_mix_verifier_types(files):

@@ -20,6 +20,8 @@ from rlvr.rewards.shaping import length_reward
 from rlvr.rewards.verifiers import (MAX_COUNTDOWN_NUMBERS, countdown_reward, exact_match_reward,
                                     extract_answer, format_reward)
 
+from rlvr.config import ParamsError
+
 if TYPE_CHECKING:
     from rlvr.config import RewardsParams
 
@@ -37,8 +39,9 @@ def _is_nonempty_str(value: Any) -> bool:
 
 
 def _is_number_list(value: Any) -> bool:
+    # Non-negative: answers have no unary minus, so a negative number could never be written.
     return (isinstance(value, list) and 1 <= len(value) <= MAX_COUNTDOWN_NUMBERS
-            and all(_is_int(v) for v in value))
+            and all(_is_int(v) and v >= 0 for v in value))
 
 
 def _compiles(value: Any) -> bool:
@@ -68,7 +71,8 @@ VERIFIERS: dict[str, VerifierType] = {
     "countdown": VerifierType(
         fields={
             "numbers": FieldRule(_is_number_list,
-                                 f"a list of 1-{MAX_COUNTDOWN_NUMBERS} integers"),
+                                 f"a list of 1-{MAX_COUNTDOWN_NUMBERS} non-negative integers "
+                                 "(answers have no unary minus)"),
             "target": FieldRule(_is_int, "an integer"),
             "allow_division": FieldRule(lambda v: isinstance(v, bool), "true or false",
                                         required=False),
@@ -93,7 +97,7 @@ def verifier_problems(verifier: Any) -> list[str]:
     >>> verifier_problems({"type": "countdown", "numbers": [3, 5], "target": 15})
     []
     >>> verifier_problems({"type": "countdown", "numbers": [3, "5"]})
-    ['numbers must be a list of 1-6 integers', 'target is missing']
+    ['numbers must be a list of 1-6 non-negative integers (answers have no unary minus)', 'target is missing']
     """
     if not isinstance(verifier, Mapping):
         return ["verifier must be an object"]
@@ -203,6 +207,34 @@ REWARD_FUNCS: dict[str, Callable[[RewardsParams], SampleScorer]] = {
 }
 
 
+def check_reward_names(funcs: Sequence[str]) -> None:
+    """Raise ParamsError unless every name is in REWARD_FUNCS (every stage checks this first).
+
+    >>> check_reward_names(["correctness", "vibes"])
+    Traceback (most recent call last):
+    ...
+    rlvr.config.ParamsError: params.yaml: rewards.funcs=['correctness', 'vibes'] has unknown reward function(s) ['vibes']; known: ['correctness', 'format', 'length']
+    """
+    unknown = [name for name in funcs if name not in REWARD_FUNCS]
+    if unknown:
+        raise ParamsError(f"params.yaml: rewards.funcs={list(funcs)!r} has unknown reward "
+                          f"function(s) {unknown}; known: {sorted(REWARD_FUNCS)}")
+
+
 def build_reward_funcs(params: RewardsParams) -> list[RewardFunction]:
     """The reward functions a recipe lists, in order (weights stay in params.rewards.weights)."""
+    check_reward_names(params.funcs)
     return [RewardFunction(name, REWARD_FUNCS[name](params)) for name in params.funcs]
+
+
+def normalized_weights(weights: Sequence[float]) -> list[float]:
+    """Reward weights scaled to sum 1: TRL sums weighted rewards, so its logged `reward` is then
+    the weighted mean that compose_rewards defines.
+
+    >>> normalized_weights([1.0, 0.25])
+    [0.8, 0.2]
+    """
+    total = sum(weights)
+    if total <= 0:
+        raise ValueError(f"reward weights must have a positive sum, got {list(weights)}")
+    return [w / total for w in weights]

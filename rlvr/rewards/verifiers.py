@@ -26,7 +26,11 @@ REGEX_TIMEOUT_S = 0.2
 # Python's `re` flag values differ from the `regex` package's for ASCII only.
 _RE_TO_REGEX_FLAGS = {re.IGNORECASE: regex.IGNORECASE, re.MULTILINE: regex.MULTILINE,
                       re.DOTALL: regex.DOTALL, re.VERBOSE: regex.VERBOSE, re.ASCII: regex.ASCII}
-_EXPRESSION_CHARS = frozenset("0123456789+-*/() \t")
+_EXPRESSION_CHARS = frozenset("0123456789+-*/() \t\n\r")
+# A claimed result after '=' is an integer of at most this many characters (int() of a huge
+# literal is slow: the bound keeps scoring fast on adversarial text).
+MAX_CLAIM_CHARS = 32
+_CLAIM = re.compile(r"\s*-?\d{1,%d}\s*" % MAX_CLAIM_CHARS)
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 
 
@@ -119,15 +123,21 @@ def countdown_value(expression: str, numbers: Sequence[int],
     """The exact value of a legal countdown expression, or None if it is not legal.
 
     Legal: only the given numbers, each at most once; + - * (and / when allowed); parentheses.
-    No unary minus, no other literals, no names. Precedence is Python's, which is arithmetic's.
+    No unary minus (so a negative number can never be written: the data contract rejects rows
+    that give one), no other literals, no names. Precedence is Python's, which is arithmetic's.
+    Line breaks inside the expression count as spaces.
 
     >>> countdown_value("2+3*5", [2, 3, 5])
     Fraction(17, 1)
     >>> countdown_value("5*5", [2, 3, 5]) is None
     True
+    >>> countdown_value("(2 +\\n 3) * 5", [2, 3, 5])
+    Fraction(25, 1)
     """
-    text = expression.strip()
-    if not text or len(text) > MAX_EXPRESSION_CHARS or not set(text) <= _EXPRESSION_CHARS:
+    if not set(expression) <= _EXPRESSION_CHARS:
+        return None
+    text = " ".join(expression.split())
+    if not text or len(text) > MAX_EXPRESSION_CHARS:
         return None
     try:
         tree = ast.parse(text, mode="eval")
@@ -140,10 +150,14 @@ def countdown_reward(output: str, numbers: Sequence[int], target: int,
                      allow_division: bool = False) -> float:
     """1.0 if the output is a legal expression over `numbers` that equals `target`, else 0.0.
 
-    Format and length are separate rewards; this one only checks the arithmetic.
+    Format and length are separate rewards; this one only checks the arithmetic. An answer may
+    state its result after the expression (`3*5 = 15`): it then scores 1.0 only if the stated
+    result is the target too.
 
     >>> countdown_reward("2+3*5", [2, 3, 5], 17)
     1.0
+    >>> countdown_reward("3*5 = 15", [3, 5], 15), countdown_reward("3*5 = 16", [3, 5], 15)
+    (1.0, 0.0)
     >>> countdown_reward("2+3*5", [2, 3, 5], 25)
     0.0
     >>> countdown_reward("(2+3)*5", [2, 3, 5], 25)
@@ -151,7 +165,10 @@ def countdown_reward(output: str, numbers: Sequence[int], target: int,
     >>> countdown_reward("__import__('os')", [2, 3, 5], 25)
     0.0
     """
-    value = countdown_value(extract_answer(output), numbers, allow_division)
+    expression, equals, claim = extract_answer(output).partition("=")
+    if equals and not (_CLAIM.fullmatch(claim) and int(claim) == target):
+        return 0.0
+    value = countdown_value(expression, numbers, allow_division)
     return 1.0 if value is not None and value == target else 0.0
 
 

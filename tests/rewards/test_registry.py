@@ -6,7 +6,8 @@ import logging
 import pytest
 
 from rlvr.config import RewardsParams
-from rlvr.rewards import REWARD_FUNCS, VERIFIERS, RewardFunction, build_reward_funcs
+from rlvr.rewards import (REWARD_FUNCS, VERIFIERS, RewardFunction, build_reward_funcs,
+                          check_reward_names)
 
 COUNTDOWN = {"type": "countdown", "numbers": [3, 5], "target": 15}
 EXACT = {"type": "exact_match", "target": "Paris"}
@@ -85,7 +86,12 @@ def test_a_raising_scorer_never_escapes():
 def test_params_reject_unknown_reward_names_and_mismatched_weights():
     from rlvr.config import ParamsError
 
+    params = RewardsParams(funcs=["correctness", "vibes"], weights=[1, 1])  # config has no registry
+    with pytest.raises(ParamsError, match=r"rewards.funcs=.* unknown reward function\(s\) \['vibes'\]"):
+        check_reward_names(params.funcs)
     with pytest.raises(ParamsError, match="unknown reward function"):
-        RewardsParams(funcs=["correctness", "vibes"], weights=[1, 1])
+        build_reward_funcs(params)
     with pytest.raises(ParamsError, match="one weight per reward function"):
         RewardsParams(funcs=["correctness", "format"], weights=[1])
+    with pytest.raises(ParamsError, match="must sum to more than 0"):
+        RewardsParams(funcs=["correctness", "format"], weights=[0, 0])

@@ -65,7 +65,17 @@ def test_format_times_out_instead_of_hanging_on_catastrophic_backtracking():
     ("3**2", [3, 2], 9, 0.0),            # power is not allowed
     ("3.0*5", [3, 5], 15, 0.0),          # floats are not the given numbers
     ("True*15", [15], 15, 0.0),          # bools are not numbers
-    ("3*5=15", [3, 5], 15, 0.0),
+    ("3*5=15", [3, 5], 15, 1.0),         # a stated result that is the target is accepted ...
+    ("3 * 5 = 15\n", [3, 5], 15, 1.0),
+    ("3*5=16", [3, 5], 15, 0.0),         # ... a wrong one is not, even if the arithmetic hits
+    ("3+5=15", [3, 5], 15, 0.0),         # the claim alone earns nothing
+    ("3*5==15", [3, 5], 15, 0.0),
+    ("3*5=15=15", [3, 5], 15, 0.0),
+    ("=15", [3, 5], 15, 0.0),
+    ("(3 +\n5) *\n2", [3, 5, 2], 16, 1.0),  # line breaks inside an expression are spaces
+    ("-3+5", [-3, 5], 2, 0.0),           # no unary minus: a negative number cannot be written,
+    ("5+(-3)", [-3, 5], 2, 0.0),         # so the data contract rejects rows that give one
+    ("5-3", [-3, 5], 2, 0.0),
     ("3 5", [3, 5], 15, 0.0),
     ("", [3, 5], 15, 0.0),
     ("(3*5", [3, 5], 15, 0.0),
@@ -93,6 +103,8 @@ def test_countdown_value_is_exact_arithmetic():
     "(" * 50_000 + "3" + ")" * 50_000,   # deep nesting
     "3*" * 50_000 + "5",                 # 100k characters of valid-looking arithmetic
     "1" * 300 + "*" + "1" * 300,         # big numbers that would overflow if evaluated
+    "3*5=" + "1" * 100_000,              # a huge stated result
+    "3*5" + "=" * 100_000,
 ])
 def test_countdown_rejects_pathological_input_quickly(text):
     assert countdown_reward(text, [3, 5], 15) == 0.0

@@ -1,0 +1,107 @@
+"""Provenance: which data, models, code and library versions made a run's results.
+
+Every hash comes from the stage that made the thing: a model's md5 is the one dvc.lock records
+among the outs of the stage that wrote it (never a consumer's deps entry, which is stale while the
+consumer runs), a data file's md5 is computed from the file as it is read (DVC's md5 of a file is
+the md5 of its bytes), and each stage's code digest is taken from the code deps dvc.lock records
+for that stage. Nothing here depends on the clock or on git, so a report that shows it is
+reproducible byte for byte; the git state is separate (`git_state`) for what is not committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+
+LIBRARIES = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "dvc", "dvclive",
+             "great-expectations", "prefect", "matplotlib", "scipy")
+NOT_RECORDED = "not in dvc.lock"
+
+
+def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str]:
+    """Installed version of each library ("not installed" when missing)."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def file_md5(path: str | Path) -> str:
+    """md5 of a file's bytes: what DVC 3 records for a file."""
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_lock(lock_path: str | Path = "dvc.lock") -> dict[str, dict]:
+    """The stages recorded in dvc.lock ({} when there is none yet)."""
+    from ruamel.yaml import YAML
+
+    lock = Path(lock_path)
+    if not lock.exists():
+        return {}
+    return (YAML(typ="safe").load(lock.read_text()) or {}).get("stages", {}) or {}
+
+
+def produced_hashes(stages: dict[str, dict]) -> dict[str, str]:
+    """path -> md5 for every out, as recorded by the stage that produced it."""
+    return {out["path"]: out["md5"] for stage in stages.values()
+            for out in stage.get("outs", []) if "md5" in out}
+
+
+def code_digests(stages: dict[str, dict], data_paths: Sequence[str],
+                 exclude: Sequence[str] = ()) -> dict[str, dict]:
+    """Per stage: how many code files (and environment files) dvc.lock records as its deps, and
+    one digest of their paths and md5s. Deps that are data or another stage's outs are not code."""
+    produced = produced_hashes(stages)
+    digests = {}
+    for name, stage in stages.items():
+        if name in exclude:
+            continue
+        code = sorted((d["path"], d.get("md5", "")) for d in stage.get("deps", [])
+                      if d["path"] not in produced and d["path"] not in data_paths)
+        text = "".join(f"{path} {md5}\n" for path, md5 in code)
+        digests[name] = {"files": len(code), "digest": hashlib.sha256(text.encode()).hexdigest()}
+    return digests
+
+
+def provenance(data_paths: Sequence[str], model_paths: Sequence[str],
+               lock_path: str | Path = "dvc.lock", root: str | Path = ".",
+               current_stage: str | None = None) -> dict:
+    """Data md5s (of the files), model md5s (from their producing stage's entry in dvc.lock),
+    each upstream stage's code digest, and library versions. `current_stage` is left out of the
+    code digests: while it runs, its own dvc.lock entry is the previous run's."""
+    stages = read_lock(Path(root) / lock_path)
+    produced = produced_hashes(stages)
+    return {
+        "data": {path: file_md5(Path(root) / path) for path in data_paths},
+        "models": {path: produced.get(path, NOT_RECORDED) for path in model_paths},
+        "code": code_digests(stages, data_paths,
+                             exclude=[current_stage] if current_stage else []),
+        "versions": library_versions(),
+    }
+
+
+def _git(*args: str, cwd: str | Path | None = None) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                              cwd=cwd).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def git_state(cwd: str | Path | None = None, ignore: Sequence[str] = ("reports/", "dvc.lock")
+              ) -> dict:
+    """The commit checked out, and whether tracked files other than the pipeline's own outputs
+    (`ignore` prefixes) have uncommitted changes."""
+    changed = [line[3:] for line in _git("status", "--porcelain", cwd=cwd).splitlines()]
+    return {"commit": _git("rev-parse", "HEAD", cwd=cwd) or "unknown",
+            "dirty": any(not path.startswith(tuple(ignore)) for path in changed)}

@@ -1,0 +1,159 @@
+"""dvc.yaml never lets the cache lie: every stage depends on all the code it runs and may read only
+the params it declares; every output path has one home (params.yaml `paths`)."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from rlvr.codedeps import code_closure, dvc_stage_deps, stage_code_files, uncovered
+from rlvr.config import Params, PathsParams, load_params
+from rlvr.stage import ParamsView, UndeclaredParam, declared_params, stage_view
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ["reward_tests", "validate", "prepare_model", "smoke", "train", "evaluate", "report"]
+
+
+@pytest.fixture(scope="module")
+def deps():
+    return dvc_stage_deps(ROOT)
+
+
+def test_every_stage_in_dvc_yaml_has_a_stage_module(deps):
+    assert list(deps) == STAGES
+    assert all((ROOT / "stages" / f"{stage}.py").is_file() for stage in deps)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_stage_depends_on_every_file_it_runs(stage, deps):
+    missing = uncovered(ROOT, stage, deps[stage], load_params(ROOT / "params.yaml").gate.tests)
+    assert not missing, (f"dvc.yaml stage {stage} runs {missing} but does not list them in its "
+                         f"deps (./dev run python -m rlvr.codedeps)")
+
+
+def test_the_derivation_follows_every_kind_of_import(tmp_path):
+    """Imports inside functions, `from pkg import module`, relative imports, and the __init__.py
+    of every package on the way all count; third-party modules do not."""
+    files = {
+        "stages/s.py": "import json\nfrom pkg.a import f\n",
+        "pkg/__init__.py": "",
+        "pkg/a.py": "def f():\n    from pkg import lazy\n    from .sub import deep\n",
+        "pkg/lazy.py": "import torch\n",
+        "pkg/sub/__init__.py": "",
+        "pkg/sub/deep.py": "",
+        "pkg/unused.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert code_closure(tmp_path, ["stages/s.py"]) == {
+        "stages/s.py", "pkg/__init__.py", "pkg/a.py", "pkg/lazy.py", "pkg/sub/__init__.py",
+        "pkg/sub/deep.py"}
+
+
+def test_a_missing_dep_is_named_with_its_stage(deps):
+    """Drop one module (and its folder) from train's deps: the check names exactly that file."""
+    without = [d for d in deps["train"] if d != "rlvr/training.py"]
+    assert uncovered(ROOT, "train", without) == ["rlvr/training.py"]
+    without = [d for d in deps["train"] if d != "rlvr/rewards"]
+    assert "rlvr/rewards/verifiers.py" in uncovered(ROOT, "train", without)
+
+
+def test_the_gate_covers_its_tests_their_conftest_and_what_they_import():
+    files = stage_code_files(ROOT, "reward_tests", ["tests/rewards"])
+    assert {"tests/conftest.py", "tests/rewards/test_verifiers.py", "rlvr/config.py",
+            "rlvr/rewards/verifiers.py", "pyproject.toml", "requirements.lock"} <= files
+
+
+def test_every_code_change_reaches_the_stages_that_run_it(deps):
+    """The reward code runs in every stage after the gate (run_stage checks reward names), and in
+    smoke, train and evaluate it scores completions."""
+    for stage in ("smoke", "train", "evaluate", "report"):
+        assert any(d in ("rlvr/rewards", "rlvr/rewards/verifiers.py") for d in deps[stage]), stage
+
+
+# --------------------------------------------------------------------------- params
+
+
+def test_declared_params_come_from_params_and_interpolations():
+    smoke = declared_params("smoke", ROOT / "dvc.yaml")
+    assert {"train.advantage", "train.grpo", "paths.base_model", "data.train_path"} <= smoke
+    assert "train.max_steps" not in smoke
+    assert "" in declared_params("report", ROOT / "dvc.yaml")  # "" = the whole file
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_declared_param_exists(stage):
+    params = load_params(ROOT / "params.yaml")
+    for key in declared_params(stage, ROOT / "dvc.yaml") - {""}:
+        obj = params
+        for part in key.split("."):
+            assert hasattr(obj, part), f"dvc.yaml stage {stage} declares {key}, not in params"
+            obj = getattr(obj, part)
+
+
+def test_a_stage_cannot_read_a_param_it_does_not_declare():
+    view = stage_view(load_params(ROOT / "params.yaml"), "evaluate", ROOT / "dvc.yaml")
+    assert view.train.grpo.temperature == 1.0 and view.evaluate.samples == 8
+    with pytest.raises(UndeclaredParam, match=r"stage evaluate reads params.yaml train.max_steps"):
+        view.train.max_steps
+    with pytest.raises(UndeclaredParam, match=r"train.grpo.beta"):
+        view.train.grpo.beta
+    with pytest.raises(AttributeError, match="read-only"):
+        view.seed = 3
+    assert isinstance(stage_view(Params(), "report", ROOT / "dvc.yaml"), Params)
+
+
+def test_a_partly_declared_section_never_prints_its_values():
+    view = ParamsView(Params(), {"model.lora"}, "train")
+    assert "tiny" not in repr(view.model)
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def _string_constants(file: Path) -> list[str]:
+    tree = ast.parse(file.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def test_output_paths_have_one_home():
+    """No stage, flow or orchestration module spells an output path: they read params.paths."""
+    outputs = set(vars(PathsParams()).values())
+    code = [*ROOT.glob("stages/*.py"), *ROOT.glob("flows/*.py"), ROOT / "rlvr/orchestration.py",
+            ROOT / "rlvr/experiments.py", ROOT / "rlvr/runs.py", ROOT / "rlvr/stage.py",
+            ROOT / "rlvr/gate.py"]
+    for file in code:
+        spelled = [s for s in _string_constants(file)
+                   if s in outputs or s.startswith(("reports/", "models/"))]
+        assert not spelled, f"{file.relative_to(ROOT)} spells {spelled}: use params.paths"
+
+
+def test_dvc_yaml_takes_every_output_path_from_params():
+    text = (ROOT / "dvc.yaml").read_text()
+    literal = re.findall(r"(?:reports|models)/[\w./-]*", text)
+    assert not literal, f"dvc.yaml spells {literal}: use ${{paths.*}}"
+
+
+def test_paths_must_stay_inside_the_repository():
+    from rlvr.config import ParamsError, parse_params
+
+    for bad in ("/tmp/x", "../x", ""):
+        with pytest.raises(ParamsError, match=r"paths.final_model"):
+            parse_params({"paths": {"final_model": bad}})
+
+
+def test_checkpoints_are_a_resume_cache_not_an_output():
+    """Their files hold timings, and a clone that pulls the results must not see them deleted."""
+    from dvc.repo import Repo
+
+    with Repo(str(ROOT)) as repo:
+        outs = {str(out.def_path) for stage in repo.index.stages for out in stage.outs}
+    assert PathsParams().final_model in outs
+    assert PathsParams().checkpoints not in outs
