@@ -19,8 +19,8 @@ from rlvr.gate import GateClosed
 from rlvr.policy import load_policy, policy_path
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
-from rlvr.training import (LiveCurvesCallback, fingerprint, loggable, resumable_checkpoint,
-                           run_grpo)
+from rlvr.training import (RUNNING_MEAN_FILE, LiveCurvesCallback, fingerprint, loggable,
+                           resumable_checkpoint, run_grpo)
 
 LIBRARY_DIR = Path(__file__).resolve().parent
 
@@ -75,7 +75,8 @@ def smoke_run(params: Params, base_dir: str) -> dict:
         num_generations=params.train.grpo.num_generations, max_steps=params.smoke.max_steps,
         beta=params.train.grpo.beta, history=history, batch_checks=trainer.batch_checks,
         reward_failures={f.__name__: f.failures for f in funcs},
-        min_spread_share=params.smoke.min_spread_share, baseline_reward=step0["mean_reward"])
+        min_spread_share=params.smoke.min_spread_share, baseline_reward=step0["mean_reward"],
+        group_baseline=params.train.advantage == "group")
     report = {"passed": all(c["passed"] for c in checks), "checks": checks,
               "step0_mean_reward": step0["mean_reward"], "first_log_line": first_line,
               "last_log_line": history[-1] if history else {}}
@@ -130,7 +131,8 @@ def train_run(params: Params, paths: PathsParams) -> dict:
                           "model": {"chat_template": model.chat_template, "lora": model.lora},
                           "versions": library_versions()},
                          Path(params.data.train_path), Path(paths.base_model), LIBRARY_DIR)
-    resume = resumable_checkpoint(checkpoint_dir, run_id)
+    own_state = [RUNNING_MEAN_FILE] if params.train.advantage == "running_mean" else []
+    resume = resumable_checkpoint(checkpoint_dir, run_id, own_state)
     if resume:
         print(f"train: resuming from {resume}")
     trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,

@@ -26,8 +26,9 @@ def _non_finite_steps(history: Sequence[dict], key: str) -> list[int]:
 def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, max_steps: int,
                  beta: float, history: Sequence[dict], batch_checks: Sequence[dict],
                  reward_failures: dict[str, int], min_spread_share: float,
-                 baseline_reward: float) -> list[dict]:
-    """The checks, from what the smoke run recorded."""
+                 baseline_reward: float, group_baseline: bool = True) -> list[dict]:
+    """The checks, from what the smoke run recorded. group_baseline=False is the no-group-norm
+    ablation (train.advantage: running_mean), whose advantages are not zero-mean per group."""
     steps = [entry for entry in history if "loss" in entry]
     sizes = sorted({size for batch in batch_checks for size in batch["group_sizes"]})
     worst_mean = max((batch["max_abs_group_mean"] for batch in batch_checks), default=math.nan)
@@ -44,7 +45,10 @@ def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, 
                                                                for b in batch_checks),
                sum(not b["advantages_finite"] for b in batch_checks), "0 batches with NaN/Inf"),
         _check("advantages_zero_mean_per_group", worst_mean <= ZERO_MEAN_TOLERANCE,
-               worst_mean, f"<= {ZERO_MEAN_TOLERANCE}"),
+               worst_mean, f"<= {ZERO_MEAN_TOLERANCE}") if group_baseline else
+        _check("advantages_zero_mean_per_group", True,
+               "train.advantage = running_mean: reward minus one global running mean",
+               "zero mean per group (GRPO's group baseline only)"),
     ]
     for key in ("loss", "grad_norm", "kl"):
         if key == "kl" and beta == 0:

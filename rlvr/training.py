@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -318,14 +319,80 @@ def build_trainer(policy: str, train_dataset, reward_funcs: Sequence[RewardFunct
 
 # --------------------------------------------------------------------------- checkpoints
 
-def last_checkpoint(folder: str | Path | None) -> str | None:
-    """The latest complete checkpoint-N in folder (the Trainer writes trainer_state.json last, so
-    a checkpoint cut short by a kill is skipped), or None."""
+WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
+TORCH_STATE_FILES = ("optimizer.pt", "scheduler.pt")  # torch.save's zip format
+
+
+def _safetensors_problem(file: Path) -> str | None:
+    """Why a safetensors file is unreadable: its header must parse and its size must match."""
+    import struct
+
+    try:
+        with open(file, "rb") as handle:
+            (header_len,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(header_len))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
+                  default=0)
+        if file.stat().st_size != 8 + header_len + end:
+            return f"{file.name} is truncated ({file.stat().st_size} of {8 + header_len + end} bytes)"
+    except (OSError, ValueError, KeyError, TypeError, struct.error) as error:
+        return f"{file.name} is unreadable ({type(error).__name__})"
+    return None
+
+
+def checkpoint_problem(folder: str | Path, extra_files: Sequence[str] = ()) -> str | None:
+    """Why a checkpoint cannot be resumed, or None when every file it needs is whole.
+
+    Checked without loading anything: trainer_state.json parses, the weights' safetensors header
+    and size agree, the optimizer and scheduler states and the RNG state are complete zip files,
+    and `extra_files` (state of our own, e.g. the running-mean baseline) are there.
+    """
+    import zipfile
+
+    folder = Path(folder)
+    try:
+        json.loads((folder / "trainer_state.json").read_text())
+    except FileNotFoundError:
+        return "trainer_state.json is missing"
+    except (OSError, ValueError):
+        return "trainer_state.json is unreadable"
+    weights = [folder / name for name in WEIGHT_FILES if (folder / name).exists()]
+    if not weights:
+        return f"no weights ({' or '.join(WEIGHT_FILES)})"
+    rng = sorted(folder.glob("rng_state*.pth"))
+    if not rng:
+        return "rng_state.pth is missing"
+    for file in weights:
+        problem = _safetensors_problem(file)
+        if problem:
+            return problem
+    for file in [*(folder / name for name in TORCH_STATE_FILES), *rng]:
+        if not file.exists():
+            return f"{file.name} is missing"
+        if not zipfile.is_zipfile(file):
+            return f"{file.name} is truncated or unreadable"
+    missing = [name for name in extra_files if not (folder / name).exists()]
+    return f"{missing[0]} is missing" if missing else None
+
+
+def last_checkpoint(folder: str | Path | None, extra_files: Sequence[str] = (),
+                    warn: bool = False) -> str | None:
+    """The newest checkpoint-N in folder that can be resumed, or None.
+
+    A checkpoint cut short by a kill (the Trainer writes trainer_state.json last) or damaged later
+    is skipped; with warn=True each skipped one gets a one-line warning naming it and why.
+    """
     if folder is None or not Path(folder).is_dir():
         return None
-    complete = [(int(p.name.split("-")[1]), p) for p in Path(folder).glob("checkpoint-*")
-                if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").exists()]
-    return str(max(complete)[1]) if complete else None
+    numbered = sorted(((int(p.name.split("-")[1]), p) for p in Path(folder).glob("checkpoint-*")
+                       if p.name.split("-")[1].isdigit()), reverse=True)
+    for _, candidate in numbered:
+        problem = checkpoint_problem(candidate, extra_files)
+        if problem is None:
+            return str(candidate)
+        if warn:
+            print(f"train: skipping damaged checkpoint {candidate}: {problem}", file=sys.stderr)
+    return None
 
 
 def fingerprint(*parts: Any) -> str:
@@ -343,11 +410,13 @@ def fingerprint(*parts: Any) -> str:
     return digest.hexdigest()
 
 
-def resumable_checkpoint(folder: str | Path, run_fingerprint: str) -> str | None:
-    """The checkpoint to resume from, if the folder holds checkpoints of this very run.
+def resumable_checkpoint(folder: str | Path, run_fingerprint: str,
+                         extra_files: Sequence[str] = ()) -> str | None:
+    """The newest whole checkpoint of this very run in the folder, if there is one.
 
     Checkpoints of a different run (other params, base model or data) are deleted so they can
-    never be resumed by mistake.
+    never be resumed by mistake; damaged ones are skipped with a warning (last_checkpoint), and if
+    none is whole the run starts over.
     """
     folder = Path(folder)
     marker = folder / FINGERPRINT_FILE
@@ -357,7 +426,7 @@ def resumable_checkpoint(folder: str | Path, run_fingerprint: str) -> str | None
             shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"fingerprint": run_fingerprint}) + "\n")
-    return last_checkpoint(folder)
+    return last_checkpoint(folder, extra_files, warn=True)
 
 
 # --------------------------------------------------------------------------- one GRPO run

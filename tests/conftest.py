@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import rlvr  # noqa: F401  (sets the offline / no-analytics environment first)
+from tests.helpers import SMALL_RUN, commit_all, dvc, make_project_copy, project_env
 
 # Prefect must never write to the user's ~/.prefect: a throwaway home for the whole test session,
 # set before anything imports prefect.
@@ -29,56 +30,36 @@ def tiny_policy_dir(tmp_path_factory):
                        tmp_path_factory.mktemp("tiny_policy"))
 
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 @pytest.fixture
 def project_copy(tmp_path):
-    """A function that copies the project's tracked files into a fresh git repository (outputs
-    of earlier runs left out), optionally with params.yaml overrides, and returns its path."""
-    import shutil
-    import subprocess
-
-    from ruamel.yaml import YAML
-
-    def make(name: str = "project", overrides: dict | None = None):
-        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.split()
-        copy = tmp_path / name
-        for file in files:
-            if (ROOT / file).is_file() and not file.startswith("reports/"):
-                (copy / file).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(ROOT / file, copy / file)
-        if overrides:
-            yaml = YAML()
-            params = yaml.load(copy / "params.yaml")
-            _merge(params, overrides)
-            yaml.dump(params, copy / "params.yaml")
-        for command in (["git", "init", "-q"], ["git", "add", "-A"],
-                        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
-            subprocess.run(command, cwd=copy, check=True)
-        return copy
-
-    return make
-
-
-def _merge(target, changes):
-    for key, value in changes.items():
-        if isinstance(value, dict) and key in target:
-            _merge(target[key], value)
-        else:
-            target[key] = value
+    """A function that copies the project into a fresh git repository (see make_project_copy)
+    and returns its path."""
+    return lambda name="project", overrides=None: make_project_copy(tmp_path / name, overrides)
 
 
 @pytest.fixture
 def dvc_env():
-    """A function giving the environment to run the project's commands in a copy: this venv's
-    executables, the copy's code."""
-    import sys
+    """A function giving project_env."""
+    return project_env
 
-    bin_dir = str(Path(sys.executable).parent)
-    return lambda project: {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-                            "PYTHONPATH": str(project)}
+
+@pytest.fixture(scope="session")
+def cold_run(tmp_path_factory):
+    """One cold `dvc repro` of the whole pipeline on SMALL_RUN, its results committed in its own
+    git repository. Slow tests copy it (copy_run) instead of training from scratch each."""
+    project = make_project_copy(tmp_path_factory.mktemp("cold") / "project", SMALL_RUN)
+    dvc(project, "repro")
+    commit_all(project, "cold run")
+    return project
+
+
+@pytest.fixture
+def copy_run(cold_run, tmp_path):
+    """A function returning a fresh copy of the cold run (git history, DVC cache, models and
+    checkpoints included)."""
+    import shutil
+
+    return lambda name="run": Path(shutil.copytree(cold_run, tmp_path / name, symlinks=True))
 
 
 @pytest.fixture

@@ -65,3 +65,10 @@ def test_beta_zero_has_no_kl_to_check():
 
 def test_a_short_run_fails_steps_completed():
     assert _failed(history=HEALTHY["history"][:2])[0] == {"steps_completed"}
+
+
+def test_the_running_mean_ablation_is_not_held_to_zero_mean_groups():
+    uneven = [{"groups": 8, "group_sizes": [8], "advantages_finite": True,
+               "max_abs_group_mean": 0.3}] * 3
+    assert _failed(batch_checks=uneven)[0] == {"advantages_zero_mean_per_group"}
+    assert _failed(batch_checks=uneven, group_baseline=False)[0] == set()

@@ -7,8 +7,9 @@ import pytest
 
 from rlvr.config import BetaScheduleParams, GRPOParams, ParamsError, parse_params
 from rlvr.rewards.registry import normalized_weights
-from rlvr.training import (BetaSchedule, FiniteGuardCallback, NonFiniteMetric, fingerprint,
-                           group_checks, grpo_config, loggable, resumable_checkpoint)
+from rlvr.training import (BetaSchedule, FiniteGuardCallback, NonFiniteMetric, checkpoint_problem,
+                           fingerprint, group_checks, grpo_config, last_checkpoint, loggable,
+                           resumable_checkpoint)
 
 
 def test_grpo_config_uses_trl_names_and_cpu_safe_values(tmp_path):
@@ -92,11 +93,61 @@ def test_group_checks():
     assert bad["group_sizes"] == [3, 4] and bad["advantages_finite"] is False
 
 
+def _checkpoint(folder):
+    """A checkpoint with every file the Trainer writes that resume reads, tiny but real."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
+    save_file({"w": torch.ones(3, 2)}, folder / "model.safetensors")
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        torch.save({"state": torch.zeros(64)}, folder / name)
+    return folder
+
+
+def _truncate(file):
+    file.write_bytes(file.read_bytes()[:-10])
+
+
+DAMAGE = {
+    "trainer_state.json is missing": lambda c: (c / "trainer_state.json").unlink(),
+    "trainer_state.json is unreadable": lambda c: (c / "trainer_state.json").write_text("{"),
+    "model.safetensors is truncated": lambda c: _truncate(c / "model.safetensors"),
+    "model.safetensors is unreadable": lambda c: (c / "model.safetensors").write_bytes(b"x"),
+    "no weights": lambda c: (c / "model.safetensors").unlink(),
+    "optimizer.pt is truncated": lambda c: _truncate(c / "optimizer.pt"),
+    "scheduler.pt is missing": lambda c: (c / "scheduler.pt").unlink(),
+    "rng_state.pth is missing": lambda c: (c / "rng_state.pth").unlink(),
+    "running_mean.json is missing": lambda c: None,  # asked for below, never written
+}
+
+
+@pytest.mark.parametrize("reason", sorted(DAMAGE))
+def test_a_damaged_checkpoint_is_skipped_for_the_newest_whole_one(reason, tmp_path, capsys):
+    older, newer = _checkpoint(tmp_path / "checkpoint-4"), _checkpoint(tmp_path / "checkpoint-8")
+    extra = ["running_mean.json"] if reason.startswith("running_mean") else []
+    for checkpoint in (older, newer):
+        if extra:
+            (checkpoint / "running_mean.json").write_text("{}")
+    assert checkpoint_problem(newer, extra) is None
+    DAMAGE[reason](newer)
+    if extra:
+        (newer / "running_mean.json").unlink()
+    assert checkpoint_problem(newer, extra).startswith(reason)
+    assert last_checkpoint(tmp_path, extra, warn=True) == str(older)
+    warning = capsys.readouterr().err.strip()
+    assert warning == f"train: skipping damaged checkpoint {newer}: {checkpoint_problem(newer, extra)}"
+    DAMAGE[reason](older)
+    if extra:
+        (older / "running_mean.json").unlink()
+    assert last_checkpoint(tmp_path, extra) is None  # none is whole: the run starts over
+
+
 def test_checkpoints_of_another_run_are_never_resumed(tmp_path):
     folder = tmp_path / "ckpt"
     assert resumable_checkpoint(folder, "run-a") is None
-    (folder / "checkpoint-4").mkdir()
-    (folder / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    _checkpoint(folder / "checkpoint-4")
     assert resumable_checkpoint(folder, "run-a").endswith("checkpoint-4")
     assert resumable_checkpoint(folder, "run-b") is None  # other params: wiped
     assert not (folder / "checkpoint-4").exists()

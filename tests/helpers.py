@@ -1,0 +1,78 @@
+"""Helpers of the end-to-end tests: copies of the project, and commands run inside them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The end-to-end budget: a real run of every stage in about a minute. 24 GRPO steps of 4 prompts
+# cover the 64 training prompts one and a half times (a kill can land inside or at the end of a
+# pass over them), with a checkpoint every 4 steps.
+SMALL_RUN = {"model": {"warm_start": {"steps": 30}},
+             "smoke": {"max_steps": 3},
+             "train": {"max_steps": 24, "save_steps": 4,
+                       "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
+             "evaluate": {"samples": 2, "n_resamples": 500}}
+
+
+def merge(target, changes) -> None:
+    """Apply nested overrides to a (ruamel) mapping in place."""
+    for key, value in changes.items():
+        if isinstance(value, dict) and key in target:
+            merge(target[key], value)
+        else:
+            target[key] = value
+
+
+def set_params(project: Path, overrides: dict) -> None:
+    """Change params.yaml in a copy, keeping its comments."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    params = yaml.load(project / "params.yaml")
+    merge(params, overrides)
+    yaml.dump(params, project / "params.yaml")
+
+
+def commit_all(project: Path, message: str) -> None:
+    """git init (if needed), add everything and commit."""
+    for command in (["git", "init", "-q"], ["git", "add", "-A"],
+                    ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm",
+                     message]):
+        subprocess.run(command, cwd=project, check=True, capture_output=True)
+
+
+def make_project_copy(copy: Path, overrides: dict | None = None) -> Path:
+    """Copy the project's tracked files (outputs of earlier runs left out) into a fresh git
+    repository at `copy`, optionally with params.yaml overrides, and commit them."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for file in files:
+        if (ROOT / file).is_file() and not file.startswith("reports/"):
+            (copy / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / file, copy / file)
+    if overrides:
+        set_params(copy, overrides)
+    commit_all(copy, "project")
+    return copy
+
+
+def project_env(project: Path) -> dict:
+    """The environment to run the project's commands in a copy: this venv's executables, the
+    copy's code."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(project)}
+
+
+def dvc(project: Path, *args: str, check: bool = True) -> str:
+    """Run a dvc command in a copy; its output (a failure shows the output's tail)."""
+    run = subprocess.run(["dvc", *args], cwd=project, env=project_env(project),
+                         capture_output=True, text=True)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0 or not check, f"dvc {' '.join(args)}: {output[-4000:]}"
+    return output
