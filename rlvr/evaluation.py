@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from rlvr.data import Row
 from rlvr.rewards.registry import RewardFunction
+from rlvr.stats import finite_mean
 
 
 @dataclass
@@ -131,16 +132,12 @@ def summarize(scored: Sequence[ScoredRow], correctness: str = "correctness") -> 
     samples = [(s, i) for s in scored for i in range(len(s.completions))]
     names = list(scored[0].rewards) if scored else []
 
-    def mean(values):
-        values = [v for v in values if v is not None]
-        return sum(values) / len(values) if values else float("nan")
-
     summary = {
         "prompts": len(scored),
         "samples": len(samples),
-        "mean_reward": mean(s.total[i] for s, i in samples),
-        "mean_length": mean(s.lengths[i] for s, i in samples),
-        "rewards": {name: mean(s.rewards[name][i] for s, i in samples) for name in names},
+        "mean_reward": finite_mean(s.total[i] for s, i in samples),
+        "mean_length": finite_mean(s.lengths[i] for s, i in samples),
+        "rewards": {name: finite_mean(s.rewards[name][i] for s, i in samples) for name in names},
         "none_rewards": {name: sum(v is None for s in scored for v in s.rewards[name])
                          for name in names},
     }
@@ -177,8 +174,9 @@ def verdict(ci: dict) -> str:
 
 
 def _mean_of(values: Sequence[float | None] | None) -> float | None:
-    values = [v for v in values or [] if v is not None]
-    return sum(values) / len(values) if values else None
+    """finite_mean, as None (JSON null) when there is nothing to average."""
+    mean = finite_mean(values or [])
+    return None if math.isnan(mean) else mean
 
 
 def _split_stats(sampled: Sequence[ScoredRow], greedy: Sequence[ScoredRow],

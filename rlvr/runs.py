@@ -19,6 +19,7 @@ from rlvr.gate import GateClosed
 from rlvr.policy import load_policy, policy_path
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
+from rlvr.stats import finite_mean
 from rlvr.training import (RUNNING_MEAN_FILE, LiveCurvesCallback, fingerprint, loggable,
                            resumable_checkpoint, run_grpo)
 
@@ -97,20 +98,15 @@ def require_smoke(path: str | Path) -> None:
         raise GateClosed(f"the smoke run did not pass ({path}): {', '.join(failed)}")
 
 
-def _mean(values: list[float]) -> float:
-    values = [v for v in values if math.isfinite(v)]
-    return sum(values) / len(values) if values else math.nan
-
-
 def run_metrics(history: list[dict], window: int = 10) -> dict:
     """What a run ended at: the last step's values, and first vs last `window` steps' means."""
     last = history[-1] if history else {}
     return {
         "steps": len(history),
         "final": {key: last[key] for key in CURVE_KEYS if key in last},
-        f"first{window}_mean_reward": _mean([e["reward"] for e in history[:window]]),
-        f"last{window}_mean_reward": _mean([e["reward"] for e in history[-window:]]),
-        f"last{window}_mean_kl": _mean([e["kl"] for e in history[-window:] if "kl" in e]),
+        f"first{window}_mean_reward": finite_mean(e["reward"] for e in history[:window]),
+        f"last{window}_mean_reward": finite_mean(e["reward"] for e in history[-window:]),
+        f"last{window}_mean_kl": finite_mean(e["kl"] for e in history[-window:] if "kl" in e),
         "max_kl": max((e["kl"] for e in history if "kl" in e), default=None),
     }
 

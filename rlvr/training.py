@@ -25,10 +25,12 @@ from typing import Any
 
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from rlvr.config import BetaScheduleParams, GRPOParams, ModelParams
 from rlvr.errors import PipelineError
 from rlvr.rewards.registry import RewardFunction, normalized_weights
+from rlvr.stats import finite_mean
 
 # Logged keys that measure time or throughput: kept out of the metric files, which must be
 # identical between two runs with the same seed.
@@ -108,9 +110,14 @@ class BetaSchedule:
     def __init__(self, params: BetaScheduleParams, beta: float) -> None:
         self.params = params
         self.beta = beta
-        self.current = params.beta_start if params.kind in ("warmup", "adaptive") else beta
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the value at step 0."""
+        params = self.params
+        self.current = params.beta_start if params.kind in ("warmup", "adaptive") else self.beta
         if params.kind == "adaptive" and self.current <= 0:
-            self.current = beta
+            self.current = self.beta
 
     def value(self, step: int) -> float:
         p = self.params
@@ -133,6 +140,14 @@ class BetaScheduleCallback(TrainerCallback):
     def __init__(self, schedule: BetaSchedule) -> None:
         self.schedule = schedule
         self.trainer: GRPOTrainer | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # On resume, the adaptive controller's value is not in the checkpoint: rebuild it by
+        # observing the restored history's KLs again, in order (the same arithmetic as before).
+        self.schedule.reset()
+        for entry in state.log_history:
+            if "kl" in entry:
+                self.schedule.observe_kl(float(entry["kl"]))
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.trainer is not None:
@@ -243,12 +258,43 @@ class RunningMeanBaseline:
         self.value: float | None = None
 
     def advantages(self, rewards: Sequence[float]) -> list[float]:
-        finite = [r for r in rewards if math.isfinite(r)]
-        batch_mean = sum(finite) / len(finite) if finite else 0.0
+        batch_mean = finite_mean(rewards)
+        batch_mean = 0.0 if math.isnan(batch_mean) else batch_mean
         baseline = batch_mean if self.value is None else self.value
         self.value = (batch_mean if self.value is None
                       else self.momentum * self.value + (1 - self.momentum) * batch_mean)
         return [r - baseline if math.isfinite(r) else 0.0 for r in rewards]
+
+
+class EpochReplaySampler(RepeatSampler):
+    """TRL's RepeatSampler whose pass over the data is a function of the epoch, not of history.
+
+    RepeatSampler seeds its generator once and draws a new permutation on every pass, so pass k
+    uses the k-th permutation of the seeded generator. A resumed Trainer builds a fresh sampler
+    and never replays the passes before the checkpoint, so without this it restarts from the first
+    permutation. The Trainer calls set_epoch(epoch) before each pass (also after a resume); the
+    generator is then reseeded and the earlier permutations are drawn again, so pass k gets the
+    very permutation an uninterrupted run gives it.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.epoch: int | None = None  # None until the Trainer calls set_epoch
+        self._next_pass = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        pass_index = self._next_pass if self.epoch is None else self.epoch
+        self._next_pass = pass_index + 1
+        if self.shuffle and self.seed is not None:
+            import torch
+
+            self.generator.manual_seed(self.seed)
+            for _ in range(pass_index):
+                torch.randperm(self.num_samples, generator=self.generator)
+        yield from super().__iter__()
 
 
 class PipelineGRPOTrainer(GRPOTrainer):
@@ -260,6 +306,14 @@ class PipelineGRPOTrainer(GRPOTrainer):
         self.batch_checks: list[dict] = []
         self.running_mean = running_mean
         self._last_rewards_per_func = None
+
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is not RepeatSampler:
+            return sampler
+        return EpochReplaySampler(sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+                                  batch_size=sampler.batch_size, repeat_count=sampler.repeat_count,
+                                  shuffle=sampler.shuffle, seed=sampler.seed)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
@@ -288,10 +342,13 @@ class PipelineGRPOTrainer(GRPOTrainer):
         return output
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        if self.running_mean is not None:  # its state must survive a resume, like the RNG's
+        # The running mean must survive a resume, like the RNG state. It is written first: the
+        # Trainer writes trainer_state.json last, so a checkpoint with one is whole.
+        if self.running_mean is not None and self.args.should_save:
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            folder.mkdir(parents=True, exist_ok=True)
             (folder / RUNNING_MEAN_FILE).write_text(json.dumps({"value": self.running_mean.value}))
+        super()._save_checkpoint(model, trial)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:

@@ -76,3 +76,58 @@ def dvc(project: Path, *args: str, check: bool = True) -> str:
     output = run.stdout + run.stderr
     assert run.returncode == 0 or not check, f"dvc {' '.join(args)}: {output[-4000:]}"
     return output
+
+
+# Loaded as sitecustomize by every Python process of a run (dvc and the stage it starts): once
+# `transformers.trainer` is imported, the Trainer kills its whole process group (dvc included)
+# with SIGKILL right after it saved checkpoint-$KILL_AFTER_CHECKPOINT: a kill -9 that lands at
+# that exact point, every time.
+KILL_HOOK = '''
+import importlib.abc, importlib.util, os, signal, sys
+
+STEP = int(os.environ["KILL_AFTER_CHECKPOINT"])
+
+
+class _KillAfterCheckpoint(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "transformers.trainer":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            save = module.Trainer._save_checkpoint
+
+            def save_then_die(trainer, *args, **kwargs):
+                save(trainer, *args, **kwargs)
+                if trainer.state.global_step == STEP:
+                    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+            module.Trainer._save_checkpoint = save_then_die
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _KillAfterCheckpoint())
+'''
+
+
+def kill_train_after(project: Path, step: int) -> str:
+    """Train from scratch under `dvc repro` (checkpoints removed first) and kill -9 the whole run
+    right after checkpoint-<step> is saved. Returns the run's output."""
+    import signal
+
+    shutil.rmtree(project / "models/checkpoints", ignore_errors=True)
+    hook = project.parent / f"{project.name}-kill-hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(KILL_HOOK)
+    env = project_env(project)
+    env.update(PYTHONPATH=f"{hook}:{project}", KILL_AFTER_CHECKPOINT=str(step))
+    run = subprocess.run(["dvc", "repro", "--force", "--single-item", "train"], cwd=project,
+                         env=env, capture_output=True, text=True, start_new_session=True)
+    output = run.stdout + run.stderr
+    assert run.returncode == -signal.SIGKILL, f"not killed (exit {run.returncode}): {output[-3000:]}"
+    return output

@@ -1,57 +1,78 @@
-"""The pipeline through `dvc repro` on a small budget: determinism, and resume after kill -9."""
+"""Resume is identical wherever the kill lands: `dvc repro` killed with SIGKILL during train, then
+rerun, ends with the same history, metrics, curves and weights as the uninterrupted cold run, at
+several kill points, for the no-group-norm ablation too, and past a damaged checkpoint."""
 
-import json
-import os
-import signal
 import subprocess
-import time
 
 import pytest
+from ruamel.yaml import YAML
 
-SMALL = {"model": {"warm_start": {"steps": 30}},
-         "smoke": {"max_steps": 3},
-         "train": {"max_steps": 12, "save_steps": 4,
-                   "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}}}
-# Outputs that must be byte-identical between two runs with the same seed.
-DETERMINISTIC = ["reports/prepare/summary.json", "reports/smoke/checks.json",
-                 "reports/smoke/step0.json", "reports/train/metrics.json",
-                 "reports/train/history.jsonl", "reports/train/live/plots/metrics/reward.tsv",
+from tests.helpers import dvc, kill_train_after, set_params
+
+pytestmark = pytest.mark.slow
+CHECKPOINTS = "models/checkpoints"
+# Outputs that must be byte-identical between an interrupted and an uninterrupted run (git status
+# then also says the tracked ones, and dvc.lock, are unchanged).
+DETERMINISTIC = ["reports/train/metrics.json", "reports/train/history.jsonl",
+                 "reports/train/live/plots/metrics/reward.tsv",
                  "reports/train/live/plots/metrics/kl.tsv", "reports/train/live/metrics.json"]
 
 
-def _repro(project, env):
-    run = subprocess.run(["dvc", "repro"], cwd=project, env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return run.stdout + run.stderr
+def _results(project) -> dict:
+    lock = YAML(typ="safe").load((project / "dvc.lock").read_text())["stages"]
+    weights = next(o["md5"] for o in lock["train"]["outs"] if o["path"] == "models/final")
+    return {"models/final": weights, **{name: (project / name).read_text()
+                                        for name in DETERMINISTIC}}
 
 
-def _outputs(project):
-    return {name: (project / name).read_text() for name in DETERMINISTIC}
+def _git_status(project) -> str:
+    return subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True,
+                          text=True, check=True).stdout
 
 
-@pytest.mark.slow
-def test_same_seed_same_metrics_and_a_killed_run_resumes_to_the_same_end(project_copy, dvc_env):
-    first, second, killed = (project_copy(name, SMALL) for name in ("first", "second", "killed"))
-    _repro(first, dvc_env(first))
-    _repro(second, dvc_env(second))
-    assert _outputs(first) == _outputs(second)
-    metrics = json.loads((first / "reports/train/metrics.json").read_text())
-    assert metrics["steps"] == 12
-
-    # Start the third, kill -9 the whole process group once checkpoint-8 is complete.
-    log = open(killed.parent / "killed.log", "w")
-    process = subprocess.Popen(["dvc", "repro"], cwd=killed, env=dvc_env(killed), stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
-    marker = killed / "models/checkpoints/checkpoint-8/trainer_state.json"
-    deadline = time.monotonic() + 600
-    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert marker.exists(), (killed.parent / "killed.log").read_text()[-3000:]
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    assert not (killed / "reports/train/metrics.json").exists()
-
-    output = _repro(killed, dvc_env(killed))
-    assert "train: resuming from models/checkpoints/checkpoint-" in output
+# 16 steps make one pass over the 64 prompts: inside the first pass, at its end, inside the second.
+@pytest.mark.parametrize("step", [8, 16, 20])
+def test_a_run_killed_at_any_checkpoint_resumes_to_the_same_end(step, copy_run, cold_run):
+    project = copy_run(f"killed-at-{step}")
+    kill_train_after(project, step)
+    checkpoints = sorted(p.name for p in (project / CHECKPOINTS).glob("checkpoint-*"))
+    assert checkpoints == [f"checkpoint-{step - 4}", f"checkpoint-{step}"]  # nothing later
+    assert not (project / "models/final").exists()  # DVC removed it when the stage started
+    output = dvc(project, "repro")
+    assert f"train: resuming from {CHECKPOINTS}/checkpoint-{step}" in output
     assert "Stage 'prepare_model' didn't change, skipping" in output
-    assert _outputs(killed) == _outputs(first)
+    assert _results(project) == _results(cold_run)
+    assert _git_status(project) == ""  # every tracked report and dvc.lock as committed
+
+
+def test_the_running_mean_ablation_resumes_with_its_baseline(copy_run):
+    project = copy_run("ablation")
+    set_params(project, {"train": {"advantage": "running_mean"}})
+    dvc(project, "repro", "train")  # the uninterrupted ablation run (smoke reruns too)
+    uninterrupted = _results(project)
+    assert '"running_mean_baseline"' in uninterrupted["reports/train/history.jsonl"]
+    kill_train_after(project, 20)
+    output = dvc(project, "repro", "train")
+    assert f"train: resuming from {CHECKPOINTS}/checkpoint-20" in output
+    assert _results(project) == uninterrupted
+
+
+def test_a_damaged_checkpoint_is_skipped_for_the_newest_whole_one(copy_run, cold_run):
+    project = copy_run("damaged")
+    kill_train_after(project, 16)  # leaves checkpoint-12 and checkpoint-16
+    weights = project / CHECKPOINTS / "checkpoint-16" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])  # cut short, as by a full disk
+    output = dvc(project, "repro")
+    assert (f"train: skipping damaged checkpoint {CHECKPOINTS}/checkpoint-16: model.safetensors "
+            "is truncated") in output
+    assert f"train: resuming from {CHECKPOINTS}/checkpoint-12" in output
+    assert _results(project) == _results(cold_run)
+
+    # No whole checkpoint at all: the run starts over, and still ends the same.
+    kill_train_after(project, 8)
+    for state in (project / CHECKPOINTS).glob("checkpoint-*/trainer_state.json"):
+        state.unlink()
+    output = dvc(project, "repro")
+    assert output.count("train: skipping damaged checkpoint") == 2
+    assert "trainer_state.json is missing" in output and "resuming from" not in output
+    assert _results(project) == _results(cold_run)
