@@ -17,6 +17,9 @@ from pathlib import Path
 # Files every stage depends on besides code: the pinned library versions and the package and
 # pytest configuration (a changed pin changes what the library code does).
 ENVIRONMENT_FILES = ("requirements.lock", "pyproject.toml")
+# Stages that report on every other stage: the retrospective shows each stage's code digest and
+# the comments in params.yaml, so it depends on all the code and on the file itself.
+SUMMARY_STAGES = ("report",)
 
 
 def _module_file(root: Path, module: str) -> Path | None:
@@ -90,7 +93,7 @@ def stage_code_files(root: str | Path, stage: str, gate_tests: Sequence[str] = (
     and doctests it is given (params gate.tests), the conftest.py files pytest loads for them, and
     pytest's configuration."""
     root = Path(root).resolve()
-    entries = [root / "stages" / f"{stage}.py"]
+    entries = _with_packages(root, f"stages.{stage}")  # stages/__init__.py runs too
     if stage == "reward_tests":
         tests = _python_files(root, gate_tests)
         conftests = {parent / "conftest.py" for test in tests
@@ -104,29 +107,39 @@ def covered(path: str, deps: Iterable[str]) -> bool:
     return any(path == dep or path.startswith(dep.rstrip("/") + "/") for dep in deps)
 
 
-def uncovered(root: str | Path, stage: str, deps: Iterable[str],
-              gate_tests: Sequence[str] = ()) -> list[str]:
-    """The files a stage runs that its deps do not cover, sorted."""
-    deps = list(deps)
-    return sorted(p for p in stage_code_files(root, stage, gate_tests) if not covered(p, deps))
+def required_deps(root: str | Path, stages: Iterable[str],
+                  gate_tests: Sequence[str] = ()) -> dict[str, set[str]]:
+    """The files each stage must list: the code it runs, or, for a summary stage, the code every
+    stage runs and params.yaml."""
+    own = {stage: stage_code_files(root, stage, gate_tests) for stage in stages}
+    everything = set().union(*own.values(), {"params.yaml"})
+    return {stage: everything if stage in SUMMARY_STAGES else files
+            for stage, files in own.items()}
+
+
+def uncovered(root: str | Path, deps: dict[str, list[str]],
+              gate_tests: Sequence[str] = ()) -> dict[str, list[str]]:
+    """Per stage, the files it must list (required_deps) that its deps do not cover, sorted."""
+    required = required_deps(root, deps, gate_tests)
+    return {stage: sorted(p for p in required[stage] if not covered(p, deps[stage]))
+            for stage in deps}
 
 
 def dvc_stage_deps(root: str | Path = ".") -> dict[str, list[str]]:
     """Each stage's deps as DVC resolves them (params.yaml interpolated)."""
+    from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
         return {stage.name: [str(Path(dep.def_path)) for dep in stage.deps
-                             if not dep.def_path.startswith("params.yaml")]
+                             if not isinstance(dep, ParamsDependency)]
                 for stage in repo.index.stages}
 
 
 def main() -> int:
     from rlvr.config import load_params
 
-    gate_tests = load_params().gate.tests
-    missing = {stage: uncovered(".", stage, deps, gate_tests)
-               for stage, deps in dvc_stage_deps(".").items()}
+    missing = uncovered(".", dvc_stage_deps("."), load_params().gate.tests)
     for stage, files in missing.items():
         print(f"{stage}: " + (", ".join(files) if files else "every file it runs is a dep"))
     return 1 if any(missing.values()) else 0

@@ -242,6 +242,21 @@ class TrainParams:
         _require(0 <= self.running_mean_momentum < 1, "train.running_mean_momentum",
                  self.running_mean_momentum, "must be in [0, 1)")
         _require(self.save_steps > 0, "train.save_steps", self.save_steps, "must be positive")
+        # A resumed run generates afresh at its first step: a checkpoint between two updates on
+        # one generated batch could not resume identically. TRL generates every
+        # steps_per_generation x num_iterations micro-batches (steps_per_generation defaults to
+        # gradient_accumulation_steps, one optimizer step).
+        grpo = self.grpo
+        per_generation = grpo.extra.get("steps_per_generation") or grpo.gradient_accumulation_steps
+        _require(isinstance(per_generation, int) and per_generation > 0,
+                 "train.grpo.extra.steps_per_generation", per_generation,
+                 "must be a positive integer")
+        _require(self.save_steps * grpo.gradient_accumulation_steps
+                 % (per_generation * grpo.num_iterations) == 0, "train.save_steps",
+                 self.save_steps, f"must fall on a fresh batch of rollouts: a multiple of "
+                                  f"num_iterations x steps_per_generation / "
+                                  f"gradient_accumulation_steps ({grpo.num_iterations} x "
+                                  f"{per_generation} / {grpo.gradient_accumulation_steps})")
 
 
 @dataclass

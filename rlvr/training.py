@@ -392,7 +392,7 @@ def _safetensors_problem(file: Path) -> str | None:
                   default=0)
         if file.stat().st_size != 8 + header_len + end:
             return f"{file.name} is truncated ({file.stat().st_size} of {8 + header_len + end} bytes)"
-    except (OSError, ValueError, KeyError, TypeError, struct.error) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error) as error:
         return f"{file.name} is unreadable ({type(error).__name__})"
     return None
 
@@ -414,6 +414,7 @@ def checkpoint_problem(folder: str | Path, extra_files: Sequence[str] = ()) -> s
     except (OSError, ValueError):
         return "trainer_state.json is unreadable"
     weights = [folder / name for name in WEIGHT_FILES if (folder / name).exists()]
+    weights += sorted(folder.glob("*model-*-of-*.safetensors"))  # a sharded large model
     if not weights:
         return f"no weights ({' or '.join(WEIGHT_FILES)})"
     rng = sorted(folder.glob("rng_state*.pth"))
@@ -428,8 +429,14 @@ def checkpoint_problem(folder: str | Path, extra_files: Sequence[str] = ()) -> s
             return f"{file.name} is missing"
         if not zipfile.is_zipfile(file):
             return f"{file.name} is truncated or unreadable"
-    missing = [name for name in extra_files if not (folder / name).exists()]
-    return f"{missing[0]} is missing" if missing else None
+    for name in extra_files:
+        try:
+            json.loads((folder / name).read_text())
+        except FileNotFoundError:
+            return f"{name} is missing"
+        except (OSError, ValueError):
+            return f"{name} is unreadable"
+    return None
 
 
 def last_checkpoint(folder: str | Path | None, extra_files: Sequence[str] = (),
@@ -478,8 +485,14 @@ def resumable_checkpoint(folder: str | Path, run_fingerprint: str,
     folder = Path(folder)
     marker = folder / FINGERPRINT_FILE
     if folder.exists():
-        recorded = json.loads(marker.read_text())["fingerprint"] if marker.exists() else None
+        try:
+            recorded = json.loads(marker.read_text())["fingerprint"]
+        except (OSError, ValueError, KeyError, TypeError):  # missing, or cut short by a kill
+            recorded = None
         if recorded != run_fingerprint:
+            if any(folder.glob("checkpoint-*")):
+                print(f"train: the checkpoints in {folder} are of another run (params, data, base "
+                      "model or code differ): starting over", file=sys.stderr)
             shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"fingerprint": run_fingerprint}) + "\n")

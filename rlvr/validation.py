@@ -21,11 +21,12 @@ from typing import Any
 import pandas as pd
 
 from rlvr.data import Line, read_lines
-from rlvr.rewards.registry import VERIFIERS, verifier_problems
+from rlvr.rewards.registry import VERIFIERS, score_correctness, verifier_problems
 from rlvr.rewards.verifiers import countdown_reward, countdown_solution
 
 # Columns that explain a failing row; each rule names the one it prints (Rule.detail).
-_DETAIL_COLUMNS = ["line_detail", "fields_detail", "regex_detail", "countdown_detail"]
+_DETAIL_COLUMNS = ["line_detail", "fields_detail", "regex_detail", "countdown_detail",
+                   "exact_match_detail"]
 _RESULT_FORMAT = {"result_format": "COMPLETE",
                   "unexpected_index_column_names": ["line", "id", *_DETAIL_COLUMNS]}
 
@@ -93,6 +94,18 @@ def _countdown_solvable(verifier: Any, fields_ok: bool | None) -> tuple[bool | N
     return True, ""
 
 
+def _exact_match_answerable(verifier: Any, fields_ok: bool | None) -> tuple[bool | None, str]:
+    """Does the verifier reward the target itself? (Not when it holds answer tags, which the
+    verifier strips from every answer.) Regex rows have no such witness: a pattern that can
+    never match is not detected."""
+    if not fields_ok or verifier.get("type") != "exact_match":
+        return None, ""
+    if score_correctness(verifier["target"], verifier) == 1.0:
+        return True, ""
+    return False, (f"the verifier scores the target {verifier['target']!r} itself as 0, so no "
+                   "answer can earn a reward")
+
+
 def lines_frame(lines: Sequence[Line]) -> pd.DataFrame:
     return pd.DataFrame({
         "line": [line.number for line in lines],
@@ -115,6 +128,7 @@ def rows_frame(lines: Sequence[Line]) -> pd.DataFrame:
         fields_ok, fields_detail = _verifier_detail(verifier)
         compiles, regex_detail = _regex_compiles(verifier, fields_ok)
         solvable, solve_detail = _countdown_solvable(verifier, fields_ok)
+        answerable, answer_detail = _exact_match_answerable(verifier, fields_ok)
         records.append({
             "line": line.number,
             "id": _text(obj.get("id")),
@@ -123,13 +137,15 @@ def rows_frame(lines: Sequence[Line]) -> pd.DataFrame:
             "verifier_fields_ok": fields_ok,
             "regex_compiles": compiles,
             "countdown_solvable": solvable,
+            "exact_match_answerable": answerable,
             "line_detail": "",
             "fields_detail": fields_detail,
             "regex_detail": regex_detail,
             "countdown_detail": solve_detail,
+            "exact_match_detail": answer_detail,
         })
     columns = ["line", "id", "prompt", "verifier_type", "verifier_fields_ok", "regex_compiles",
-               "countdown_solvable", *_DETAIL_COLUMNS]
+               "countdown_solvable", "exact_match_answerable", *_DETAIL_COLUMNS]
     return pd.DataFrame.from_records(records, columns=columns).astype(object)
 
 
@@ -182,6 +198,9 @@ def row_rules(expected_rows: int | None, max_prompt_chars: int,
         Rule("countdown_solvable", "countdown target is unreachable",
              E.ExpectColumnValuesToBeInSet(column="countdown_solvable", value_set=[True]),
              detail="countdown_detail"),
+        Rule("exact_match_answerable", "exact_match target can never be matched",
+             E.ExpectColumnValuesToBeInSet(column="exact_match_answerable", value_set=[True]),
+             detail="exact_match_detail"),
         Rule("prompt_not_in_other_split", f"prompt also appears in {other_name}",
              E.ExpectColumnValuesToNotBeInSet(column="prompt", value_set=sorted(set(other_prompts)))),
     ]

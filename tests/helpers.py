@@ -66,7 +66,9 @@ def project_env(project: Path) -> dict:
     """The environment to run the project's commands in a copy: this venv's executables, the
     copy's code."""
     bin_dir = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(project)}
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(project)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on a user's machine: __pycache__ gets written
+    return env
 
 
 def dvc(project: Path, *args: str, check: bool = True) -> str:

@@ -31,6 +31,11 @@ def test_values_dvc_writes_as_strings_are_converted():
     ({"rewards": {"length": {"l_min": 20}}}, "rewards.length.l_min=20.0 must be below l_max"),
     ({"gate": {"tests": []}}, "gate.tests=[] must list at least one test path"),
     ({"data": "x"}, "data must be a mapping"),
+    ({"train": {"save_steps": 5, "grpo": {"num_iterations": 2}}},
+     "train.save_steps=5 must fall on a fresh batch of rollouts: a multiple of num_iterations "
+     "x steps_per_generation / gradient_accumulation_steps (2 x 1 / 1)"),
+    ({"train": {"save_steps": 6, "grpo": {"extra": {"steps_per_generation": 4}}}},
+     "train.save_steps=6 must fall on a fresh batch of rollouts"),
 ])
 def test_bad_values_are_named_with_the_rule(raw, message):
     with pytest.raises(ParamsError) as error:

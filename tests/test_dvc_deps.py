@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.codedeps import code_closure, dvc_stage_deps, stage_code_files, uncovered
+from rlvr.codedeps import code_closure, covered, dvc_stage_deps, stage_code_files, uncovered
 from rlvr.config import Params, PathsParams, load_params
 from rlvr.stage import ParamsView, UndeclaredParam, declared_params, stage_view
 
@@ -27,9 +27,19 @@ def test_every_stage_in_dvc_yaml_has_a_stage_module(deps):
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_each_stage_depends_on_every_file_it_runs(stage, deps):
-    missing = uncovered(ROOT, stage, deps[stage], load_params(ROOT / "params.yaml").gate.tests)
+    missing = uncovered(ROOT, deps, load_params(ROOT / "params.yaml").gate.tests)[stage]
     assert not missing, (f"dvc.yaml stage {stage} runs {missing} but does not list them in its "
                          f"deps (./dev run python -m rlvr.codedeps)")
+
+
+def test_the_report_follows_all_the_code_and_the_comments_in_params_yaml(deps):
+    """It shows every stage's code digest and the rationale comments next to each param, so any
+    stage's code change, or a comment-only edit, must rerun it."""
+    gate_tests = load_params(ROOT / "params.yaml").gate.tests
+    for stage in STAGES:
+        for file in stage_code_files(ROOT, stage, gate_tests):
+            assert covered(file, deps["report"]), f"report does not follow {file} ({stage} runs it)"
+    assert "params.yaml" in deps["report"]
 
 
 def test_the_derivation_follows_every_kind_of_import(tmp_path):
@@ -55,9 +65,11 @@ def test_the_derivation_follows_every_kind_of_import(tmp_path):
 def test_a_missing_dep_is_named_with_its_stage(deps):
     """Drop one module (and its folder) from train's deps: the check names exactly that file."""
     without = [d for d in deps["train"] if d != "rlvr/training.py"]
-    assert uncovered(ROOT, "train", without) == ["rlvr/training.py"]
+    assert uncovered(ROOT, {"train": without}) == {"train": ["rlvr/training.py"]}
     without = [d for d in deps["train"] if d != "rlvr/rewards"]
-    assert "rlvr/rewards/verifiers.py" in uncovered(ROOT, "train", without)
+    assert "rlvr/rewards/verifiers.py" in uncovered(ROOT, {"train": without})["train"]
+    without = [d for d in deps["train"] if d != "stages/__init__.py"]
+    assert uncovered(ROOT, {"train": without}) == {"train": ["stages/__init__.py"]}
 
 
 def test_the_gate_covers_its_tests_their_conftest_and_what_they_import():
@@ -70,7 +82,7 @@ def test_every_code_change_reaches_the_stages_that_run_it(deps):
     """The reward code runs in every stage after the gate (run_stage checks reward names), and in
     smoke, train and evaluate it scores completions."""
     for stage in ("smoke", "train", "evaluate", "report"):
-        assert any(d in ("rlvr/rewards", "rlvr/rewards/verifiers.py") for d in deps[stage]), stage
+        assert covered("rlvr/rewards/verifiers.py", deps[stage]), stage
 
 
 # --------------------------------------------------------------------------- params

@@ -120,7 +120,15 @@ DAMAGE = {
     "scheduler.pt is missing": lambda c: (c / "scheduler.pt").unlink(),
     "rng_state.pth is missing": lambda c: (c / "rng_state.pth").unlink(),
     "running_mean.json is missing": lambda c: None,  # asked for below, never written
+    "running_mean.json is unreadable": lambda c: (c / "running_mean.json").write_text('{"va'),
+    "model.safetensors is unreadable (AttributeError)": lambda c: _header(c, b"[1, 2]"),
 }
+
+
+def _header(checkpoint, header):
+    import struct
+
+    (checkpoint / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
 
 
 @pytest.mark.parametrize("reason", sorted(DAMAGE))
@@ -132,14 +140,14 @@ def test_a_damaged_checkpoint_is_skipped_for_the_newest_whole_one(reason, tmp_pa
             (checkpoint / "running_mean.json").write_text("{}")
     assert checkpoint_problem(newer, extra) is None
     DAMAGE[reason](newer)
-    if extra:
+    if reason == "running_mean.json is missing":
         (newer / "running_mean.json").unlink()
     assert checkpoint_problem(newer, extra).startswith(reason)
     assert last_checkpoint(tmp_path, extra, warn=True) == str(older)
     warning = capsys.readouterr().err.strip()
     assert warning == f"train: skipping damaged checkpoint {newer}: {checkpoint_problem(newer, extra)}"
     DAMAGE[reason](older)
-    if extra:
+    if reason == "running_mean.json is missing":
         (older / "running_mean.json").unlink()
     assert last_checkpoint(tmp_path, extra) is None  # none is whole: the run starts over
 
@@ -152,6 +160,10 @@ def test_checkpoints_of_another_run_are_never_resumed(tmp_path):
     assert resumable_checkpoint(folder, "run-b") is None  # other params: wiped
     assert not (folder / "checkpoint-4").exists()
     assert json.loads((folder / "fingerprint.json").read_text()) == {"fingerprint": "run-b"}
+    _checkpoint(folder / "checkpoint-8")
+    (folder / "fingerprint.json").write_text('{"finger')  # cut short by a kill
+    assert resumable_checkpoint(folder, "run-b") is None  # not provably this run: start over
+    assert not (folder / "checkpoint-8").exists()
 
 
 def test_fingerprint_follows_file_contents(tmp_path):

@@ -152,6 +152,9 @@ CORRUPTIONS = {
                                "regex_compiles"),
     "exact_match_blank_target": (_edit(_exact_match_empty_target), "train", "row cd-train-005",
                                  "verifier_fields"),
+    "exact_match_unanswerable": (_edit(_set("verifier", {"type": "exact_match",
+                                                         "target": "<answer>42</answer>"})),
+                                 "train", "row cd-train-005", "exact_match_answerable"),
     "eval_duplicate_id": (lambda t, e: _edit_row(e, 3, _set("id", "cd-eval-001")), "eval",
                           "row cd-eval-001 (line 4)", "id_unique"),
 }

@@ -30,7 +30,7 @@ _EXPRESSION_CHARS = frozenset("0123456789+-*/() \t\n\r")
 # A claimed result after '=' is an integer of at most this many characters (int() of a huge
 # literal is slow: the bound keeps scoring fast on adversarial text).
 MAX_CLAIM_CHARS = 32
-_CLAIM = re.compile(r"\s*-?\d{1,%d}\s*" % MAX_CLAIM_CHARS)
+_CLAIM = re.compile(r"[ \t\n\r]*-?[0-9]{1,%d}[ \t\n\r]*" % MAX_CLAIM_CHARS)  # ASCII only
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 
 

@@ -72,6 +72,8 @@ def test_format_times_out_instead_of_hanging_on_catastrophic_backtracking():
     ("3*5==15", [3, 5], 15, 0.0),
     ("3*5=15=15", [3, 5], 15, 0.0),
     ("=15", [3, 5], 15, 0.0),
+    ("3*5 = \u0661\u0665", [3, 5], 15, 0.0),    # digits are ASCII, in the claim as in the expression
+    ("3*5 = \uff11\uff15", [3, 5], 15, 0.0),
     ("(3 +\n5) *\n2", [3, 5, 2], 16, 1.0),  # line breaks inside an expression are spaces
     ("-3+5", [-3, 5], 2, 0.0),           # no unary minus: a negative number cannot be written,
     ("5+(-3)", [-3, 5], 2, 0.0),         # so the data contract rejects rows that give one
