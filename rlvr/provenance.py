@@ -32,6 +32,17 @@ def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str]:
     return versions
 
 
+def compute_platform() -> str:
+    """The machine and the CPU kernels torch dispatches to: float results (and so model md5s)
+    differ between, say, AVX2 and AVX512 machines, and this names which one made them."""
+    import platform
+
+    import torch
+
+    return (f"{platform.machine()}, torch CPU capability "
+            f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
+
+
 def file_md5(path: str | Path) -> str:
     """md5 of a file's bytes: what DVC 3 records for a file."""
     digest = hashlib.md5()
@@ -87,6 +98,7 @@ def provenance(data_paths: Sequence[str], model_paths: Sequence[str],
         "code": code_digests(stages, data_paths,
                              exclude=[current_stage] if current_stage else []),
         "versions": library_versions(),
+        "platform": compute_platform(),
     }
 
 

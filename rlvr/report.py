@@ -143,6 +143,7 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
         *[[f"code of stage {stage}", f"{c['files']} files, sha256 {c['digest'][:16]}"]
           for stage, c in prov["code"].items()],
         *[[f"{name} version", version] for name, version in prov["versions"].items()],
+        ["platform (float results depend on it)", prov["platform"]],
     ])
     out += ["", "<details><summary>params.yaml as used</summary>", "", "```json",
             json.dumps(params, indent=2, default=str), "```", "", "</details>", ""]
