@@ -17,6 +17,7 @@ from rlvr.data import Row, read_rows, write_text_atomic
 from rlvr.evaluation import rollout_settings, score_rows, summarize
 from rlvr.gate import GateClosed
 from rlvr.policy import load_policy, policy_path
+from rlvr.provenance import library_versions
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
 from rlvr.stats import finite_mean
@@ -24,12 +25,8 @@ from rlvr.training import (RUNNING_MEAN_FILE, LiveCurvesCallback, fingerprint, l
                            resumable_checkpoint, run_grpo)
 
 LIBRARY_DIR = Path(__file__).resolve().parent
-
-
-def library_versions() -> dict[str, str]:
-    from importlib import metadata
-
-    return {name: metadata.version(name) for name in ("torch", "transformers", "trl", "accelerate")}
+# The libraries whose versions a training run's fingerprint covers.
+TRAINING_LIBRARIES = ("torch", "transformers", "trl", "accelerate")
 
 # The summary keys of a training run, in the order they are reported.
 CURVE_KEYS = ("reward", "rewards/correctness/mean", "rewards/format/mean", "rewards/length/mean",
@@ -125,7 +122,7 @@ def train_run(params: Params, paths: PathsParams) -> dict:
     model = params.model
     run_id = fingerprint({"seed": params.seed, "train": params.train, "rewards": params.rewards,
                           "model": {"chat_template": model.chat_template, "lora": model.lora},
-                          "versions": library_versions()},
+                          "versions": library_versions(TRAINING_LIBRARIES)},
                          Path(params.data.train_path), Path(paths.base_model), LIBRARY_DIR)
     own_state = [RUNNING_MEAN_FILE] if params.train.advantage == "running_mean" else []
     resume = resumable_checkpoint(checkpoint_dir, run_id, own_state)

@@ -64,7 +64,10 @@ def declared_params(stage: str, dvc_yaml: str | Path = DVC_YAML) -> set[str]:
                 if file != "params.yaml":
                     raise ValueError(f"dvc.yaml: stage {stage} reads params from {file}; the "
                                      "pipeline's params all live in params.yaml")
-                keys.update(names) if names else keys.add(WHOLE_FILE)
+                if names:
+                    keys.update(names)
+                else:
+                    keys.add(WHOLE_FILE)
     for text in _strings({k: v for k, v in spec.items() if k != "params"}):
         keys.update(_INTERPOLATION.findall(text))
     return keys
