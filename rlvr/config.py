@@ -8,8 +8,11 @@ never sees a string where it expects a number. Errors name the section, the fiel
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,57 +28,110 @@ class ParamsError(PipelineError, ValueError):
     """params.yaml holds a value the pipeline cannot use; the message says which and why."""
 
 
-def _help(text: str, **kwargs: Any) -> Any:
-    return field(metadata={"help": text}, **kwargs)
+@dataclass(frozen=True)
+class Rule:
+    """What a value must satisfy, and the words that say so in the error."""
+    holds: Callable[[Any], bool]
+    text: str
+
+
+def at_least(low: float) -> Rule:
+    return Rule(lambda v: v >= low, f"must be >= {low}")
+
+
+def above(low: float) -> Rule:
+    return Rule(lambda v: v > low, f"must be > {low}")
+
+
+def within(low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Rule:
+    """low <= v <= high, either end open: `within(0, 1, low_open=True)` is (0, 1]."""
+    return Rule(lambda v: (v > low if low_open else v >= low) and (v < high if high_open else v <= high),
+                f"must be in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
+
+
+def one_of(*choices: str) -> Rule:
+    return Rule(lambda v: v in choices, "must be one of: " + ", ".join(choices))
+
+
+def _compiles(pattern: str) -> bool:
+    import regex  # the package the format reward matches with (rlvr.rewards.verifiers)
+
+    try:
+        regex.compile(pattern)
+    except regex.error:
+        return False
+    return True
+
+
+NON_EMPTY = Rule(bool, "must not be empty")
+POSITIVE = above(0)
+COUNT = at_least(1)
+SEED = within(0, 2**32 - 1)  # numpy's seed range
+COMPILES = Rule(_compiles, "must be a regular expression that compiles")
+# The stage names of dvc.yaml (tests/test_config.py checks they agree).
+STAGES = ("check_params", "reward_tests", "validate", "prepare_model", "smoke", "train",
+          "evaluate", "report")
+# TRL 1.16 GRPOConfig.loss_type values and transformers 5 SchedulerType values (tests check both
+# against the installed libraries).
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+                 "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau",
+                 "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay", "greedy")
+
+
+def _help(text: str, rule: Rule | None = None, each: Rule | None = None, **kwargs: Any) -> Any:
+    """A field with its help string, the rule its value must satisfy, and the rule each item of a
+    list (or each value of a mapping) must satisfy."""
+    return field(metadata={"help": text, "rule": rule, "each": each}, **kwargs)
 
 
 @dataclass
 class DataParams:
     train_path: str = _help("JSONL file of training rows (id, prompt, verifier).",
-                            default="data/grpo_train.jsonl")
+                            rule=NON_EMPTY, default="data/grpo_train.jsonl")
     eval_path: str = _help("JSONL file of held-out rows; must share no prompt with train.",
-                           default="data/grpo_eval.jsonl")
-    train_rows: int = _help("Exact number of rows the training file must have.", default=64)
+                           rule=NON_EMPTY, default="data/grpo_eval.jsonl")
+    train_rows: int = _help("Exact number of rows the training file must have.", rule=COUNT, default=64)
     max_prompt_chars: int = _help("Longest prompt allowed, in characters. TRL never truncates "
-                                  "prompts, so length is bounded here, in the data.", default=200)
+                                  "prompts, so length is bounded here, in the data.", rule=COUNT, default=200)
 
     def __post_init__(self) -> None:
-        _require(self.train_rows > 0, "data.train_rows", self.train_rows, "must be a positive integer")
-        _require(self.max_prompt_chars > 0, "data.max_prompt_chars", self.max_prompt_chars,
-                 "must be a positive integer")
+        _require(self.eval_path != self.train_path, "data.eval_path", self.eval_path,
+                 "must differ from data.train_path (held-out rows are not training rows)")
 
 
 @dataclass
 class LengthParams:
-    lam: float = _help("Weight lambda of the Kimi k1.5 length term.", default=0.5)
+    lam: float = _help("Weight lambda of the Kimi k1.5 length term.", rule=at_least(0), default=0.5)
     l_min: float = _help("Length (completion tokens) that earns the full bonus when correct.",
-                         default=1.0)
+                         rule=at_least(0), default=1.0)
     l_max: float = _help("Length at which a correct answer earns 0 and a wrong one the full "
-                         "penalty.", default=12.0)
-    l_target: float = _help("Wrong answers longer than this are penalised.", default=8.0)
+                         "penalty.", rule=POSITIVE, default=12.0)
+    l_target: float = _help("Wrong answers longer than this are penalised.", rule=at_least(0), default=8.0)
 
     def __post_init__(self) -> None:
         _require(self.l_min < self.l_max, "rewards.length.l_min", self.l_min,
                  f"must be below l_max ({self.l_max})")
-        _require(self.l_target < self.l_max, "rewards.length.l_target", self.l_target,
-                 f"must be below l_max ({self.l_max})")
+        _require(self.l_min <= self.l_target < self.l_max, "rewards.length.l_target",
+                 self.l_target, f"must be in [l_min, l_max) ([{self.l_min}, {self.l_max}))")
 
 
 @dataclass
 class RewardsParams:
     funcs: list[str] = _help("Reward functions by registry name (rlvr.rewards.REWARD_FUNCS).",
-                             default_factory=lambda: ["correctness", "format"])
+                             rule=NON_EMPTY, default_factory=lambda: ["correctness", "format"])
     weights: list[float] = _help("One weight per reward function, same order (TRL's "
-                                 "reward_weights).", default_factory=lambda: [1.0, 0.2])
+                                 "reward_weights).", each=at_least(0), default_factory=lambda: [1.0, 0.2])
     format_pattern: str = _help("Regex the whole completion must match for the format reward.",
-                                default=r"^\s*\(*\d+\)*(\s*[-+*/]\s*\(*\d+\)*)+\s*$")
+                                rule=COMPILES, default=r"^\s*\(*\d+\)*(\s*[-+*/]\s*\(*\d+\)*)+\s*$")
     length: LengthParams = _help("The length term's parameters (used when 'length' is in funcs).",
                                  default_factory=LengthParams)
 
     def __post_init__(self) -> None:
         # Names are checked against the registry by rlvr.rewards.registry.check_reward_names
         # (every stage calls it first), so this module needs no reward code.
-        _require(bool(self.funcs), "rewards.funcs", self.funcs, "must list at least one reward")
+        _require(len(set(self.funcs)) == len(self.funcs), "rewards.funcs", self.funcs,
+                 "must name each reward function once")
         _require(len(self.weights) == len(self.funcs), "rewards.weights", self.weights,
                  f"needs one weight per reward function ({len(self.funcs)})")
         _require(sum(self.weights) > 0, "rewards.weights", self.weights,
@@ -86,22 +142,19 @@ class RewardsParams:
 class GateParams:
     tests: list[str] = _help("Pytest paths of the offline reward tests that gate every stage "
                              "(test files and the doctests of the reward modules).",
-                             default_factory=lambda: ["tests/rewards", "rlvr/rewards",
+                             rule=NON_EMPTY, each=NON_EMPTY, default_factory=lambda: ["tests/rewards", "rlvr/rewards",
                                                       "rlvr/grpo_math.py"])
-
-    def __post_init__(self) -> None:
-        _require(bool(self.tests), "gate.tests", self.tests, "must list at least one test path")
 
 
 @dataclass
 class TinyModelParams:
-    hidden_size: int = _help("Width of the tiny Qwen3 model.", default=128)
-    intermediate_size: int = _help("MLP width.", default=512)
-    num_hidden_layers: int = _help("Transformer blocks.", default=2)
-    num_attention_heads: int = _help("Query heads (hidden_size must divide by it).", default=4)
-    num_key_value_heads: int = _help("Key/value heads (grouped-query attention).", default=2)
+    hidden_size: int = _help("Width of the tiny Qwen3 model.", rule=COUNT, default=128)
+    intermediate_size: int = _help("MLP width.", rule=COUNT, default=512)
+    num_hidden_layers: int = _help("Transformer blocks.", rule=COUNT, default=2)
+    num_attention_heads: int = _help("Query heads (hidden_size must divide by it).", rule=COUNT, default=4)
+    num_key_value_heads: int = _help("Key/value heads (grouped-query attention).", rule=COUNT, default=2)
     max_position_embeddings: int = _help("Longest prompt + completion, in characters.",
-                                         default=256)
+                                         rule=COUNT, default=256)
 
     def __post_init__(self) -> None:
         _require(self.hidden_size % self.num_attention_heads == 0, "model.tiny.hidden_size",
@@ -115,31 +168,26 @@ class TinyModelParams:
 @dataclass
 class WarmStartParams:
     steps: int = _help("Supervised steps on well-formed expressions over each training row's "
-                       "numbers, NOT checked against the target (0 = no warm start).", default=300)
-    batch_size: int = _help("Examples per warm-start step.", default=128)
-    learning_rate: float = _help("AdamW learning rate of the warm start.", default=3e-3)
-
-    def __post_init__(self) -> None:
-        _require(self.steps >= 0, "model.warm_start.steps", self.steps, "must be >= 0")
-        _require(self.batch_size > 0, "model.warm_start.batch_size", self.batch_size,
-                 "must be positive")
+                       "numbers, NOT checked against the target (0 = no warm start).", rule=at_least(0), default=300)
+    batch_size: int = _help("Examples per warm-start step.", rule=COUNT, default=128)
+    learning_rate: float = _help("AdamW learning rate of the warm start.", rule=POSITIVE, default=3e-3)
 
 
 @dataclass
 class LoraParams:
     enabled: bool = _help("Train LoRA adapters instead of all weights (large models).",
                           default=False)
-    r: int = _help("LoRA rank.", default=16)
-    alpha: int = _help("LoRA alpha (scale = alpha / r).", default=32)
-    dropout: float = _help("Dropout on the LoRA path.", default=0.0)
+    r: int = _help("LoRA rank.", rule=COUNT, default=16)
+    alpha: int = _help("LoRA alpha (scale = alpha / r).", rule=POSITIVE, default=32)
+    dropout: float = _help("Dropout on the LoRA path.", rule=within(0, 1, high_open=True), default=0.0)
     target_modules: str = _help("Which modules get adapters (peft's 'all-linear' or a name).",
-                                default="all-linear")
+                                rule=NON_EMPTY, default="all-linear")
 
 
 @dataclass
 class ModelParams:
     init: str = _help("'tiny': build the tiny Qwen3 default locally; 'pretrained': load "
-                      "name_or_path.", default="tiny")
+                      "name_or_path.", rule=one_of("tiny", "pretrained"), default="tiny")
     name_or_path: str = _help("A local Hugging Face causal-LM folder, or a hub id where the "
                               "network allows (init: pretrained).", default="")
     chat_template: bool = _help("Wrap prompts as chat messages (instruct models); the tiny "
@@ -151,8 +199,6 @@ class ModelParams:
     lora: LoraParams = _help("LoRA adapters for GRPO (peft).", default_factory=LoraParams)
 
     def __post_init__(self) -> None:
-        _require(self.init in ("tiny", "pretrained"), "model.init", self.init,
-                 "must be 'tiny' or 'pretrained'")
         _require(self.init != "pretrained" or bool(self.name_or_path), "model.name_or_path",
                  self.name_or_path, "must name a model folder or hub id when model.init is "
                                     "'pretrained'")
@@ -161,24 +207,24 @@ class ModelParams:
 @dataclass
 class GRPOParams:
     """GRPOConfig fields, under TRL's own names (the rest keep TRL's defaults unless set in extra)."""
-    learning_rate: float = _help("AdamW learning rate.", default=2e-4)
+    learning_rate: float = _help("AdamW learning rate.", rule=POSITIVE, default=2e-4)
     beta: float = _help("KL coefficient against the reference (base) policy; 0 = no reference "
-                        "model and no KL. With a schedule, the value it ends at.", default=0.05)
-    num_generations: int = _help("G: completions sampled per prompt (one group).", default=8)
+                        "model and no KL. With a schedule, the value it ends at.", rule=at_least(0), default=0.05)
+    num_generations: int = _help("G: completions sampled per prompt (one group).", rule=at_least(2), default=8)
     per_device_train_batch_size: int = _help("Completions per step (prompts per step x G); "
-                                             "must be divisible by num_generations.", default=128)
-    gradient_accumulation_steps: int = _help("Micro-batches per optimizer step.", default=1)
-    max_completion_length: int = _help("Longest completion, in tokens.", default=8)
-    temperature: float = _help("Sampling temperature of the rollouts.", default=1.0)
-    top_p: float = _help("Nucleus sampling of the rollouts.", default=1.0)
-    loss_type: str = _help("TRL loss aggregation: grpo, dr_grpo, dapo, bnpo, ...", default="dapo")
+                                             "must be divisible by num_generations.", rule=COUNT, default=128)
+    gradient_accumulation_steps: int = _help("Micro-batches per optimizer step.", rule=COUNT, default=1)
+    max_completion_length: int = _help("Longest completion, in tokens.", rule=COUNT, default=8)
+    temperature: float = _help("Sampling temperature of the rollouts.", rule=POSITIVE, default=1.0)
+    top_p: float = _help("Nucleus sampling of the rollouts.", rule=within(0, 1, low_open=True), default=1.0)
+    loss_type: str = _help("TRL loss aggregation: grpo, dr_grpo, dapo, bnpo, ...", rule=one_of(*LOSS_TYPES), default="dapo")
     scale_rewards: str = _help("Advantage scaling: group (divide by the group std), batch, or "
-                               "none.", default="group")
-    epsilon: float = _help("PPO clip range of the importance ratio.", default=0.2)
-    num_iterations: int = _help("Updates per generated batch (mu in the GRPO paper).", default=1)
-    max_grad_norm: float = _help("Gradient clipping.", default=1.0)
+                               "none.", rule=one_of("group", "batch", "none"), default="group")
+    epsilon: float = _help("PPO clip range of the importance ratio.", rule=POSITIVE, default=0.2)
+    num_iterations: int = _help("Updates per generated batch (mu in the GRPO paper).", rule=COUNT, default=1)
+    max_grad_norm: float = _help("Gradient clipping.", rule=POSITIVE, default=1.0)
     lr_scheduler_type: str = _help("Learning-rate schedule (transformers names).",
-                                   default="constant")
+                                   rule=one_of(*LR_SCHEDULERS), default="constant")
     use_cpu: bool = _help("Train on CPU (the default machine has no GPU).", default=True)
     bf16: bool = _help("bfloat16 mixed precision (GPU only).", default=False)
     use_vllm: bool = _help("Generate rollouts with vLLM (GPU only).", default=False)
@@ -186,14 +232,9 @@ class GRPOParams:
                         default_factory=dict)
 
     def __post_init__(self) -> None:
-        _require(self.num_generations >= 2, "train.grpo.num_generations", self.num_generations,
-                 "must be at least 2 (a group of one has no relative advantage)")
         _require(self.per_device_train_batch_size % self.num_generations == 0,
                  "train.grpo.per_device_train_batch_size", self.per_device_train_batch_size,
                  f"must be divisible by num_generations ({self.num_generations})")
-        _require(self.beta >= 0, "train.grpo.beta", self.beta, "must be >= 0")
-        _require(self.scale_rewards in ("group", "batch", "none"), "train.grpo.scale_rewards",
-                 self.scale_rewards, "must be group, batch or none")
         _require(not (self.bf16 and self.use_cpu), "train.grpo.bf16", self.bf16,
                  "needs a GPU: set use_cpu: false, or bf16: false on CPU")
 
@@ -202,46 +243,36 @@ class GRPOParams:
 class BetaScheduleParams:
     kind: str = _help("constant: beta throughout; warmup: linear from beta_start to beta over "
                       "warmup_steps; adaptive: a PPO-style controller steering KL to target_kl.",
-                      default="constant")
-    beta_start: float = _help("Beta at step 0 (warmup; also the adaptive start).", default=0.0)
-    warmup_steps: int = _help("Steps of the linear warm-up.", default=100)
+                      rule=one_of("constant", "warmup", "adaptive"), default="constant")
+    beta_start: float = _help("Beta at step 0 (warmup; also the adaptive start).", rule=at_least(0), default=0.0)
+    warmup_steps: int = _help("Steps of the linear warm-up.", rule=COUNT, default=100)
     target_kl: float = _help("KL the adaptive controller aims for (per token, k3).",
-                             default=0.05)
+                             rule=POSITIVE, default=0.05)
     horizon: int = _help("Adaptive controller's horizon: larger reacts more slowly.",
-                         default=100)
+                         rule=COUNT, default=100)
 
-    def __post_init__(self) -> None:
-        _require(self.kind in ("constant", "warmup", "adaptive"), "train.beta_schedule.kind",
-                 self.kind, "must be constant, warmup or adaptive")
-        _require(self.warmup_steps > 0, "train.beta_schedule.warmup_steps", self.warmup_steps,
-                 "must be positive")
-        _require(self.target_kl > 0, "train.beta_schedule.target_kl", self.target_kl,
-                 "must be positive")
 
 
 @dataclass
 class TrainParams:
-    max_steps: int = _help("GRPO optimizer steps of the full run.", default=400)
+    max_steps: int = _help("GRPO optimizer steps of the full run.", rule=COUNT, default=400)
     advantage: str = _help("group: GRPO's per-group baseline (TRL's own computation); "
                            "running_mean: the ablation with no group normalisation, one global "
                            "running mean of the reward as the baseline, no std scaling.",
-                           default="group")
+                           rule=one_of("group", "running_mean"), default="group")
     running_mean_momentum: float = _help("running_mean: weight of the old baseline in each "
-                                         "update (exponential moving average).", default=0.9)
+                                         "update (exponential moving average).", rule=within(0, 1, high_open=True), default=0.9)
     save_steps: int = _help("Checkpoint every this many steps; a killed run resumes from the "
-                            "last one.", default=50)
+                            "last one.", rule=COUNT, default=50)
+    log_every: int = _help("The console shows one line (step, reward, correctness, KL, beta, "
+                           "s/step) every this many steps of the smoke and training runs; every "
+                           "step still goes to history.jsonl and DVCLive.", rule=COUNT, default=25)
     grpo: GRPOParams = _help("GRPOConfig fields (shared with the smoke run).",
                              default_factory=GRPOParams)
     beta_schedule: BetaScheduleParams = _help("How beta moves during training.",
                                               default_factory=BetaScheduleParams)
 
     def __post_init__(self) -> None:
-        _require(self.max_steps > 0, "train.max_steps", self.max_steps, "must be positive")
-        _require(self.advantage in ("group", "running_mean"), "train.advantage", self.advantage,
-                 "must be group or running_mean")
-        _require(0 <= self.running_mean_momentum < 1, "train.running_mean_momentum",
-                 self.running_mean_momentum, "must be in [0, 1)")
-        _require(self.save_steps > 0, "train.save_steps", self.save_steps, "must be positive")
         # A resumed run generates afresh at its first step: a checkpoint between two updates on
         # one generated batch could not resume identically. TRL generates every
         # steps_per_generation x num_iterations micro-batches (steps_per_generation defaults to
@@ -262,52 +293,48 @@ class TrainParams:
 @dataclass
 class SmokeParams:
     max_steps: int = _help("Steps of the smoke run that proves the pipe before the full run.",
-                           default=50)
+                           rule=COUNT, default=50)
     min_spread_share: float = _help("Smallest acceptable share of groups whose rewards differ "
-                                    "(no spread = no gradient).", default=0.1)
+                                    "(no spread = no gradient).", rule=within(0, 1), default=0.1)
 
 
 @dataclass
 class EvaluateParams:
     samples: int = _help("k: sampled completions per prompt for the mean sampled reward.",
-                         default=8)
+                         rule=COUNT, default=8)
     seed: int = _help("Sampling seed, the same for the step-0 and the final policy (paired).",
-                      default=1234)
-    confidence: float = _help("Confidence level of the paired bootstrap CI.", default=0.95)
-    n_resamples: int = _help("Bootstrap resamples.", default=10000)
+                      rule=SEED, default=1234)
+    confidence: float = _help("Confidence level of the paired bootstrap CI.", rule=within(0, 1, low_open=True, high_open=True), default=0.95)
+    n_resamples: int = _help("Bootstrap resamples.", rule=COUNT, default=10000)
 
-    def __post_init__(self) -> None:
-        _require(self.samples >= 1, "evaluate.samples", self.samples, "must be at least 1")
-        _require(0 < self.confidence < 1, "evaluate.confidence", self.confidence,
-                 "must be between 0 and 1")
 
 
 @dataclass
 class ReportParams:
     window: int = _help("Steps in the moving averages the KL/beta diagnosis compares.",
-                        default=50)
-    kl_tiny: float = _help("'Too tight' if the smoothed KL never exceeds this ...", default=0.01)
+                        rule=COUNT, default=50)
+    kl_tiny: float = _help("'Too tight' if the smoothed KL never exceeds this ...", rule=at_least(0), default=0.01)
     plateau_gain: float = _help("... and the reward gains less than this over the second half.",
-                                default=0.02)
-    kl_high: float = _help("'Too loose' if the smoothed KL ends above this, ...", default=1.0)
+                                rule=at_least(0), default=0.02)
+    kl_high: float = _help("'Too loose' if the smoothed KL ends above this, ...", rule=POSITIVE, default=1.0)
     kl_rising_ratio: float = _help("... or the last quarter's KL exceeds the third quarter's by "
-                                   "this factor (still climbing), ...", default=1.5)
+                                   "this factor (still climbing), ...", rule=above(1), default=1.5)
     collapse_drop: float = _help("... or the smoothed reward ends this far below its peak.",
-                                 default=0.1)
+                                 rule=at_least(0), default=0.1)
 
 
 @dataclass
 class OrchestrationParams:
     retries: int = _help("Retries of a training stage that fails (a killed run resumes from "
-                         "its checkpoint).", default=2)
-    retry_delay_seconds: int = _help("Wait before a retry.", default=10)
+                         "its checkpoint).", rule=at_least(0), default=2)
+    retry_delay_seconds: int = _help("Wait before a retry.", rule=at_least(0), default=10)
     retried_stages: list[str] = _help("Stages the flow retries; the gate and validation never "
                                       "are (a retry cannot fix a failing test or a bad row).",
-                                      default_factory=lambda: ["prepare_model", "smoke", "train"])
+                                      each=one_of(*STAGES), default_factory=lambda: ["prepare_model", "smoke", "train"])
     default_timeout: int = _help("Seconds a stage may run before the flow fails it.",
-                                 default=1800)
+                                 rule=COUNT, default=1800)
     timeouts: dict = _help("Per-stage timeouts in seconds, overriding default_timeout.",
-                           default_factory=lambda: {"train": 3600})
+                           each=POSITIVE, default_factory=lambda: {"train": 3600})
     ablations: dict = _help("Experiments flow: name -> list of `-S` overrides.",
                             default_factory=lambda: {
                                 "no-kl": ["train.grpo.beta=0"],
@@ -316,9 +343,23 @@ class OrchestrationParams:
                         default_factory=lambda: {"train.grpo.beta": [0.01, 0.1]})
 
     def __post_init__(self) -> None:
-        _require(self.retries >= 0, "orchestration.retries", self.retries, "must be >= 0")
-        _require(self.default_timeout > 0, "orchestration.default_timeout",
-                 self.default_timeout, "must be positive")
+        for stage in self.timeouts:
+            _require(stage in STAGES, "orchestration.timeouts", stage,
+                     "names no stage; stages: " + ", ".join(STAGES))
+        for name, overrides in self.ablations.items():
+            _require(bool(_EXPERIMENT_NAME.fullmatch(str(name))), "orchestration.ablations", name,
+                     "must be a DVC experiment name: letters, digits, '-' and '_'")
+            _require(isinstance(overrides, list) and bool(overrides)
+                     and all(isinstance(o, str) and "=" in o for o in overrides),
+                     f"orchestration.ablations.{name}", overrides,
+                     "must be a list of `-S` overrides such as train.grpo.beta=0")
+            for override in overrides:
+                _require_param_key(override.split("=", 1)[0].strip(),
+                                   f"orchestration.ablations.{name}")
+        for key, values in self.sweep.items():
+            _require_param_key(str(key), "orchestration.sweep")
+            _require(isinstance(values, list) and bool(values), f"orchestration.sweep.{key}",
+                     values, "must be a non-empty list of values")
 
 
 @dataclass
@@ -360,6 +401,9 @@ class PathsParams:
                                     default="reports/retrospective.html")
     timing: str = _help("Wall time per stage (not an output: it differs on every run).",
                         default="reports/timing")
+    params_check: str = _help("The params check's verdict: the same bytes for every valid "
+                              "params.yaml, so only the stages whose params changed rerun.",
+                              default="reports/params/check.json")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -371,7 +415,7 @@ class PathsParams:
 
 @dataclass
 class Params:
-    seed: int = _help("Seed for everything random in the pipeline.", default=0)
+    seed: int = _help("Seed for everything random in the pipeline.", rule=SEED, default=0)
     data: DataParams = _help("Where the rows are and what they must look like.",
                              default_factory=DataParams)
     rewards: RewardsParams = _help("Which rewards train the policy, and how they are weighted.",
@@ -389,9 +433,48 @@ class Params:
     paths: PathsParams = _help("Where every output lives.", default_factory=PathsParams)
 
 
+_EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
 def _require(ok: bool, name: str, value: Any, rule: str) -> None:
     if not ok:
-        raise ParamsError(f"params.yaml: {name}={value!r} {rule}")
+        raise ParamsError(f"params.yaml: {name} = {value!r}: {rule}")
+
+
+def _require_param_key(key: str, where: str) -> None:
+    """`key` (dotted) must name a params.yaml field, e.g. train.grpo.beta."""
+    cls: Any = Params
+    for part in key.split("."):
+        hints = typing.get_type_hints(cls) if dataclasses.is_dataclass(cls) else {}
+        if part not in hints:
+            raise ParamsError(f"params.yaml: {where} = {key!r}: names no params.yaml field")
+        cls = hints[part]
+        if cls is dict:  # train.grpo.extra.<any GRPOConfig field>
+            return
+
+
+def _check_rules(cls: type, values: dict[str, Any], prefix: str) -> None:
+    """Each field's own rule (and each item's), before the dataclass checks fields together."""
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        name, value = f"{prefix}.{f.name}" if prefix else f.name, values[f.name]
+        rule, each = f.metadata.get("rule"), f.metadata.get("each")
+        if rule is not None:
+            _require(rule.holds(value), name, value, rule.text)
+        if each is not None:
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                try:
+                    ok = each.holds(item)
+                except TypeError:
+                    ok = False
+                _require(ok, f"{name}[{key!r}]" if isinstance(value, dict) else f"{name}[{key}]",
+                         item, each.text)
+
+
+_TYPE_WORDS = {int: "an integer", float: "a finite number", bool: "true or false",
+               str: "a string"}
 
 
 def _convert(value: Any, annotation: Any, name: str) -> Any:
@@ -399,12 +482,12 @@ def _convert(value: Any, annotation: Any, name: str) -> Any:
     origin = typing.get_origin(annotation)
     if dataclasses.is_dataclass(annotation):
         if not isinstance(value, dict):
-            raise ParamsError(f"params.yaml: {name} must be a mapping, got {value!r}")
+            raise ParamsError(f"params.yaml: {name} = {value!r}: must be a mapping")
         return _build(annotation, value, name)
     if origin is list:
         (item_type,) = typing.get_args(annotation)
         if not isinstance(value, list):
-            raise ParamsError(f"params.yaml: {name} must be a list, got {value!r}")
+            raise ParamsError(f"params.yaml: {name} = {value!r}: must be a list")
         return [_convert(v, item_type, f"{name}[{i}]") for i, v in enumerate(value)]
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(annotation)
@@ -412,7 +495,17 @@ def _convert(value: Any, annotation: Any, name: str) -> Any:
             return None
         (inner,) = [a for a in args if a is not type(None)]
         return _convert(value, inner, name)
+    if annotation is dict:
+        _require(isinstance(value, dict), name, value, "must be a mapping")
+        return value
     try:
+        if annotation is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise ValueError
+            number = float(value)
+            if math.isfinite(number):
+                return number
+            raise ValueError
         if annotation is bool:
             if isinstance(value, bool):
                 return value
@@ -420,17 +513,21 @@ def _convert(value: Any, annotation: Any, name: str) -> Any:
                 return str(value).lower() == "true"
             raise ValueError
         if annotation is int:
-            if isinstance(value, bool) or float(value) != int(float(value)):
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                 raise ValueError
-            return int(float(value))
-        if annotation is float:
-            if isinstance(value, bool):
+            if isinstance(value, int):
+                return value
+            number = float(value)  # "64" and "6.4e1" from `dvc exp run -S`
+            if number != int(number):
                 raise ValueError
-            return float(value)
+            return int(number)
         if annotation is str:
+            if isinstance(value, (dict, list)):
+                raise ValueError
             return str(value)
-    except (TypeError, ValueError):
-        raise ParamsError(f"params.yaml: {name}={value!r} must be a {annotation.__name__}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ParamsError(f"params.yaml: {name} = {value!r}: must be {_TYPE_WORDS[annotation]}"
+                          ) from None
     return value
 
 
@@ -443,7 +540,53 @@ def _build(cls: type, raw: dict, prefix: str = "") -> Any:
         raise ParamsError(f"params.yaml: unknown key(s) {unknown} in {where}; known: {sorted(known)}")
     kwargs = {key: _convert(value, hints[key], f"{prefix}.{key}" if prefix else key)
               for key, value in raw.items()}
+    _check_rules(cls, kwargs, prefix)
     return cls(**kwargs)
+
+
+def check_experiments(raw: dict) -> None:
+    """Every params.yaml the experiments flow would run (each ablation's and each sweep value's
+    `-S` overrides applied, as DVC applies them) passes the same checks as params.yaml itself."""
+    import copy
+
+    params = parse_params(raw)
+    runs = [(f"orchestration.ablations.{name}", overrides)
+            for name, overrides in params.orchestration.ablations.items()]
+    runs += [(f"orchestration.sweep.{key}", [f"{key}={value}"])
+             for key, values in params.orchestration.sweep.items() for value in values]
+    for where, overrides in runs:
+        changed = copy.deepcopy(raw)
+        for override in overrides:
+            key, text = (part.strip() for part in override.split("=", 1))
+            node = changed
+            *parents, last = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = YAML(typ="safe").load(text)  # DVC reads an -S value as YAML
+        try:
+            parse_params(changed)
+        except ParamsError as error:
+            raise ParamsError(f"params.yaml: {where} = {overrides!r}: gives a bad params.yaml: "
+                              f"{str(error).removeprefix('params.yaml: ')}") from None
+
+
+def read_params_file(path: str | Path = PARAMS_FILE) -> dict:
+    """params.yaml as a mapping, or ParamsError naming the file and what is wrong with it."""
+    from ruamel.yaml import YAMLError
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = YAML(typ="safe").load(handle)
+    except (OSError, UnicodeDecodeError) as error:
+        raise ParamsError(f"{path}: cannot be read: {error}") from None
+    except YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ParamsError(f"{path}:{where}: not valid YAML: "
+                          f"{getattr(error, 'problem', None) or error}") from None
+    if raw is not None and not isinstance(raw, dict):
+        raise ParamsError(f"{path}: must be a mapping of sections, got a {type(raw).__name__}")
+    return raw or {}
 
 
 def parse_params(raw: dict) -> Params:
@@ -453,6 +596,4 @@ def parse_params(raw: dict) -> Params:
 
 def load_params(path: str | Path = PARAMS_FILE) -> Params:
     """Read and validate params.yaml."""
-    with open(path, encoding="utf-8") as handle:
-        raw = YAML(typ="safe").load(handle)
-    return parse_params(raw)
+    return parse_params(read_params_file(path))

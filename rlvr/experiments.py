@@ -102,7 +102,7 @@ def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[
 
 
 def comparison_markdown(experiments: Sequence[Experiment], image: str) -> str:
-    from rlvr.render import md_table
+    from rlvr.render import md_image, md_table
 
     header, rows = comparison_rows(experiments)
     lines = ["# Experiments", "",
@@ -110,7 +110,7 @@ def comparison_markdown(experiments: Sequence[Experiment], image: str) -> str:
              "(`dvc exp show`). Columns between the name and the results are the params that "
              "differ.", ""]
     lines += md_table(header, rows)
-    lines += ["", f"![reward and KL curves]({image})", ""]
+    lines += ["", md_image("reward and KL curves", image), ""]
     return "\n".join(lines)
 
 
@@ -127,7 +127,9 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports") -> list[Expe
         e.history = read_history(e.rev, cwd, paths.train_history)
     out = Path(cwd) / out_dir
     plot_overlay({e.name: e.history for e in experiments}, out / "figures" / "experiments.png")
-    markdown = comparison_markdown(experiments, "figures/experiments.png")
+    figure = "figures/experiments.png"
+    markdown = comparison_markdown(experiments, figure)
     write_text_atomic(out / "experiments.md", markdown)
-    write_text_atomic(out / "experiments.html", to_html(markdown, out, title="Experiments"))
+    write_text_atomic(out / "experiments.html",
+                      to_html(markdown, out, images=[figure], title="Experiments"))
     return experiments

@@ -99,6 +99,9 @@ def warm_start_examples(rows, seed: int, per_row: int = 32) -> list[dict]:
     return examples
 
 
+WARM_START_LOG_EVERY = 100  # console lines of the warm start: one per 100 steps
+
+
 def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rate: float,
                seed: int, output_dir: str | Path) -> dict:
     """Supervised warm start with TRL's SFTTrainer (loss on completion tokens only).
@@ -107,6 +110,8 @@ def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rat
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
+
+    from rlvr.console import use_console_progress
 
     examples = warm_start_examples(rows, seed)
     if not examples:
@@ -120,6 +125,8 @@ def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rat
                      dataloader_drop_last=False, disable_tqdm=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                          processing_class=tokenizer)
+    use_console_progress(trainer, "prepare_model: warm start", WARM_START_LOG_EVERY,
+                         keys=(("loss", "loss"),))
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return {"examples": len(examples), "steps": steps, "first_loss": losses[0] if losses else None,

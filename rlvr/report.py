@@ -4,6 +4,10 @@
 into a self-contained HTML page); the analysis it shows lives in rlvr.diagnosis, the provenance in
 rlvr.provenance. The document is a deterministic function of its inputs: no clock, no git state,
 so a rerun of the same commit writes the same bytes.
+
+Everything that comes from data, params or model output (ids, prompts, completions, names,
+paths, values, messages) enters the markdown through rlvr.render's md_escape / md_value /
+md_code or as a cell of md_table, which escapes it: the page shows it as text, never as markup.
 """
 
 from __future__ import annotations
@@ -14,29 +18,35 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.diagnosis import prompt_audit
-from rlvr.render import fmt, md_table
+from rlvr.render import Md, md_code, md_escape, md_image, md_table, md_value
 
 
-def ci_text(d: dict) -> str:
-    """A delta with its CI: +0.175 [+0.105, +0.248]."""
-    return f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+def ci_text(d: dict) -> Md:
+    """A delta with its CI: +0.175 [+0.105, +0.248] (numbers only, so safe markdown).
+
+    >>> print(ci_text({"value": 0.175, "ci_low": 0.105, "ci_high": 0.248}))
+    +0.175 [+0.105, +0.248]
+    """
+    return Md(f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
 
 
 def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Sequence[dict],
                  diagnosis: dict, hyperparameters: Sequence[tuple[str, Any, str]],
                  smoke: dict, step0: dict, validation: dict, gate: dict, cost: dict,
                  prov: dict, params: dict, images: dict[str, str], confidence: float) -> str:
-    """The retrospective as markdown; `images` maps a name to a PNG path relative to the report."""
+    """The retrospective as markdown; `images` maps a name to a PNG path relative to the report
+    (pass it to rlvr.render.to_html: only those images are inlined)."""
+    e, v = md_escape, md_value  # every value from the inputs goes through one of these
     train, held = evaluation["train"], evaluation["heldout"]
     out: list[str] = ["# GRPO run: retrospective", ""]
 
     # 1. Verdict
     out += ["## 1. Verdict", ""]
     out.append(
-        f"**{evaluation['verdict'].capitalize()}** on held-out prompts: mean sampled reward "
+        f"**{e(evaluation['verdict'].capitalize())}** on held-out prompts: mean sampled reward "
         f"{held['step0']['mean_reward']:.3f} -> {held['final']['mean_reward']:.3f} (paired delta "
         f"{ci_text(held['delta_mean_reward'])}, {confidence:.0%} bootstrap CI over "
-        f"{held['prompts']} prompts); on the training prompts "
+        f"{v(held['prompts'])} prompts); on the training prompts "
         f"{train['step0']['mean_reward']:.3f} -> {train['final']['mean_reward']:.3f} "
         f"({ci_text(train['delta_mean_reward'])}).")
     out.append("")
@@ -48,45 +58,47 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
                     m["final"]["greedy_success"], m["step0"]["malformed_share"],
                     m["final"]["malformed_share"], m.get("kl_final_vs_step0")]
                    for name, m in (("train", train), ("held-out", held))])
-    out += ["", f"![step 0 vs final reward per prompt]({images['per_prompt']})", ""]
+    out += ["", md_image("step 0 vs final reward per prompt", images["per_prompt"]), ""]
 
     # 2. Curves
     out += ["## 2. Curves", "",
             f"{len(history)} GRPO steps; faint lines are per step, solid lines a moving average.",
-            "", f"![training curves]({images['curves']})", ""]
+            "", md_image("training curves", images["curves"]), ""]
 
     # 3. KL / beta diagnosis
     out += ["## 3. KL / beta diagnosis", "",
-            f"**{diagnosis['label']}**: {diagnosis['advice']}.", ""]
+            f"**{e(diagnosis['label'])}**: {e(diagnosis['advice'])}.", ""]
     out += md_table(["rule", "value seen", "threshold", "fired"],
                   [[r["rule"], r["value"], r["threshold"], "yes" if r["fired"] else "no"]
                    for r in diagnosis["rules"]])
-    v = diagnosis["values"]
-    out += ["", f"Moving averages over {params['report']['window']} steps: reward "
-                f"{fmt(v['reward_start'])} (start) -> {fmt(v['reward_mid'])} (middle) -> "
-                f"{fmt(v['reward_end'])} (end), peak {fmt(v['reward_peak'])}; KL max "
-                f"{fmt(v['kl_max'])}, end {fmt(v['kl_end'])}. Thresholds live in params.yaml "
+    dv = diagnosis["values"]
+    out += ["", f"Moving averages over {v(params['report']['window'])} steps: reward "
+                f"{v(dv['reward_start'])} (start) -> {v(dv['reward_mid'])} (middle) -> "
+                f"{v(dv['reward_end'])} (end), peak {v(dv['reward_peak'])}; KL max "
+                f"{v(dv['kl_max'])}, end {v(dv['kl_end'])}. Thresholds live in params.yaml "
                 "`report`.", ""]
 
     # 4. Hyperparameters
     out += ["## 4. Hyperparameters", ""]
     out += md_table(["parameter", "value", "why"],
-                  [(name, f"`{value}`", why) for name, value, why in hyperparameters])
+                  [(name, md_code(value), why) for name, value, why in hyperparameters])
     out.append("")
 
     # 5. Smoke checks and data validation
     out += ["## 5. Smoke checks and data validation", "",
             f"Reward-test gate: **{'passed' if gate.get('passed') else 'FAILED'}** "
-            f"({gate.get('counts', {}).get('passed')}/{gate.get('counts', {}).get('tests')} tests).",
+            f"({v(gate.get('counts', {}).get('passed'))}/{v(gate.get('counts', {}).get('tests'))} "
+            "tests).",
             "", f"Smoke run: **{'passed' if smoke.get('passed') else 'FAILED'}**; step-0 baseline "
-                f"mean reward {fmt(step0.get('mean_reward'))} over {step0.get('prompts')} prompts x "
-                f"{step0.get('samples_per_prompt')} samples (seed {step0.get('seed')}).", ""]
+                f"mean reward {v(step0.get('mean_reward'))} over {v(step0.get('prompts'))} prompts "
+                f"x {v(step0.get('samples_per_prompt'))} samples (seed {v(step0.get('seed'))}).",
+            ""]
     out += md_table(["check", "passed", "value", "expected"],
                   [[c["name"], "yes" if c["passed"] else "NO", json.dumps(c["value"]),
                     c["expected"]] for c in smoke.get("checks", [])])
     out += ["", f"Data validation: **{'passed' if validation.get('passed') else 'FAILED'}** "
-                f"({validation.get('problems', 0)} problems; Data Docs in "
-                f"`{params['paths']['data_docs']}/`).", ""]
+                f"({v(validation.get('problems', 0))} problems; Data Docs in "
+                f"{md_code(params['paths']['data_docs'] + '/')}).", ""]
     out += md_table(["file", "rows", "rules held", "problems"],
                   [[f["path"], f["rows"], f"{sum(r['success'] for r in f['rules'].values())}/"
                                           f"{len(f['rules'])}", f["problems"]]
@@ -108,25 +120,27 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
                        ("Always solved (every sample correct, at step 0 and at the end)",
                         "always_solved")):
         ids = [r["id"] for r in audit[key]]
-        out += [f"**{title}**: {len(ids)}" + (f": {', '.join(ids)}" if ids else ""), ""]
+        out += [f"**{title}**: {len(ids)}" + (f": {e(', '.join(map(str, ids)))}" if ids else ""),
+                ""]
     train_rows = [r for r in per_prompt if r["split"] == "train"]
     train_audit = prompt_audit(train_rows)
     out += [f"On the {len(train_rows)} training prompts: {sum(r['delta'] > 0 for r in train_rows)} "
             f"gained, {sum(r['delta'] < 0 for r in train_rows)} lost, "
             f"{len(train_audit['never_solved'])} never solved, "
             f"{len(train_audit['always_solved'])} always solved "
-            f"(every row is in `{params['paths']['eval_per_prompt']}`).", ""]
+            f"(every row is in {md_code(params['paths']['eval_per_prompt'])}).", ""]
 
     # 7. GRPO vs PPO
     out += ["## 7. GRPO vs PPO cost", "",
             f"PPO would train a critic next to this policy: the same backbone with a value head, "
-            f"{cost['critic_parameters']:,} parameters, {cost['critic_memory_mb']:.1f} MB of "
-            f"weights, gradients and AdamW state at {cost['bytes_per_trained_parameter']} bytes "
+            f"{v(cost['critic_parameters'])} parameters, {cost['critic_memory_mb']:.1f} MB of "
+            f"weights, gradients and AdamW state at {v(cost['bytes_per_trained_parameter'])} bytes "
             f"per parameter (the policy itself needs {cost['policy_memory_mb']:.1f} MB). GRPO has "
-            f"no critic: its baseline is the mean reward of the {cost['grpo_rollouts_per_prompt']} "
-            f"completions sampled per prompt, so it saves that memory and the critic's forward and "
-            f"backward passes, and pays with {cost['grpo_rollouts_per_prompt']} rollouts per "
-            f"prompt instead of {cost['ppo_rollouts_per_prompt']}.", ""]
+            f"no critic: its baseline is the mean reward of the "
+            f"{v(cost['grpo_rollouts_per_prompt'])} completions sampled per prompt, so it saves "
+            f"that memory and the critic's forward and backward passes, and pays with "
+            f"{v(cost['grpo_rollouts_per_prompt'])} rollouts per prompt instead of "
+            f"{v(cost['ppo_rollouts_per_prompt'])}.", ""]
 
     # 8. Provenance
     out += ["## 8. Provenance", "",
@@ -135,12 +149,12 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
             "code and environment files dvc.lock records as that stage's deps. This page holds "
             "no clock time and no git state, so rerunning the same commit writes it byte for "
             "byte: the commit that holds it with its dvc.lock is its provenance. Wall times are "
-            f"in `{params['paths']['timing']}/` and the Prefect artifacts.", ""]
+            f"in {md_code(params['paths']['timing'] + '/')} and the Prefect artifacts.", ""]
     out += md_table(["what", "value"], [
         ["seed", params.get("seed")],
         *[[f"data md5 {path}", md5] for path, md5 in prov["data"].items()],
         *[[f"model md5 {path}", md5] for path, md5 in prov["models"].items()],
-        *[[f"code of stage {stage}", f"{c['files']} files, sha256 {c['digest'][:16]}"]
+        *[[f"code of stage {stage}", f"{c['files']} files, sha256 {str(c['digest'])[:16]}"]
           for stage, c in prov["code"].items()],
         *[[f"{name} version", version] for name, version in prov["versions"].items()],
         ["platform (float results depend on it)", prov["platform"]],

@@ -6,6 +6,7 @@ resume point go to separate entries) and the lines to print.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -64,7 +65,7 @@ def smoke_run(params: Params, base_dir: str) -> dict:
     funcs = build_reward_funcs(params.rewards)
     with tempfile.TemporaryDirectory(prefix="smoke.") as scratch:
         trainer = run_grpo(params, rows, policy, scratch, params.smoke.max_steps,
-                           reward_funcs=funcs)
+                           reward_funcs=funcs, label="smoke")
     history = step_history(trainer.state.log_history)
     first_line = history[0] if history else {}
     step0["first_log_line"] = first_line
@@ -120,7 +121,9 @@ def train_run(params: Params, paths: PathsParams) -> dict:
     # What the run depends on: params, data, base model, the library's code and versions. A
     # checkpoint of any other run is never resumed.
     model = params.model
-    run_id = fingerprint({"seed": params.seed, "train": params.train, "rewards": params.rewards,
+    # (train.log_every only changes what the console shows)
+    train = dataclasses.replace(params.train, log_every=1)
+    run_id = fingerprint({"seed": params.seed, "train": train, "rewards": params.rewards,
                           "model": {"chat_template": model.chat_template, "lora": model.lora},
                           "versions": library_versions(TRAINING_LIBRARIES)},
                          Path(params.data.train_path), Path(paths.base_model), LIBRARY_DIR)

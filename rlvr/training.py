@@ -28,6 +28,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from rlvr.config import BetaScheduleParams, GRPOParams, ModelParams
+from rlvr.console import use_console_progress
 from rlvr.errors import PipelineError
 from rlvr.rewards.registry import RewardFunction, normalized_weights
 from rlvr.stats import finite_mean
@@ -80,6 +81,32 @@ def grpo_config(grpo: GRPOParams, *, output_dir: str | Path, max_steps: int, see
         disable_tqdm=False,
         **fields,
     )
+
+
+def check_trl_config(params) -> None:
+    """Build the GRPOConfig (and LoraConfig) the smoke and train runs will build, so TRL's own
+    checks run before any stage starts; raise ParamsError naming train.grpo with TRL's reason."""
+    import tempfile
+
+    from rlvr.config import ParamsError
+
+    with tempfile.TemporaryDirectory() as scratch:
+        for steps, save_steps in ((params.smoke.max_steps, None),
+                                  (params.train.max_steps, params.train.save_steps)):
+            try:
+                grpo_config(params.train.grpo, output_dir=scratch, max_steps=steps,
+                            seed=params.seed, reward_weights=params.rewards.weights,
+                            save_steps=save_steps)
+            except (TypeError, ValueError) as error:
+                if isinstance(error, ParamsError):
+                    raise
+                raise ParamsError(f"params.yaml: train.grpo: TRL's GRPOConfig rejects it: "
+                                  f"{' '.join(str(error).split())}") from None
+    try:
+        peft_config(params.model)
+    except (TypeError, ValueError) as error:
+        raise ParamsError(f"params.yaml: model.lora: peft's LoraConfig rejects it: "
+                          f"{' '.join(str(error).split())}") from None
 
 
 def peft_config(model: ModelParams):
@@ -503,9 +530,10 @@ def resumable_checkpoint(folder: str | Path, run_fingerprint: str,
 
 def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
              save_steps: int | None = None, callbacks: Sequence[TrainerCallback] = (),
-             resume_from: str | None = None, reward_funcs: Sequence[RewardFunction] | None = None
-             ) -> PipelineGRPOTrainer:
-    """Train `policy` with GRPO on `rows` for max_steps (resuming from a checkpoint if given)."""
+             resume_from: str | None = None, reward_funcs: Sequence[RewardFunction] | None = None,
+             label: str = "train") -> PipelineGRPOTrainer:
+    """Train `policy` with GRPO on `rows` for max_steps (resuming from a checkpoint if given); the
+    console shows a progress bar and one line every train.log_every steps, starting `label:`."""
     from transformers import set_seed
 
     from rlvr.data import to_hf_dataset
@@ -525,5 +553,6 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
     trainer = build_trainer(policy, dataset, funcs, config, params.model,
                             [FiniteGuardCallback(output_dir if save_steps else None), *callbacks],
                             beta_schedule=schedule, running_mean=running_mean)
+    use_console_progress(trainer, label, train.log_every)
     trainer.train(resume_from_checkpoint=resume_from)
     return trainer

@@ -42,6 +42,8 @@ def main(params: Params) -> int:
     cost = ppo_cost(count_parameters(base) or 0, config.get("hidden_size", 0),
                     params.train.grpo.num_generations)
     report_dir = Path(paths.retrospective_md).parent
+    images = {name: os.path.relpath(path, report_dir) for name, path in
+              (("curves", paths.train_curves), ("per_prompt", paths.per_prompt_figure))}
     markdown = build_report(
         evaluation=_json(paths.eval_metrics), per_prompt=per_prompt, history=history,
         diagnosis=diagnose_kl(history, KLThresholds(**dataclasses.asdict(params.report))),
@@ -51,11 +53,10 @@ def main(params: Params) -> int:
         cost=cost, params=dataclasses.asdict(params),
         prov=provenance([params.data.train_path, params.data.eval_path],
                         [paths.base_model, paths.final_model], current_stage="report"),
-        images={name: os.path.relpath(path, report_dir) for name, path in
-                (("curves", paths.train_curves), ("per_prompt", paths.per_prompt_figure))},
-        confidence=params.evaluate.confidence)
+        images=images, confidence=params.evaluate.confidence)
     write_text_atomic(paths.retrospective_md, markdown)
-    write_text_atomic(paths.retrospective_html, to_html(markdown, report_dir))  # images inlined
+    # only the report's own figures are read and inlined, never an image named by the data
+    write_text_atomic(paths.retrospective_html, to_html(markdown, report_dir, images=images))
     print(f"report: {paths.retrospective_md} and {paths.retrospective_html} (self-contained)")
     return 0
 

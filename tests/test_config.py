@@ -1,5 +1,6 @@
 """params.yaml -> typed config: conversions DVC makes necessary, and errors that say how to fix."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -22,25 +23,201 @@ def test_values_dvc_writes_as_strings_are_converted():
     assert params.data.train_rows == 64 and params.rewards.length.lam == 0.5
 
 
-@pytest.mark.parametrize("raw,message", [
-    ({"data": {"train_rows": "many"}}, "data.train_rows='many' must be a int"),
-    ({"data": {"train_rows": 6.5}}, "data.train_rows=6.5 must be a int"),
-    ({"data": {"train_rows": 0}}, "data.train_rows=0 must be a positive integer"),
+# One bad value of each class per params section, and the exact line the user reads. Every
+# message names the key, the value and the rule.
+BAD_VALUES = [
+    # type conversions (any section)
+    ({"data": {"train_rows": "many"}}, "data.train_rows = 'many': must be an integer"),
+    ({"data": {"train_rows": 6.5}}, "data.train_rows = 6.5: must be an integer"),
+    ({"train": {"max_steps": float("inf")}}, "train.max_steps = inf: must be an integer"),
+    ({"rewards": {"length": {"lam": "nan"}}}, "rewards.length.lam = 'nan': must be a finite number"),
+    ({"train": {"grpo": {"beta": float("inf")}}}, "train.grpo.beta = inf: must be a finite number"),
+    ({"model": {"chat_template": "maybe"}}, "model.chat_template = 'maybe': must be true or false"),
+    ({"model": {"name_or_path": {"a": 1}}}, "model.name_or_path = {'a': 1}: must be a string"),
+    ({"data": "x"}, "data = 'x': must be a mapping"),
+    ({"gate": {"tests": "tests/rewards"}}, "gate.tests = 'tests/rewards': must be a list"),
+    ({"train": {"grpo": {"extra": [1]}}}, "train.grpo.extra = [1]: must be a mapping"),
     ({"data": {"rows": 64}}, "unknown key(s) ['rows'] in data"),
     ({"training": {}}, "unknown key(s) ['training'] in top level"),
-    ({"rewards": {"length": {"l_min": 20}}}, "rewards.length.l_min=20.0 must be below l_max"),
-    ({"gate": {"tests": []}}, "gate.tests=[] must list at least one test path"),
-    ({"data": "x"}, "data must be a mapping"),
+    # seed
+    ({"seed": -1}, "seed = -1: must be in [0, 4294967295]"),
+    # data
+    ({"data": {"train_rows": 0}}, "data.train_rows = 0: must be >= 1"),
+    ({"data": {"max_prompt_chars": -5}}, "data.max_prompt_chars = -5: must be >= 1"),
+    ({"data": {"train_path": ""}}, "data.train_path = '': must not be empty"),
+    ({"data": {"eval_path": "data/grpo_train.jsonl"}},
+     "data.eval_path = 'data/grpo_train.jsonl': must differ from data.train_path"),
+    # rewards
+    ({"rewards": {"weights": [0, 0]}}, "rewards.weights = [0.0, 0.0]: must sum to more than 0"),
+    ({"rewards": {"weights": [1, -1]}}, "rewards.weights[1] = -1.0: must be >= 0"),
+    ({"rewards": {"weights": [1]}}, "rewards.weights = [1.0]: needs one weight per reward function"),
+    ({"rewards": {"funcs": [], "weights": []}}, "rewards.funcs = []: must not be empty"),
+    ({"rewards": {"funcs": ["format", "format"]}},
+     "rewards.funcs = ['format', 'format']: must name each reward function once"),
+    ({"rewards": {"format_pattern": "(("}},
+     "rewards.format_pattern = '((': must be a regular expression that compiles"),
+    ({"rewards": {"length": {"l_min": 20}}}, "rewards.length.l_min = 20.0: must be below l_max"),
+    ({"rewards": {"length": {"l_target": 0.5}}},
+     "rewards.length.l_target = 0.5: must be in [l_min, l_max) ([1.0, 12.0))"),
+    ({"rewards": {"length": {"lam": -1}}}, "rewards.length.lam = -1.0: must be >= 0"),
+    # gate
+    ({"gate": {"tests": []}}, "gate.tests = []: must not be empty"),
+    ({"gate": {"tests": [""]}}, "gate.tests[0] = '': must not be empty"),
+    # model
+    ({"model": {"init": "huge"}}, "model.init = 'huge': must be one of: tiny, pretrained"),
+    ({"model": {"init": "pretrained"}}, "model.name_or_path = '': must name a model folder"),
+    ({"model": {"tiny": {"num_hidden_layers": 0}}}, "model.tiny.num_hidden_layers = 0: must be >= 1"),
+    ({"model": {"tiny": {"hidden_size": 130}}},
+     "model.tiny.hidden_size = 130: must be divisible by num_attention_heads (4)"),
+    ({"model": {"warm_start": {"learning_rate": 0}}},
+     "model.warm_start.learning_rate = 0.0: must be > 0"),
+    ({"model": {"warm_start": {"steps": -1}}}, "model.warm_start.steps = -1: must be >= 0"),
+    ({"model": {"lora": {"dropout": 1.0}}}, "model.lora.dropout = 1.0: must be in [0, 1)"),
+    ({"model": {"lora": {"r": 0}}}, "model.lora.r = 0: must be >= 1"),
+    # smoke
+    ({"smoke": {"max_steps": 0}}, "smoke.max_steps = 0: must be >= 1"),
+    ({"smoke": {"min_spread_share": 1.5}}, "smoke.min_spread_share = 1.5: must be in [0, 1]"),
+    # train
+    ({"train": {"grpo": {"learning_rate": -0.0001}}},
+     "train.grpo.learning_rate = -0.0001: must be > 0"),
+    ({"train": {"grpo": {"temperature": 0}}}, "train.grpo.temperature = 0.0: must be > 0"),
+    ({"train": {"grpo": {"temperature": -1}}}, "train.grpo.temperature = -1.0: must be > 0"),
+    ({"train": {"grpo": {"top_p": 5}}}, "train.grpo.top_p = 5.0: must be in (0, 1]"),
+    ({"train": {"grpo": {"max_completion_length": 0}}},
+     "train.grpo.max_completion_length = 0: must be >= 1"),
+    ({"train": {"grpo": {"loss_type": "nonsense"}}},
+     "train.grpo.loss_type = 'nonsense': must be one of: grpo, dr_grpo, dapo, bnpo"),
+    ({"train": {"grpo": {"lr_scheduler_type": "sometimes"}}},
+     "train.grpo.lr_scheduler_type = 'sometimes': must be one of: linear, cosine"),
+    ({"train": {"grpo": {"num_generations": 1}}}, "train.grpo.num_generations = 1: must be >= 2"),
+    ({"train": {"grpo": {"per_device_train_batch_size": 12}}},
+     "train.grpo.per_device_train_batch_size = 12: must be divisible by num_generations (8)"),
+    ({"train": {"grpo": {"bf16": True}}}, "train.grpo.bf16 = True: needs a GPU"),
+    ({"train": {"max_steps": 0}}, "train.max_steps = 0: must be >= 1"),
+    ({"train": {"advantage": "global"}},
+     "train.advantage = 'global': must be one of: group, running_mean"),
+    ({"train": {"running_mean_momentum": 1}}, "train.running_mean_momentum = 1.0: must be in [0, 1)"),
+    ({"train": {"beta_schedule": {"kind": "sometimes"}}},
+     "train.beta_schedule.kind = 'sometimes': must be one of: constant, warmup, adaptive"),
+    ({"train": {"beta_schedule": {"target_kl": 0}}}, "train.beta_schedule.target_kl = 0.0: must be > 0"),
     ({"train": {"save_steps": 5, "grpo": {"num_iterations": 2}}},
-     "train.save_steps=5 must fall on a fresh batch of rollouts: a multiple of num_iterations "
+     "train.save_steps = 5: must fall on a fresh batch of rollouts: a multiple of num_iterations "
      "x steps_per_generation / gradient_accumulation_steps (2 x 1 / 1)"),
     ({"train": {"save_steps": 6, "grpo": {"extra": {"steps_per_generation": 4}}}},
-     "train.save_steps=6 must fall on a fresh batch of rollouts"),
-])
+     "train.save_steps = 6: must fall on a fresh batch of rollouts"),
+    # evaluate
+    ({"evaluate": {"n_resamples": 0}}, "evaluate.n_resamples = 0: must be >= 1"),
+    ({"evaluate": {"confidence": 1}}, "evaluate.confidence = 1.0: must be in (0, 1)"),
+    ({"evaluate": {"samples": 0}}, "evaluate.samples = 0: must be >= 1"),
+    # report
+    ({"report": {"window": 0}}, "report.window = 0: must be >= 1"),
+    ({"report": {"kl_rising_ratio": 0.5}}, "report.kl_rising_ratio = 0.5: must be > 1"),
+    # orchestration
+    ({"orchestration": {"retries": -1}}, "orchestration.retries = -1: must be >= 0"),
+    ({"orchestration": {"retried_stages": ["trian"]}},
+     "orchestration.retried_stages[0] = 'trian': must be one of: check_params, reward_tests"),
+    ({"orchestration": {"timeouts": {"trian": 5}}},
+     "orchestration.timeouts = 'trian': names no stage"),
+    ({"orchestration": {"timeouts": {"train": -5}}},
+     "orchestration.timeouts['train'] = -5: must be > 0"),
+    ({"orchestration": {"ablations": {"no kl": ["train.grpo.beta=0"]}}},
+     "orchestration.ablations = 'no kl': must be a DVC experiment name"),
+    ({"orchestration": {"ablations": {"no-kl": "train.grpo.beta=0"}}},
+     "orchestration.ablations.no-kl = 'train.grpo.beta=0': must be a list of `-S` overrides"),
+    ({"orchestration": {"sweep": {"train.grpo.bta": [1]}}},
+     "orchestration.sweep = 'train.grpo.bta': names no params.yaml field"),
+    # paths
+    ({"paths": {"final_model": "/tmp/final"}},
+     "paths.final_model = '/tmp/final': must be a non-empty path inside the repository"),
+]
+
+
+@pytest.mark.parametrize("raw,message", BAD_VALUES, ids=[m.split(":")[0] for _, m in BAD_VALUES])
 def test_bad_values_are_named_with_the_rule(raw, message):
     with pytest.raises(ParamsError) as error:
         parse_params(raw)
+    assert str(error.value).startswith("params.yaml: ")
     assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_every_number_and_choice_has_a_rule():
+    """Every int and float field states its range (a `rule`, or `each` for its items)."""
+    import dataclasses
+    import typing
+
+    def walk(cls, prefix):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            name = f"{prefix}{f.name}"
+            if dataclasses.is_dataclass(hints[f.name]):
+                yield from walk(hints[f.name], name + ".")
+            elif hints[f.name] in (int, float) and f.metadata.get("rule") is None:
+                yield name
+
+    assert list(walk(Params, "")) == []
+
+
+def test_the_defaults_satisfy_every_rule():
+    import dataclasses
+
+    assert parse_params(dataclasses.asdict(Params())) == Params()
+
+
+def test_the_choices_agree_with_the_installed_libraries():
+    from transformers.trainer_utils import SchedulerType
+    from trl import GRPOConfig
+
+    from rlvr.config import LOSS_TYPES, LR_SCHEDULERS, STAGES
+    from rlvr.orchestration import dvc_stages
+
+    assert set(LR_SCHEDULERS) == {kind.value for kind in SchedulerType}
+    help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
+    supported = help_text.split("Supported values are ", 1)[1].split(". ", 1)[0]
+    assert set(LOSS_TYPES) == set(re.findall(r"'(\w+)'", supported))
+    assert list(STAGES) == dvc_stages(ROOT / "dvc.yaml")
+
+
+def test_every_experiment_the_flow_would_run_is_checked():
+    from rlvr.config import check_experiments, read_params_file
+
+    raw = read_params_file(ROOT / "params.yaml")
+    check_experiments(raw)  # the committed grid is valid
+    raw["orchestration"]["sweep"] = {"train.grpo.beta": [0.1, -1]}
+    with pytest.raises(ParamsError, match=re.escape(
+            "orchestration.sweep.train.grpo.beta = ['train.grpo.beta=-1']: gives a bad "
+            "params.yaml: train.grpo.beta = -1.0: must be >= 0")):
+        check_experiments(raw)
+    raw["orchestration"]["sweep"] = {}
+    raw["orchestration"]["ablations"] = {"hot": ["train.grpo.temperature=0"]}
+    with pytest.raises(ParamsError, match="train.grpo.temperature = 0.0: must be > 0"):
+        check_experiments(raw)
+
+
+def test_what_trl_and_peft_reject_is_a_params_error():
+    from rlvr.training import check_trl_config
+
+    check_trl_config(Params())
+    with pytest.raises(ParamsError, match=re.escape(
+            "params.yaml: train.grpo: TRL's GRPOConfig rejects it: generation_batch_size (100) "
+            "must be divisible by the global batch size (128).")):
+        check_trl_config(parse_params({"train": {"grpo": {"extra": {"generation_batch_size": 100}}}}))
+
+
+@pytest.mark.parametrize("text,message", [
+    ("seed: [0\n", "line 2: not valid YAML"),
+    ("- 1\n- 2\n", "must be a mapping of sections, got a list"),
+])
+def test_an_unreadable_params_file_is_one_line(tmp_path, text, message):
+    from rlvr.config import read_params_file
+
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    with pytest.raises(ParamsError, match=re.escape(message)):
+        read_params_file(path)
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(ParamsError, match="dir.yaml: cannot be read"):
+        read_params_file(tmp_path / "dir.yaml")
 
 
 def test_every_field_has_a_help_string():

@@ -114,3 +114,18 @@ def test_no_group_norm_ablation_uses_one_running_mean_baseline(tiny_policy_dir, 
     assert (tmp_path / "checkpoint-2" / "running_mean.json").exists()
     # advantages are reward - baseline: a group's advantages no longer average to zero
     assert max(b["max_abs_group_mean"] for b in trainer.batch_checks) > 1e-3
+
+
+def test_the_console_shows_one_compact_line_every_log_every_steps(tiny_policy_dir, rows, tmp_path,
+                                                                  capsys):
+    params = parse_params({"train": {**SMALL["train"], "log_every": 2}})
+    trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=5, label="smoke")
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    lines = [line for line in text.splitlines() if line.startswith("smoke: step")]
+    assert [line.split(" | ")[0] for line in lines] == ["smoke: step 2/5", "smoke: step 4/5",
+                                                        "smoke: step 5/5"]
+    assert all(" | reward " in line and " | correctness " in line and line.endswith(" s/step")
+               for line in lines)
+    assert "{'loss'" not in text and "'train_runtime'" not in text  # no log dicts
+    assert sum("loss" in e for e in trainer.state.log_history) == 5  # every step still logged

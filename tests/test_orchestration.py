@@ -13,8 +13,9 @@ KEY = re.compile(r"^[a-z0-9-]+$")
 
 
 def test_stage_order_is_dvc_yamls():
-    assert dvc_stages(ROOT / "dvc.yaml") == ["reward_tests", "validate", "prepare_model", "smoke",
-                                             "train", "evaluate", "report"]
+    assert dvc_stages(ROOT / "dvc.yaml") == ["check_params", "reward_tests", "validate",
+                                             "prepare_model", "smoke", "train", "evaluate",
+                                             "report"]
 
 
 def test_failure_details_name_what_broke(tmp_path):

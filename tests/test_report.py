@@ -90,7 +90,8 @@ def test_html_is_self_contained(tmp_path):
     from PIL import Image
 
     Image.new("RGB", (4, 4), "red").save(tmp_path / "plot.png")
-    html = to_html("# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![a plot](plot.png)\n", tmp_path)
+    html = to_html("# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![a plot](plot.png)\n", tmp_path,
+                   images=["plot.png"])
     assert "<table>" in html and "data:image/png;base64," in html
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
     assert "plot.png" not in html

@@ -213,11 +213,11 @@ def check_reward_names(funcs: Sequence[str]) -> None:
     >>> check_reward_names(["correctness", "vibes"])
     Traceback (most recent call last):
     ...
-    rlvr.config.ParamsError: params.yaml: rewards.funcs=['correctness', 'vibes'] has unknown reward function(s) ['vibes']; known: ['correctness', 'format', 'length']
+    rlvr.config.ParamsError: params.yaml: rewards.funcs = ['correctness', 'vibes']: unknown reward function(s) ['vibes']; known: ['correctness', 'format', 'length']
     """
     unknown = [name for name in funcs if name not in REWARD_FUNCS]
     if unknown:
-        raise ParamsError(f"params.yaml: rewards.funcs={list(funcs)!r} has unknown reward "
+        raise ParamsError(f"params.yaml: rewards.funcs = {list(funcs)!r}: unknown reward "
                           f"function(s) {unknown}; known: {sorted(REWARD_FUNCS)}")
 
 

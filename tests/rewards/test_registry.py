@@ -87,7 +87,7 @@ def test_params_reject_unknown_reward_names_and_mismatched_weights():
     from rlvr.config import ParamsError
 
     params = RewardsParams(funcs=["correctness", "vibes"], weights=[1, 1])  # config has no registry
-    with pytest.raises(ParamsError, match=r"rewards.funcs=.* unknown reward function\(s\) \['vibes'\]"):
+    with pytest.raises(ParamsError, match=r"rewards.funcs = .*: unknown reward function\(s\) \['vibes'\]"):
         check_reward_names(params.funcs)
     with pytest.raises(ParamsError, match="unknown reward function"):
         build_reward_funcs(params)

@@ -1,0 +1,140 @@
+"""Reports are safe to open: text from data, params and model output is shown, never rendered.
+
+Markup and script go in at every place the retrospective takes a string from its inputs (ids,
+prompts, completions, names, paths, values, messages); the HTML must show each one as its literal
+text, hold no tag, link, emphasis or image that came from it, and read no file it names.
+"""
+
+import dataclasses
+import html
+import json
+import re
+
+import pytest
+
+from rlvr.config import load_params
+from rlvr.diagnosis import diagnose_kl, ppo_cost
+from rlvr.render import md_escape, md_image, md_table, to_html
+from rlvr.report import build_report
+from tests.test_report import ROOT, T, _history
+
+PAYLOAD = ("<script>alert(1)</script> <img src=x onerror=alert(1)> ![x](nope.png) "
+           "[link](http://evil) *em* _em_ **strong** `code` | pipe | &amp; &lt; \\*x\\* "
+           "<http://auto.link>\n# heading\n- item")
+
+
+def evil(tag: str) -> str:
+    """Markup and script, starting like a heading, tagged with where it went in."""
+    return f"# {tag} {PAYLOAD}"
+
+
+def shown(text: str) -> str:
+    """How a page shows the text: newlines fold into spaces."""
+    return " ".join(text.split("\n"))
+
+
+def report_inputs(figures) -> tuple[dict, list[str]]:
+    """build_report's inputs with an evil string at every place a string enters the report, and
+    the texts the page must show."""
+    params = dataclasses.asdict(load_params(ROOT / "params.yaml"))
+    params["paths"].update(data_docs=evil("p1"), eval_per_prompt=evil("p2"), timing=evil("p3"))
+    params["report"]["window"] = evil("p4")
+    params["model"]["name_or_path"] = evil("p5")
+
+    def metrics(value):
+        point = {"mean_reward": 0.5, "greedy_success": 0.5, "malformed_share": 0.0}
+        return {"prompts": 2, "step0": point, "final": point, "kl_final_vs_step0": evil("e1"),
+                "delta_mean_reward": {"value": value, "ci_low": -0.1, "ci_high": 0.3}}
+
+    def row(i, delta, success):
+        return {"split": "heldout", "id": evil(f"i{i}"), "prompt": evil(f"q{i}"),
+                "step0_reward": 0.2, "final_reward": 0.2 + delta, "delta": delta,
+                "step0_greedy": evil(f"g{i}"), "final_greedy": evil(f"h{i}"),
+                "step0_success": success, "final_success": success}
+
+    per_prompt = [row(0, 0.5, 0.5), row(1, -0.25, 0.5), row(2, 0.0, 0.0),
+                  {**row(3, 0.0, 1.0), "split": "train"}]
+    history = _history(lambda s: 0.3 + 0.5 * s / 200, lambda s: 0.1, steps=50)
+    inputs = dict(
+        evaluation={"verdict": evil("v1"), "train": metrics(0.1), "heldout": metrics(0.2)},
+        per_prompt=per_prompt, history=history,
+        diagnosis={**diagnose_kl(history, T), "label": evil("d1"), "advice": evil("d2")},
+        hyperparameters=[(evil("k1"), evil("k2"), evil("k3")),
+                         ("rewards.format_pattern", r"^\s*\d+(\s*[-+*/]\s*\d+)+\s*$", "a regex")],
+        smoke={"passed": True, "checks": [{"name": evil("s1"), "passed": False,
+                                           "value": evil("s2"), "expected": evil("s3")}]},
+        step0={"mean_reward": evil("s4"), "prompts": evil("s5"), "samples_per_prompt": 8,
+               "seed": evil("s6")},
+        validation={"passed": False, "problems": evil("a1"), "files": {"x": {
+            "path": evil("a2"), "rows": evil("a3"), "problems": evil("a4"),
+            "rules": {"id_unique": {"success": False}}}}},
+        gate={"passed": True, "counts": {"passed": evil("c1"), "tests": evil("c2")}},
+        cost=ppo_cost(1000, 16, 8),
+        prov={"data": {evil("m1"): evil("m2")}, "models": {evil("m3"): evil("m4")},
+              "code": {evil("m5"): {"files": 3, "digest": "<b>*x*</b>0123456789abcdef"}},
+              "versions": {evil("m6"): evil("m7")}, "platform": evil("m8")},
+        params=params, images=figures, confidence=0.95)
+    tags = ["p1", "p2", "p3", "p4", "e1", "v1", "d1", "d2", "k1", "k2", "k3", "s1", "s3",
+            "s4", "s5", "s6", "a1", "a2", "a3", "a4", "c1", "c2", "m1", "m2", "m3", "m4", "m5",
+            "m6", "m7", "m8", *[f"{x}{i}" for x in "iqgh" for i in (0, 1)], "i2"]
+    expected = [shown(evil(t)) for t in tags if t != "v1"] + [shown(evil("v1").capitalize()),
+                                                              json.dumps(evil("s2")),
+                                                              "<b>*x*</b>012345",
+                                                              r"^\s*\d+(\s*[-+*/]\s*\d+)+\s*$"]
+    return inputs, expected
+
+
+@pytest.fixture
+def figures(tmp_path):
+    """The report's own two figures, in a folder where nope.png does not exist."""
+    from PIL import Image
+
+    for name in ("curves", "per_prompt"):
+        Image.new("RGB", (4, 4), "red").save(tmp_path / f"{name}.png")
+    return {"curves": "curves.png", "per_prompt": "per_prompt.png"}
+
+
+def visible_text(page: str) -> str:
+    """The text a browser shows outside the params.yaml code block (which shows its own copy)."""
+    body = re.sub(r"<pre>.*?</pre>", "", page.split("<body>", 1)[1], flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", "", body))
+
+
+def test_markup_from_data_params_and_outputs_is_shown_as_text(tmp_path, figures):
+    inputs, expected = report_inputs(figures)
+    markdown = build_report(**inputs)
+    page = to_html(markdown, tmp_path, images=figures)  # nope.png is not there: no read, no crash
+
+    assert "<script" not in page.lower()
+    images = re.findall(r"<img\b[^>]*>", page)  # the report's own figures, nothing else
+    assert len(images) == 2 and all('src="data:image/png;base64,' in i for i in images)
+    assert "<a " not in page and "href=" not in page
+    assert not re.search(r"<(em|li|ul|ol|blockquote|hr)\b", page)
+    assert "<strong>strong</strong>" not in page and "<code>code</code>" not in page
+    assert page.count("<h1>") == 1  # the report's own title
+    text = visible_text(page)
+    missing = [e for e in expected if e not in text]
+    assert not missing, f"not shown literally: {missing[:3]}"
+    # the same inputs write the same bytes
+    assert build_report(**report_inputs(figures)[0]) == markdown
+    assert to_html(markdown, tmp_path, images=figures) == page
+
+
+def test_only_the_pages_own_images_are_read(tmp_path, figures):
+    from PIL import Image
+
+    Image.new("RGB", (4, 4), "blue").save(tmp_path / "nope.png")  # would be inlined if named
+    markdown = "\n\n".join([md_image("curves", figures["curves"]), md_escape("![x](nope.png)"),
+                            "![own syntax, not an own figure](nope.png)"])
+    page = to_html(markdown, tmp_path, images=figures)
+    images = re.findall(r"<img\b[^>]*>", page)
+    assert len(images) == 1 and 'alt="curves"' in images[0] and "nope.png" not in images[0]
+    assert page.count("data:image/png;base64,") == 1 and "![x](nope.png)" in page
+
+
+@pytest.mark.parametrize("cell", ["<i>x</i>", "a | b", "*x*", "`x`", "[a](b)", "x\ny", "&amp;",
+                                  "\\", "- x", "1. x", "# x", "_x_", "~~x~~", "<!-- x -->"])
+def test_a_table_cell_shows_exactly_its_text(tmp_path, cell):
+    page = to_html("\n".join(md_table(["h"], [[cell], [0.5]])), tmp_path, images=())
+    (td, number) = re.findall(r"<td>(.*?)</td>", page, flags=re.S)
+    assert "<" not in td and html.unescape(td) == shown(cell) and number == "0.500"
