@@ -366,10 +366,14 @@ class OrchestrationParams:
 class PathsParams:
     """Where every stage output lives: dvc.yaml interpolates these (${paths.*}), the stages and
     the flows read them, so no path is spelled in two places."""
-    gate_verdict: str = _help("The reward-test gate's verdict (JSON).",
+    gate_verdict: str = _help("The reward-test gate's verdict (JSON: counts, failing tests).",
                               default="reports/gate/reward_tests.json")
-    validation_summary: str = _help("Data validation: per file and rule (a DVC metric).",
+    gate_metrics: str = _help("The gate's headline (a DVC metric): passed, tests, failed.",
+                              default="reports/gate/metrics.json")
+    validation_summary: str = _help("Data validation: per file and rule.",
                                     default="reports/validation/summary.json")
+    validation_metrics: str = _help("Data validation's headline (a DVC metric): passed, "
+                                    "problems, rows.", default="reports/validation/metrics.json")
     data_docs: str = _help("Great Expectations Data Docs (HTML folder; not a DVC output: GX stamps "
                            "each page with the run time).",
                            default="reports/validation/data_docs")
@@ -377,6 +381,8 @@ class PathsParams:
     prepare_summary: str = _help("How the base policy was made.",
                                  default="reports/prepare/summary.json")
     smoke_checks: str = _help("The smoke run's checks.", default="reports/smoke/checks.json")
+    smoke_metrics: str = _help("The smoke run's headline (a DVC metric): passed, failed checks, "
+                               "step-0 reward.", default="reports/smoke/metrics.json")
     step0: str = _help("The step-0 reward baseline and the first log line.",
                        default="reports/smoke/step0.json")
     checkpoints: str = _help("Training checkpoints: a resume cache, not a result (no DVC out).",
@@ -389,7 +395,10 @@ class PathsParams:
     train_curves: str = _help("Training curves (PNG).", default="reports/train/curves.png")
     train_live: str = _help("DVCLive folder of the training curves.",
                             default="reports/train/live")
-    eval_metrics: str = _help("Step 0 vs final (a DVC metric).",
+    eval_summary: str = _help("Step 0 vs final, every statistic of both splits.",
+                              default="reports/eval/summary.json")
+    eval_metrics: str = _help("Step 0 vs final, the headline (a DVC metric): verdict, rewards, "
+                              "success, deltas with their CI, KL.",
                               default="reports/eval/metrics.json")
     eval_per_prompt: str = _help("Step 0 vs final, one record per prompt (JSONL).",
                                  default="reports/eval/per_prompt.jsonl")

@@ -157,7 +157,7 @@ def stage_artifacts(stage: str, root: Path) -> list[Artifact]:
         return [Artifact("training-summary", "markdown", f"GRPO training summary. {where}",
                          markdown=markdown)]
     if stage == "evaluate":
-        ev = _json(root, paths.eval_metrics) or {}
+        ev = _json(root, paths.eval_summary) or {}
         rows = []
         for split in ("train", "heldout"):
             if split in ev:

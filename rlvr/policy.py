@@ -11,6 +11,7 @@ import string
 from pathlib import Path
 
 from rlvr.config import TinyModelParams
+from rlvr.data import share_with_umask
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 # Every printable ASCII character, newline included; anything else maps to <unk>.
@@ -168,6 +169,7 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
             summary = {"init": "pretrained", "name_or_path": model_params.name_or_path}
             (staging / SOURCE_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         summary["seconds"] = round(time.perf_counter() - started, 1)
+        share_with_umask(staging)
         shutil.rmtree(out_dir, ignore_errors=True)
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(staging), out_dir)

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from rlvr.config import Params, PathsParams
-from rlvr.data import Row, read_rows, write_text_atomic
+from rlvr.data import Row, read_rows, share_with_umask, write_text_atomic
 from rlvr.evaluation import rollout_settings, score_rows, summarize
 from rlvr.gate import GateClosed
 from rlvr.policy import load_policy, policy_path
@@ -28,11 +28,6 @@ from rlvr.training import (RUNNING_MEAN_FILE, LiveCurvesCallback, fingerprint, l
 LIBRARY_DIR = Path(__file__).resolve().parent
 # The libraries whose versions a training run's fingerprint covers.
 TRAINING_LIBRARIES = ("torch", "transformers", "trl", "accelerate")
-
-# The summary keys of a training run, in the order they are reported.
-CURVE_KEYS = ("reward", "rewards/correctness/mean", "rewards/format/mean", "rewards/length/mean",
-              "kl", "loss", "grad_norm", "entropy", "completions/mean_length", "beta",
-              "frac_reward_zero_std")
 
 
 def step_history(log_history: list[dict]) -> list[dict]:
@@ -97,13 +92,17 @@ def require_smoke(path: str | Path) -> None:
 
 
 def run_metrics(history: list[dict], window: int = 10) -> dict:
-    """What a run ended at: the last step's values, and first vs last `window` steps' means."""
+    """What a run ended at (a DVC metric: the figures people compare; history.jsonl has every
+    step): the final KL and beta, and first vs last `window` steps' means."""
     last = history[-1] if history else {}
     return {
         "steps": len(history),
-        "final": {key: last[key] for key in CURVE_KEYS if key in last},
+        "final": {key: last[key] for key in ("kl", "beta") if key in last},
         f"first{window}_mean_reward": finite_mean(e["reward"] for e in history[:window]),
         f"last{window}_mean_reward": finite_mean(e["reward"] for e in history[-window:]),
+        f"last{window}_mean_correctness": finite_mean(
+            e["rewards/correctness/mean"] for e in history[-window:]
+            if "rewards/correctness/mean" in e),
         f"last{window}_mean_kl": finite_mean(e["kl"] for e in history[-window:] if "kl" in e),
         "max_kl": max((e["kl"] for e in history if "kl" in e), default=None),
     }
@@ -141,6 +140,7 @@ def train_run(params: Params, paths: PathsParams) -> dict:
     try:
         trainer.save_model(str(staging))
         trainer.processing_class.save_pretrained(str(staging))
+        share_with_umask(staging)
         shutil.rmtree(final_dir, ignore_errors=True)
         shutil.move(str(staging), final_dir)
     finally:

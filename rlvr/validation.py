@@ -7,10 +7,17 @@ regex compiles, countdown target reachable, checked by scoring the solver's answ
 verifier itself) are computed per row as flag columns that an expectation then requires to be
 true. Every failure is reported as one plain line naming the file,
 the row id (or line number) and the rule broken.
+
+Unreadable input is data, not a crash: a line that is not UTF-8, too long, or not JSON (a NaN, an
+integer of thousands of digits, nesting too deep) fails a line rule; control characters and values
+beyond the bounds below fail a row rule; a countdown row whose solvability the solver cannot
+decide within its budget fails one too. Only a file that cannot be read at all (missing, a
+directory, not permitted) stops validation, with a DataError `<path>: <why>`.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -19,14 +26,35 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import regex
 
-from rlvr.data import Line, read_lines
+from rlvr.data import MAX_LINE_BYTES, Line, read_lines, share_with_umask
 from rlvr.rewards.registry import VERIFIERS, score_correctness, verifier_problems
-from rlvr.rewards.verifiers import countdown_reward, countdown_solution
+from rlvr.rewards.verifiers import (COUNTDOWN_SEARCH_NODES, MAX_COUNTDOWN_VALUE,
+                                    CountdownSearchExceeded, countdown_reward, countdown_solution)
+
+# The longest exact_match target or regex pattern a row may give, in characters: far above any
+# answer or format (the default format pattern has 41), far below what would slow every reward
+# call. (Prompts are bounded by params data.max_prompt_chars; countdown rows by MAX_COUNTDOWN_VALUE
+# and, in the verifier's field rules, MAX_COUNTDOWN_NUMBERS.)
+MAX_VERIFIER_TEXT_CHARS = 1_000
+# The most elements (parse-tree nodes and characters) a regex pattern may expand to once its
+# counted repeats are unrolled: `a{1000}` is about 1,000, `(?:ab){1000}` about 3,000, and nested
+# repeats multiply. The `regex` package's compiler spends ~300 bytes and ~0.3 microseconds per
+# element, so `(a{1000}){1000}`, 15 characters, takes ~300 MB and `((a{1000}){1000}){10}`
+# exhausts memory. 10,000 elements is a few MB.
+MAX_REGEX_ELEMENTS = 10_000
+# Characters no id, prompt or verifier text may hold: Unicode category Cc (the C0 and C1 controls,
+# U+0000-U+001F and U+007F-U+009F: NUL, the ESC of terminal escape sequences, CR, ...) except the
+# line break and the tab that prompts use. (Lone surrogates, which are no text at all, are
+# rejected when the line is read.)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# A value quoted in a problem line is cut to this many characters.
+_SHOWN_CHARS = 80
 
 # Columns that explain a failing row; each rule names the one it prints (Rule.detail).
-_DETAIL_COLUMNS = ["line_detail", "fields_detail", "regex_detail", "countdown_detail",
-                   "exact_match_detail"]
+_DETAIL_COLUMNS = ["line_detail", "text_detail", "fields_detail", "bounds_detail", "regex_detail",
+                   "countdown_detail", "exact_match_detail"]
 _RESULT_FORMAT = {"result_format": "COMPLETE",
                   "unexpected_index_column_names": ["line", "id", *_DETAIL_COLUMNS]}
 
@@ -56,6 +84,107 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _shown(text: str) -> str:
+    """Text as a problem line quotes it: as is when short and printable, else escaped and cut."""
+    if text.isprintable() and len(text) <= _SHOWN_CHARS:
+        return text
+    cut = repr(text[:_SHOWN_CHARS])
+    return cut if len(text) <= _SHOWN_CHARS else f"{cut}... ({len(text)} characters)"
+
+
+def _quoted(value: Any) -> str:
+    """repr(value), cut to _SHOWN_CHARS (repr escapes control characters)."""
+    text = repr(value)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return f"{text[:_SHOWN_CHARS]}...{size}"
+
+
+def _controls_detail(obj: dict) -> tuple[bool, str]:
+    """Do the id, the prompt and the verifier's texts hold no control character but \\n and \\t?"""
+    verifier = obj.get("verifier")
+    fields = [("id", obj.get("id")), ("prompt", obj.get("prompt"))]
+    if isinstance(verifier, dict):
+        fields += [(f"verifier.{key}", verifier.get(key)) for key in ("target", "pattern")]
+    found = []
+    for name, value in fields:
+        control = _CONTROL.search(value) if isinstance(value, str) else None
+        if control:
+            found.append(f"{name} has U+{ord(control.group()):04X} at character "
+                         f"{control.start() + 1}")
+    return not found, "; ".join(found)
+
+
+def regex_elements(pattern: str) -> int:
+    """How many elements `pattern` expands to when compiled: counted repeats unrolled, nested ones
+    multiplied. Read from the parse tree of the `regex` package's own parser (regex._regex_core,
+    private but pinned in requirements.lock; the tests pin what it reads), which costs
+    microseconds where the compiler's expansion can exhaust memory. Raises regex.error where the
+    pattern does not parse, RecursionError where it nests too deeply.
+
+    >>> regex_elements("a{1000}"), regex_elements("(?:ab){1000}"), regex_elements("(a{100}){100}")
+    (1001, 3001, 10201)
+    """
+    from regex import _regex_core as core
+
+    flags = 0
+    while True:  # what regex.compile does with a global flag set mid-pattern, e.g. x(?i)y
+        source = core.Source(pattern)
+        info = core.Info(flags, source.char_type, {})
+        source.ignore_space = bool(info.flags & regex.VERBOSE)
+        try:
+            parsed = core._parse_pattern(source, info)
+            break
+        except core._UnscopedFlagSet:
+            flags = info.global_flags
+
+    def elements(node: Any) -> int:
+        if isinstance(node, core.GreedyRepeat):  # and LazyRepeat, PossessiveRepeat
+            return max(node.min_count, 1) * elements(node.subpattern)
+        if isinstance(node, core.String):
+            return len(node.characters)
+        total = 1
+        for value in vars(node).values():
+            for child in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(child, core.RegexBase):
+                    total += elements(child)
+        return total
+
+    return elements(parsed)
+
+
+def _bounds_detail(verifier: Any, fields_ok: bool | None) -> tuple[bool | None, str]:
+    """Are a well-typed verifier's values within the bounds the verifiers handle?"""
+    if not fields_ok:
+        return None, ""
+    found = []
+    if verifier["type"] == "countdown":
+        values = [("target", verifier["target"])] + [("number", n) for n in verifier["numbers"]]
+        for name, value in values:
+            if abs(value) > MAX_COUNTDOWN_VALUE:
+                digits = len(str(abs(value)))
+                shown = str(value) if digits <= 32 else f"of {digits} digits"
+                found.append(f"{name} {shown} is beyond {MAX_COUNTDOWN_VALUE:,} in absolute "
+                             "value (rlvr.rewards.verifiers.MAX_COUNTDOWN_VALUE)")
+                break
+    for key in ("target", "pattern"):
+        value = verifier.get(key)
+        if isinstance(value, str) and len(value) > MAX_VERIFIER_TEXT_CHARS:
+            found.append(f"{key} has {len(value)} characters, more than {MAX_VERIFIER_TEXT_CHARS} "
+                         "(rlvr.validation.MAX_VERIFIER_TEXT_CHARS)")
+    if verifier["type"] == "regex" and not found:
+        try:
+            size = regex_elements(verifier["pattern"])
+        except (regex.error, RecursionError):
+            size = 0  # regex_compiles reports it
+        if size > MAX_REGEX_ELEMENTS:
+            found.append(f"pattern expands to {size:,} elements when compiled (counted repeats "
+                         f"unrolled), more than {MAX_REGEX_ELEMENTS:,} "
+                         "(rlvr.validation.MAX_REGEX_ELEMENTS)")
+    return not found, "; ".join(found)
+
+
 def _verifier_detail(verifier: Any) -> tuple[bool | None, str]:
     """Are a known-type verifier's fields well typed? None when the type is unknown or missing
     (that is reported by its own rule, not twice)."""
@@ -70,28 +199,34 @@ def _verifier_detail(verifier: Any) -> tuple[bool | None, str]:
 def _regex_compiles(verifier: Any, fields_ok: bool | None) -> tuple[bool | None, str]:
     if not fields_ok or verifier.get("type") != "regex":
         return None, ""
-    import regex
-
     try:
         regex.compile(verifier["pattern"])
         return True, ""
     except regex.error as error:
         return False, f"pattern {verifier['pattern']!r}: {error}"
+    except RecursionError:
+        return False, f"pattern {_quoted(verifier['pattern'])}: nests too deeply"
 
 
-def _countdown_solvable(verifier: Any, fields_ok: bool | None) -> tuple[bool | None, str]:
+def _countdown_solvable(verifier: Any, fields_ok: bool | None
+                        ) -> tuple[bool | None, bool | None, str]:
+    """(searched within the budget, solvable, why not): None where the rule does not apply."""
     if not fields_ok or verifier.get("type") != "countdown":
-        return None, ""
+        return None, None, ""
     numbers, target = verifier["numbers"], verifier["target"]
     division = verifier.get("allow_division", False)
-    solution = countdown_solution(numbers, target, division)
+    try:
+        solution = countdown_solution(numbers, target, division, max_nodes=COUNTDOWN_SEARCH_NODES)
+    except CountdownSearchExceeded:
+        return False, None, (f"{target} from {numbers}"
+                             f"{' with division' if division else ''}")
     if solution is None:
-        return False, f"{target} cannot be made from {numbers}"
+        return True, False, f"{target} cannot be made from {numbers}"
     # The verifier has the last word: a row counts as answerable only if it rewards an answer.
     if countdown_reward(solution, numbers, target, division) != 1.0:
-        return False, (f"the verifier scores the solver's answer {solution!r} as 0, so no "
-                       f"answer to {target} from {numbers} can earn a reward")
-    return True, ""
+        return True, False, (f"the verifier scores the solver's answer {solution!r} as 0, so no "
+                             f"answer to {target} from {numbers} can earn a reward")
+    return True, True, ""
 
 
 def _exact_match_answerable(verifier: Any, fields_ok: bool | None) -> tuple[bool | None, str]:
@@ -107,13 +242,21 @@ def _exact_match_answerable(verifier: Any, fields_ok: bool | None) -> tuple[bool
 
 
 def lines_frame(lines: Sequence[Line]) -> pd.DataFrame:
+    """One row per line; a line that fails one line rule is None (not checked) for the others."""
+    def flag(line: Line, kind: str) -> bool | None:
+        if line.obj is not None:
+            return True
+        return False if line.kind == kind else None
+
     return pd.DataFrame({
         "line": [line.number for line in lines],
         "id": [None for _ in lines],
-        "is_json_object": [line.obj is not None for line in lines],
+        "is_text": [flag(line, "text") for line in lines],
+        "length_ok": [flag(line, "length") for line in lines],
+        "is_json_object": [flag(line, "json") for line in lines],
         **{column: ["" for _ in lines] for column in _DETAIL_COLUMNS},
         "line_detail": [line.error or "" for line in lines],
-    }, columns=["line", "id", "is_json_object", *_DETAIL_COLUMNS])
+    }, columns=["line", "id", "is_text", "length_ok", "is_json_object", *_DETAIL_COLUMNS])
 
 
 def rows_frame(lines: Sequence[Line]) -> pd.DataFrame:
@@ -125,27 +268,36 @@ def rows_frame(lines: Sequence[Line]) -> pd.DataFrame:
         obj = line.obj
         verifier = obj.get("verifier")
         kind = verifier.get("type") if isinstance(verifier, dict) else None
+        text_ok, text_detail = _controls_detail(obj)
         fields_ok, fields_detail = _verifier_detail(verifier)
-        compiles, regex_detail = _regex_compiles(verifier, fields_ok)
-        solvable, solve_detail = _countdown_solvable(verifier, fields_ok)
-        answerable, answer_detail = _exact_match_answerable(verifier, fields_ok)
+        bounds_ok, bounds_detail = _bounds_detail(verifier, fields_ok)
+        usable = fields_ok and bounds_ok  # the checks below run only on values in bounds
+        compiles, regex_detail = _regex_compiles(verifier, usable)
+        searched, solvable, solve_detail = _countdown_solvable(verifier, usable)
+        answerable, answer_detail = _exact_match_answerable(verifier, usable)
         records.append({
             "line": line.number,
             "id": _text(obj.get("id")),
             "prompt": _text(obj.get("prompt")),
             "verifier_type": _text(kind),
+            "text_ok": text_ok,
             "verifier_fields_ok": fields_ok,
+            "verifier_bounds_ok": bounds_ok,
             "regex_compiles": compiles,
+            "countdown_searched": searched,
             "countdown_solvable": solvable,
             "exact_match_answerable": answerable,
             "line_detail": "",
+            "text_detail": text_detail,
             "fields_detail": fields_detail,
+            "bounds_detail": bounds_detail,
             "regex_detail": regex_detail,
             "countdown_detail": solve_detail,
             "exact_match_detail": answer_detail,
         })
-    columns = ["line", "id", "prompt", "verifier_type", "verifier_fields_ok", "regex_compiles",
-               "countdown_solvable", "exact_match_answerable", *_DETAIL_COLUMNS]
+    columns = ["line", "id", "prompt", "verifier_type", "text_ok", "verifier_fields_ok",
+               "verifier_bounds_ok", "regex_compiles", "countdown_searched", "countdown_solvable",
+               "exact_match_answerable", *_DETAIL_COLUMNS]
     return pd.DataFrame.from_records(records, columns=columns).astype(object)
 
 
@@ -154,9 +306,15 @@ def rows_frame(lines: Sequence[Line]) -> pd.DataFrame:
 def line_rules() -> list[Rule]:
     import great_expectations as gx
 
-    return [Rule("json_object", "is not a JSON object",
-                 gx.expectations.ExpectColumnValuesToBeInSet(column="is_json_object",
-                                                             value_set=[True]),
+    E = gx.expectations
+    return [Rule("line_text", "is not UTF-8 text",
+                 E.ExpectColumnValuesToBeInSet(column="is_text", value_set=[True]),
+                 detail="line_detail"),
+            Rule("line_length", f"is longer than {MAX_LINE_BYTES} bytes (rlvr.data.MAX_LINE_BYTES)",
+                 E.ExpectColumnValuesToBeInSet(column="length_ok", value_set=[True]),
+                 detail="line_detail"),
+            Rule("json_object", "is not a JSON object",
+                 E.ExpectColumnValuesToBeInSet(column="is_json_object", value_set=[True]),
                  detail="line_detail")]
 
 
@@ -186,15 +344,26 @@ def row_rules(expected_rows: int | None, max_prompt_chars: int,
         Rule("prompt_length", f"prompt is longer than {max_prompt_chars} characters "
                               "(params data.max_prompt_chars)",
              E.ExpectColumnValueLengthsToBeBetween(column="prompt", max_value=max_prompt_chars)),
+        Rule("control_characters", "holds a control character other than \\n and \\t",
+             E.ExpectColumnValuesToBeInSet(column="text_ok", value_set=[True]),
+             detail="text_detail"),
         Rule("verifier_type_known", f"verifier.type is not one of {sorted(VERIFIERS)}",
              E.ExpectColumnValuesToBeInSet(column="verifier_type", value_set=sorted(VERIFIERS)),
              detail="value"),
         Rule("verifier_fields", "verifier fields are missing or ill-typed",
              E.ExpectColumnValuesToBeInSet(column="verifier_fields_ok", value_set=[True]),
              detail="fields_detail"),
+        Rule("verifier_bounds", "verifier values are out of bounds",
+             E.ExpectColumnValuesToBeInSet(column="verifier_bounds_ok", value_set=[True]),
+             detail="bounds_detail"),
         Rule("regex_compiles", "regex verifier pattern does not compile",
              E.ExpectColumnValuesToBeInSet(column="regex_compiles", value_set=[True]),
              detail="regex_detail"),
+        Rule("countdown_search_budget",
+             f"countdown solvability search exceeded its budget of {COUNTDOWN_SEARCH_NODES:,} "
+             "nodes (rlvr.rewards.verifiers.COUNTDOWN_SEARCH_NODES): use fewer numbers",
+             E.ExpectColumnValuesToBeInSet(column="countdown_searched", value_set=[True]),
+             detail="countdown_detail"),
         Rule("countdown_solvable", "countdown target is unreachable",
              E.ExpectColumnValuesToBeInSet(column="countdown_solvable", value_set=[True]),
              detail="countdown_detail"),
@@ -267,11 +436,10 @@ def _problem_lines(path: str, rule: Rule, result: Any) -> list[str]:
     lines = []
     for item in unexpected:
         row_id = item.get("id")
-        where = f"row {row_id} (line {item['line']})" if isinstance(row_id, str) and row_id.strip() \
-            else f"line {item['line']}"
+        where = f"row {_shown(row_id)} (line {item['line']})" \
+            if isinstance(row_id, str) and row_id.strip() else f"line {item['line']}"
         if rule.detail == "value":
-            column = rule.expectation.column
-            detail = f": got {item.get(column)!r}"
+            detail = f": got {_quoted(item.get(rule.expectation.column))}"
         else:
             detail = f": {item[rule.detail]}" if rule.detail and item.get(rule.detail) else ""
         lines.append(f"{path}: {where}: {rule.message}{detail} [{rule.name}]")
@@ -289,11 +457,12 @@ def validate_files(train_path: str, eval_path: str, train_rows: int, max_prompt_
     """
     from rlvr.provenance import file_md5
 
+    # Read first: a file that cannot be read raises DataError (one line) before anything else.
+    parsed = {path: read_lines(path) for path in (train_path, eval_path)}
     staging = Path(tempfile.mkdtemp(prefix="data_docs.")) if docs_dir is not None else None
     try:
         run_name = "data-" + "-".join(file_md5(p)[:8] for p in (train_path, eval_path))
         runner = _Runner(staging, run_name)
-        parsed = {path: read_lines(path) for path in (train_path, eval_path)}
         prompts = {path: [line.obj.get("prompt") for line in lines if line.obj is not None
                           and isinstance(line.obj.get("prompt"), str)]
                    for path, lines in parsed.items()}
@@ -313,6 +482,7 @@ def validate_files(train_path: str, eval_path: str, train_rows: int, max_prompt_
             reports.append(FileReport(path, len(lines), len(rows), results, problems))
         if staging is not None:
             docs_dir = Path(docs_dir)
+            share_with_umask(staging)
             shutil.rmtree(docs_dir, ignore_errors=True)
             docs_dir.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(staging), docs_dir)

@@ -4,9 +4,9 @@
 
 Scores both policies on the training prompts and the held-out prompts with the same sampling
 seeds: greedy success, mean sampled reward over evaluate.samples samples, each reward function,
-completion length, malformed share. Writes reports/eval/metrics.json (a DVC metric; the delta of
-mean reward carries a paired bootstrap CI, and the verdict follows the held-out CI) and
-reports/eval/per_prompt.jsonl.
+completion length, malformed share. Writes reports/eval/summary.json (every statistic; the delta of
+mean reward carries a paired bootstrap CI, and the verdict follows the held-out CI), its headline
+reports/eval/metrics.json (a DVC metric) and reports/eval/per_prompt.jsonl.
 """
 
 import json
@@ -14,6 +14,7 @@ import json
 from rlvr.config import Params
 from rlvr.data import read_rows, write_json, write_text_atomic
 from rlvr.evaluation import audit, rollout_settings
+from rlvr.metrics import eval_metrics
 from rlvr.policy import load_policy, policy_path
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.stage import run_stage
@@ -31,7 +32,8 @@ def main(params: Params) -> int:
         rollout_settings(params, n=ev.samples, seed=ev.seed), params.rewards.format_pattern,
         chat_template=params.model.chat_template, confidence=ev.confidence,
         n_resamples=ev.n_resamples)
-    write_json(params.paths.eval_metrics, metrics)
+    write_json(params.paths.eval_summary, metrics)
+    write_json(params.paths.eval_metrics, eval_metrics(metrics))
     write_text_atomic(params.paths.eval_per_prompt,
                       "".join(json.dumps(r, sort_keys=True) + "\n" for r in per_prompt))
     for split in splits:

@@ -45,7 +45,7 @@ def main(params: Params) -> int:
     images = {name: os.path.relpath(path, report_dir) for name, path in
               (("curves", paths.train_curves), ("per_prompt", paths.per_prompt_figure))}
     markdown = build_report(
-        evaluation=_json(paths.eval_metrics), per_prompt=per_prompt, history=history,
+        evaluation=_json(paths.eval_summary), per_prompt=per_prompt, history=history,
         diagnosis=diagnose_kl(history, KLThresholds(**dataclasses.asdict(params.report))),
         hyperparameters=hyperparameter_table(PARAMS_FILE, params),
         smoke=_json(paths.smoke_checks), step0=_json(paths.step0),

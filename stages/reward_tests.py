@@ -2,18 +2,22 @@
 
     dvc repro reward_tests          (or: python -m stages.reward_tests)
 
-Writes paths.gate_verdict (reports/gate/reward_tests.json: passed, counts, failing test ids). Every other stage reads
-it first and refuses to start unless it says passed; a failure here exits non-zero, naming the tests.
+Writes paths.gate_verdict (reports/gate/reward_tests.json: passed, counts, failing test ids) and
+its headline paths.gate_metrics (a DVC metric). Every other stage reads the verdict first and
+refuses to start unless it says passed; a failure here exits non-zero, naming the tests.
 """
 
 from rlvr.config import Params
+from rlvr.data import write_json
 from rlvr.gate import run_reward_tests
+from rlvr.metrics import gate_metrics
 from rlvr.stage import run_stage
 
 
 def main(params: Params) -> int:
     print(f"reward_tests: running {' '.join(params.gate.tests)}")
     verdict = run_reward_tests(params.gate.tests, params.paths.gate_verdict)
+    write_json(params.paths.gate_metrics, gate_metrics(verdict))
     counts = verdict["counts"]
     print(f"reward_tests: {counts['passed']}/{counts['tests']} passed -> "
           f"{params.paths.gate_verdict}")

@@ -4,12 +4,13 @@
 
 Measures the base policy's mean reward on every training prompt (G samples each, fixed seed),
 then runs smoke.max_steps GRPO steps with the train.grpo settings and checks rows, groups,
-rewards, advantages, loss / KL / grad_norm and reward spread. Writes reports/smoke/checks.json and
-reports/smoke/step0.json; exits non-zero naming every failed check with its value.
+rewards, advantages, loss / KL / grad_norm and reward spread. Writes reports/smoke/checks.json,
+its headline reports/smoke/metrics.json (a DVC metric) and reports/smoke/step0.json; exits non-zero naming every failed check with its value.
 """
 
 from rlvr.config import Params
 from rlvr.data import write_json
+from rlvr.metrics import smoke_metrics
 from rlvr.runs import smoke_run
 from rlvr.stage import run_stage
 
@@ -17,6 +18,7 @@ def main(params: Params) -> int:
     result = smoke_run(params, base_dir=params.paths.base_model)
     write_json(params.paths.step0, result["step0"])
     write_json(params.paths.smoke_checks, result["report"])
+    write_json(params.paths.smoke_metrics, smoke_metrics(result["report"]))
     for line in result["lines"]:
         print(line)
     return 0 if result["report"]["passed"] else 1

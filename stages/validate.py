@@ -2,8 +2,9 @@
 
     dvc repro validate              (or: python -m stages.validate)
 
-Writes reports/validation/summary.json (a DVC metric: per file and rule, whether it held) and the
-Data Docs HTML under reports/validation/data_docs/. On any problem it prints one line per problem
+Writes reports/validation/summary.json (per file and rule, whether it held), its headline
+reports/validation/metrics.json (a DVC metric) and the Data Docs HTML under
+reports/validation/data_docs/. On any problem it prints one line per problem
 (file, row id or line, rule) and exits non-zero, so nothing downstream runs.
 """
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from rlvr.config import Params
 from rlvr.data import write_json
+from rlvr.metrics import validation_metrics
 from rlvr.stage import run_stage
 from rlvr.validation import summary, validate_files
 
@@ -21,6 +23,7 @@ def main(params: Params) -> int:
                              data.max_prompt_chars, docs_dir=paths.data_docs)
     result = summary(reports)
     write_json(paths.validation_summary, result)
+    write_json(paths.validation_metrics, validation_metrics(result))
     for report in reports:
         print(f"validate: {report.path}: {report.rows} rows, {len(report.problems)} problem(s)")
         for problem in report.problems:

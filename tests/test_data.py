@@ -4,7 +4,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlvr.data import read_rows, to_hf_dataset
+import pytest
+
+from rlvr.data import DataError, read_lines, read_rows, to_hf_dataset
 from rlvr.rewards import countdown_solution
 from rlvr.tasks.countdown import CountdownSpec, generate_rows
 
@@ -41,3 +43,57 @@ def test_hf_dataset_keeps_mixed_verifier_types_as_json():
     dataset = to_hf_dataset(rows)
     assert dataset.column_names == ["id", "prompt", "verifier"]
     assert isinstance(dataset[0]["verifier"], str)
+
+
+@pytest.mark.parametrize("bad,message", [
+    (b'{"id": "b", "prompt": "\xff"}',
+     "line 2: not UTF-8 text: byte 24 (0xff): invalid start byte"),
+    (b'{"id": "b", "n": NaN}', "line 2: not valid JSON (NaN is not a JSON number)"),
+    (b'{"id": "b", "n": ' + b"1" * 5000 + b"}",
+     "line 2: not valid JSON (an integer of 5000 digits; at most 4300)"),
+])
+def test_read_rows_reports_an_unreadable_line_as_one_data_error(tmp_path, bad, message):
+    """The stages that read rows themselves (prepare_model, evaluate, train) get one line too."""
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"id": "a", "prompt": "p", "verifier": {"type": "exact_match", '
+                     b'"target": "1"}}\n' + bad + b"\n")
+    with pytest.raises(DataError) as raised:
+        read_rows(path)
+    assert str(raised.value) == f"{path}: {message}"
+
+
+def test_read_rows_reports_a_directory_as_one_data_error(tmp_path):
+    with pytest.raises(DataError) as raised:
+        read_rows(tmp_path)
+    assert str(raised.value) == f"{tmp_path}: is a directory, not a JSONL file"
+
+
+def test_lines_end_with_newline_and_crlf_files_read_the_same(tmp_path):
+    row = '{"id": "a", "prompt": "p", "verifier": {"type": "exact_match", "target": "1"}}'
+    (tmp_path / "lf.jsonl").write_bytes(f"{row}\n{row}\n".encode())
+    (tmp_path / "crlf.jsonl").write_bytes(f"{row}\r\n{row}\r\n".encode())
+    lf, crlf = (read_lines(tmp_path / name) for name in ("lf.jsonl", "crlf.jsonl"))
+    assert lf == crlf and [line.number for line in lf] == [1, 2]
+    assert all(line.obj is not None for line in lf)
+
+
+def test_outputs_get_the_usual_permissions_not_the_temporary_files_private_ones(tmp_path):
+    import os
+    import stat
+    import tempfile
+
+    from rlvr.data import share_with_umask, write_json
+
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "m.json", {"a": 1})
+        staging = Path(tempfile.mkdtemp(dir=tmp_path))  # 0700, as a model folder is staged
+        (staging / "sub").mkdir()
+        fd, name = tempfile.mkstemp(dir=staging / "sub")  # 0600, as torch/safetensors may write
+        os.close(fd)
+        share_with_umask(staging)
+    finally:
+        os.umask(old)
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert mode(tmp_path / "m.json") == 0o644
+    assert (mode(staging), mode(staging / "sub"), mode(Path(name))) == (0o755, 0o755, 0o644)

@@ -54,7 +54,9 @@ def test_nightly_deployment_runs_on_a_real_server_and_worker(small_budget, proje
     prefect = str(Path(sys.executable).parent / "prefect")
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
+    # as the README says, on any port: the UI's own API address too (it would assume port 4200)
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": api,
+           "PREFECT_UI_API_URL": api,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "RLVR_ROOT": str(project),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     logs = tmp_path / "logs"
@@ -87,6 +89,8 @@ def test_nightly_deployment_runs_on_a_real_server_and_worker(small_budget, proje
         server = background("server", prefect, "server", "start", "--host", "127.0.0.1",
                             "--port", str(port))
         _wait_healthy(f"{api}/health", 180, server)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui-settings", timeout=10) as ui:
+            assert json.loads(ui.read())["api_url"] == api  # the UI in a browser finds the API
         cli("work-pool", "create", "rlvr-process", "--type", "process")
         deployed = cli("--no-prompt", "deploy", "--all")
         assert "grpo-pipeline/nightly" in deployed

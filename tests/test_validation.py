@@ -1,14 +1,20 @@
 """The data contract: valid data passes; each kind of corruption is rejected by row and rule."""
 
 import json
+import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from rlvr.data import MAX_LINE_BYTES, DataError
+from rlvr.errors import PipelineError
+from rlvr.rewards.verifiers import COUNTDOWN_SEARCH_NODES
 from rlvr.validation import summary, validate_files
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
 ROWS, MAX_PROMPT = 64, 200
 
 
@@ -216,3 +222,208 @@ def test_a_user_dataset_may_mix_verifier_types(files):
     _edit_row(files[0], 4, _set("verifier", {"type": "exact_match", "target": "42"}))
     _edit_row(files[0], 5, _set("verifier", {"type": "regex", "pattern": r"^\d+$"}))
     assert [r.problems for r in _validate(*files)] == [[], []]
+
+
+# --------------------------------------------------------------------------- unreadable input
+# Each kind of unreadable input is one problem line naming the file, the line (and row id when
+# the line is a row) and the rule, or, for a file that cannot be read at all, one DataError line
+# `<path>: <why>`. Never a traceback.
+
+def test_a_directory_is_one_line_naming_it(files, tmp_path):
+    directory = tmp_path / "rows.jsonl"
+    directory.mkdir()
+    for args in ((directory, files[1]), (files[0], directory)):  # the same for either file
+        with pytest.raises(PipelineError) as raised:
+            _validate(*args)
+        assert isinstance(raised.value, DataError)
+        assert str(raised.value) == f"{directory}: is a directory, not a JSONL file"
+
+
+def test_a_missing_file_is_one_line_naming_it(files, tmp_path):
+    with pytest.raises(DataError) as raised:
+        _validate(files[0], tmp_path / "nowhere.jsonl")
+    assert str(raised.value) == f"{tmp_path / 'nowhere.jsonl'}: no such file"
+
+
+def test_an_unreadable_file_is_one_line_naming_it(files, monkeypatch):
+    files[0].chmod(0)
+    if os.geteuid() == 0:  # root reads it anyway: give the error the OS gives everyone else
+        import rlvr.data
+
+        def refuse(path, *args, **kwargs):
+            if Path(path) == files[0]:
+                raise PermissionError(13, "Permission denied", str(path))
+            return open(path, *args, **kwargs)
+
+        monkeypatch.setattr(rlvr.data, "open", refuse, raising=False)
+    with pytest.raises(DataError) as raised:
+        _validate(*files)
+    assert str(raised.value) == f"{files[0]}: cannot be read: permission denied"
+
+
+def test_the_validate_stage_prints_one_line_and_exits_1(files, tmp_path, monkeypatch, capsys):
+    """Through the stage script: run_stage prints a PipelineError as one line, with no traceback."""
+    import stages.validate
+    from rlvr.stage import run_stage
+
+    directory = tmp_path / "rows.jsonl"
+    directory.mkdir()
+    params = SimpleNamespace(
+        data=SimpleNamespace(train_path=str(directory), eval_path=str(files[1]), train_rows=ROWS,
+                             max_prompt_chars=MAX_PROMPT),
+        paths=SimpleNamespace(data_docs=str(tmp_path / "docs"),
+                              validation_summary=str(tmp_path / "summary.json"),
+                              validation_metrics=str(tmp_path / "metrics.json")))
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as exited:
+        run_stage("validate", lambda view: stages.validate.main(params), gated=False)
+    assert exited.value.code == 1
+    assert capsys.readouterr().err == f"validate: {directory}: is a directory, not a JSONL file\n"
+
+
+def _raw_line(index, data: bytes):
+    """Replace line `index` (0-based) of a file with raw bytes."""
+    def corrupt(path):
+        lines = path.read_bytes().split(b"\n")
+        lines[index] = data
+        path.write_bytes(b"\n".join(lines))
+    return corrupt
+
+
+def _row_with(verifier_json: bytes, prompt: bytes = b'"p"') -> bytes:
+    return b'{"id": "cd-eval-004", "prompt": ' + prompt + b', "verifier": ' + verifier_json + b"}"
+
+
+def _countdown_target(target: bytes) -> bytes:
+    return _row_with(b'{"type": "countdown", "numbers": [3, 5], "target": ' + target + b"}")
+
+
+_LONG_LINE = _row_with(b'{}', prompt=b'"' + b"x" * MAX_LINE_BYTES + b'"')
+# Line-level: the line is not a row, so the problem names the line. (kind: line 4 of the held-out
+# file becomes these bytes; the one problem line it must give, {path} standing for the file.)
+UNREADABLE_LINES = {
+    "not_utf8": (_row_with(b'{}', prompt=b'"caf\xe9"'),
+                 "{path}: line 4: is not UTF-8 text: byte 37 (0xe9): invalid continuation byte "
+                 "[line_text]"),
+    "lone_surrogate_escape": (_row_with(b'{}', prompt=b'"a\\ud800b"'),
+                              "{path}: line 4: is not UTF-8 text: the escape \\ud800 is a lone "
+                              "surrogate, not a character [line_text]"),
+    "integer_of_5000_digits": (_countdown_target(b"9" * 5000),
+                               "{path}: line 4: is not a JSON object: not valid JSON (an integer "
+                               "of 5000 digits; at most 4300) [json_object]"),
+    "nan": (_countdown_target(b"NaN"),
+            "{path}: line 4: is not a JSON object: not valid JSON (NaN is not a JSON number) "
+            "[json_object]"),
+    "infinity": (_countdown_target(b"-Infinity"),
+                 "{path}: line 4: is not a JSON object: not valid JSON (-Infinity is not a JSON "
+                 "number) [json_object]"),
+    "float_out_of_range": (_countdown_target(b"1e999"),
+                           "{path}: line 4: is not a JSON object: not valid JSON (the number "
+                           "1e999 is out of range) [json_object]"),
+    "nested_too_deeply": (b"[" * 100_000,
+                          "{path}: line 4: is not a JSON object: not valid JSON (nested too "
+                          "deeply) [json_object]"),
+    "line_too_long": (_LONG_LINE,
+                      f"{{path}}: line 4: is longer than {MAX_LINE_BYTES} bytes "
+                      f"(rlvr.data.MAX_LINE_BYTES): {len(_LONG_LINE)} bytes [line_length]"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE_LINES))
+def test_an_unreadable_line_is_one_problem_naming_file_line_and_rule(kind, files):
+    data, expected = UNREADABLE_LINES[kind]
+    _raw_line(3, data)(files[1])
+    train_report, eval_report = _validate(*files)
+    assert eval_report.problems == [expected.format(path=files[1])]
+    assert train_report.problems == []
+
+
+def test_the_training_file_has_the_same_line_rules(files):
+    _raw_line(4, b'{"id": "cd-train-005", "prompt": "\xff"}')(files[0])
+    assert _validate(*files)[0].problems == [
+        f"{files[0]}: line 5: is not UTF-8 text: byte 35 (0xff): invalid start byte [line_text]",
+        f"{files[0]}: has a wrong number of rows (params data.train_rows = 64): found 63 "
+        "[row_count]"]
+
+
+# Row-level: the line is a row, so the problem names its id and line. (kind: the change to row 5
+# of the training file; the one problem line it must give.)
+_ROW = "{path}: row cd-train-005 (line 5): "
+UNREADABLE_ROWS = {
+    "countdown_target_too_large": (
+        _set_verifier("target", 10**30),
+        _ROW + "verifier values are out of bounds: target 1000000000000000000000000000000 is "
+               "beyond 1,000,000,000 in absolute value "
+               "(rlvr.rewards.verifiers.MAX_COUNTDOWN_VALUE) [verifier_bounds]"),
+    "countdown_number_too_large": (
+        _set_verifier("numbers", [3, 10**30]),
+        _ROW + "verifier values are out of bounds: number 1000000000000000000000000000000 is "
+               "beyond 1,000,000,000 in absolute value "
+               "(rlvr.rewards.verifiers.MAX_COUNTDOWN_VALUE) [verifier_bounds]"),
+    "countdown_float_target": (
+        _set_verifier("target", 15.0),
+        _ROW + "verifier fields are missing or ill-typed: target must be an integer "
+               "[verifier_fields]"),
+    "countdown_seven_numbers": (
+        _set_verifier("numbers", [1, 2, 3, 4, 5, 6, 7]),
+        _ROW + "verifier fields are missing or ill-typed: numbers must be a list of 1-6 "
+               "non-negative integers (answers have no unary minus) [verifier_fields]"),
+    "prompt_with_nul": (
+        _set("prompt", "3 5\x00 -> 15: "),
+        _ROW + "holds a control character other than \\n and \\t: prompt has U+0000 at character "
+               "4 [control_characters]"),
+    "prompt_with_escape_sequence": (
+        _set("prompt", "3 5 \x1b[2J-> 15: "),
+        _ROW + "holds a control character other than \\n and \\t: prompt has U+001B at character "
+               "5 [control_characters]"),
+    "exact_match_target_too_long": (
+        _set("verifier", {"type": "exact_match", "target": "4" * 5000}),
+        _ROW + "verifier values are out of bounds: target has 5000 characters, more than 1000 "
+               "(rlvr.validation.MAX_VERIFIER_TEXT_CHARS) [verifier_bounds]"),
+    "regex_pattern_too_long": (
+        _set("verifier", {"type": "regex", "pattern": "a" * 5000}),
+        _ROW + "verifier values are out of bounds: pattern has 5000 characters, more than 1000 "
+               "(rlvr.validation.MAX_VERIFIER_TEXT_CHARS) [verifier_bounds]"),
+    "regex_pattern_expands_too_far": (
+        _set("verifier", {"type": "regex", "pattern": "(a{1000}){1000}"}),  # ~300 MB to compile
+        _ROW + "verifier values are out of bounds: pattern expands to 1,002,001 elements when "
+               "compiled (counted repeats unrolled), more than 10,000 "
+               "(rlvr.validation.MAX_REGEX_ELEMENTS) [verifier_bounds]"),
+    "regex_pattern_nests_too_deeply": (
+        _set("verifier", {"type": "regex", "pattern": "(" * 500 + ")" * 500}),
+        _ROW + "regex verifier pattern does not compile: pattern '" + "(" * 79 + "... (1000 "
+               "characters): nests too deeply [regex_compiles]"),
+    "exact_match_target_with_control": (
+        _set("verifier", {"type": "exact_match", "target": "42\r"}),
+        _ROW + "holds a control character other than \\n and \\t: verifier.target has U+000D at "
+               "character 3 [control_characters]"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE_ROWS))
+def test_an_unreadable_row_is_one_problem_naming_file_row_and_rule(kind, files):
+    change, expected = UNREADABLE_ROWS[kind]
+    _edit_row(files[0], 4, change)
+    train_report, eval_report = _validate(*files)
+    assert train_report.problems == [expected.format(path=files[0])]
+    assert eval_report.problems == []
+
+
+def test_an_id_with_control_characters_is_quoted_escaped(files):
+    """The problem line never carries the raw escape sequence to the terminal."""
+    _edit_row(files[0], 4, _set("id", "cd\x1b[31m-005"))
+    assert _validate(*files)[0].problems == [
+        f"{files[0]}: row 'cd\\x1b[31m-005' (line 5): holds a control character other than \\n "
+        "and \\t: id has U+001B at character 3 [control_characters]"]
+
+
+def test_a_countdown_row_past_the_search_budget_is_a_problem_not_a_wait(files):
+    """6 numbers, division, an unreachable target: ~3.3 million nodes (~12 s) to search in full;
+    the budget stops it at COUNTDOWN_SEARCH_NODES (~1.3-2 s)."""
+    _edit_row(files[0], 4, _set("verifier", {"type": "countdown", "numbers": [3, 7, 11, 13, 17, 19],
+                                             "target": 999_999_937, "allow_division": True}))
+    assert _validate(*files)[0].problems == [
+        f"{files[0]}: row cd-train-005 (line 5): countdown solvability search exceeded its budget "
+        f"of {COUNTDOWN_SEARCH_NODES:,} nodes (rlvr.rewards.verifiers.COUNTDOWN_SEARCH_NODES): use "
+        "fewer numbers: 999999937 from [3, 7, 11, 13, 17, 19] with division "
+        "[countdown_search_budget]"]

@@ -2,8 +2,8 @@
 
 Every verifier returns a float and never raises on model output, however adversarial: the text is
 never evaluated (countdown parses with `ast` and walks a whitelist of nodes), its length is capped
-before parsing, and regular expressions run under a timeout (the `regex` package) so catastrophic
-backtracking cannot hang a training run.
+before parsing or matching, and regular expressions run under a wall-clock limit (see
+format_reward) so catastrophic backtracking cannot hang a training run.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import itertools
 import re
+import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
@@ -21,8 +23,24 @@ import regex
 # characters; anything longer is wrong by construction and is rejected before parsing.
 MAX_EXPRESSION_CHARS = 256
 MAX_COUNTDOWN_NUMBERS = 6
-# Regex matching is bounded in time; a timeout scores as "no match".
+# Countdown numbers and targets are at most this large in absolute value (the data contract checks
+# it): any answer over MAX_COUNTDOWN_NUMBERS such numbers fits in MAX_EXPRESSION_CHARS and any
+# target in a stated result of MAX_CLAIM_CHARS, with room to spare for every real puzzle.
+MAX_COUNTDOWN_VALUE = 10**9
+# countdown_solution's search is exhaustive, and grows steeply with the count of numbers: an
+# unreachable target from 6 numbers with division visits ~3.3 million states (~12 s). It gives up
+# after this many states (a count, not a time, so the verdict is the same on every machine): about
+# 1.3 s on one CPU core, 2.1 s when the numbers are near MAX_COUNTDOWN_VALUE (bigger fractions).
+COUNTDOWN_SEARCH_NODES = 400_000
+# Regex matching is bounded in wall-clock time: a search still running after REGEX_TIMEOUT_S
+# seconds scores as "no match" (_search_within says how the limit is held).
 REGEX_TIMEOUT_S = 0.2
+# A completion longer than this many characters is not searched and scores 0.0 for format: no
+# answer is that long, and even a linear scan of a huge text costs time in every training step.
+MAX_FORMAT_CHARS = 100_000
+# How long a search runs in the caller's thread (processor time) before it moves to a watched
+# thread: a sane pattern decides in microseconds, so only a pathological search pays for a thread.
+_INLINE_REGEX_S = 0.005
 # Python's `re` flag values differ from the `regex` package's for ASCII only.
 _RE_TO_REGEX_FLAGS = {re.IGNORECASE: regex.IGNORECASE, re.MULTILINE: regex.MULTILINE,
                       re.DOTALL: regex.DOTALL, re.VERBOSE: regex.VERBOSE, re.ASCII: regex.ASCII}
@@ -76,8 +94,9 @@ def format_reward(output: str, pattern: str | re.Pattern | regex.Pattern,
                   timeout: float = REGEX_TIMEOUT_S) -> float:
     """1.0 if the pattern matches somewhere in the output (re.search semantics), else 0.0.
 
-    Anchor the pattern (^...$) to demand the whole output. A match that takes longer than
-    `timeout` seconds scores 0.0 instead of hanging. An invalid pattern raises (it is a
+    Anchor the pattern (^...$) to demand the whole output. A search that has not decided within
+    `timeout` seconds of wall-clock time scores 0.0 instead of hanging, and an output longer than
+    MAX_FORMAT_CHARS scores 0.0 without being searched. An invalid pattern raises (it is a
     configuration error, caught earlier by validation).
 
     >>> format_reward("3*5", r"^\\d+([-+*]\\d+)+$")
@@ -85,10 +104,54 @@ def format_reward(output: str, pattern: str | re.Pattern | regex.Pattern,
     >>> format_reward("three times five", re.compile(r"^\\d"))
     0.0
     """
-    try:
-        return 1.0 if _as_regex(pattern).search(output, timeout=timeout) else 0.0
-    except TimeoutError:
+    compiled = _as_regex(pattern)
+    if len(output) > MAX_FORMAT_CHARS:
         return 0.0
+    return 1.0 if _search_within(compiled, output, timeout) else 0.0
+
+
+def _search_within(compiled: regex.Pattern, text: str, timeout: float | None) -> bool:
+    """Does `compiled` match in `text`, decided within `timeout` seconds on the wall clock?
+
+    The `regex` package's own timeout counts processor time (C clock(), the whole process's), not
+    wall time: on a loaded machine a search that got a third of a core ran three times its limit
+    (0.2 s became 0.5-0.6 s with two busy processes per core). So the search runs under that
+    timeout first for _INLINE_REGEX_S; one that is still undecided continues in a worker thread
+    (the `regex` package releases the GIL) that the caller waits for on the wall clock, for what
+    is left of `timeout`. Past it the caller scores "no match" and returns; the abandoned worker
+    stops by itself once its own processor-time timeout (the same remainder) runs out. (Other busy
+    threads of the process advance that clock too, so it can end a search sooner, never later.)
+    """
+    if timeout is None:
+        return compiled.search(text) is not None
+    started = time.monotonic()
+    inline = min(timeout, _INLINE_REGEX_S)
+    try:
+        return compiled.search(text, timeout=inline) is not None
+    except TimeoutError:
+        pass
+    remaining = timeout - (time.monotonic() - started)
+    if inline >= timeout or remaining <= 0:
+        return False
+    outcome: list = []
+    decided = threading.Event()
+
+    def search() -> None:
+        try:
+            outcome.append(compiled.search(text, timeout=remaining, concurrent=True) is not None)
+        except TimeoutError:
+            outcome.append(False)
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller
+            outcome.append(error)
+        finally:
+            decided.set()
+
+    threading.Thread(target=search, name="format_reward-search", daemon=True).start()
+    if not decided.wait(remaining):
+        return False
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 class _Rejected(Exception):
@@ -172,12 +235,23 @@ def countdown_reward(output: str, numbers: Sequence[int], target: int,
     return 1.0 if value is not None and value == target else 0.0
 
 
-def countdown_solution(numbers: Sequence[int], target: int,
-                       allow_division: bool = False) -> str | None:
+class CountdownSearchExceeded(Exception):
+    """countdown_solution visited its budget of nodes (search states) without finding an answer
+    or ruling one out."""
+
+    def __init__(self, max_nodes: int) -> None:
+        super().__init__(f"the solvability search exceeded its budget of {max_nodes:,} nodes")
+        self.max_nodes = max_nodes
+
+
+def countdown_solution(numbers: Sequence[int], target: int, allow_division: bool = False,
+                       max_nodes: int | None = COUNTDOWN_SEARCH_NODES) -> str | None:
     """An expression over `numbers` (each at most once) that hits `target`, or None if none exists.
 
     Exhaustive search over every way of combining pairs; meant for the few numbers a countdown
-    row has (at most MAX_COUNTDOWN_NUMBERS).
+    row has (at most MAX_COUNTDOWN_NUMBERS). After `max_nodes` states (None: no limit) without a
+    verdict it raises CountdownSearchExceeded; the count of states is deterministic, so the verdict
+    is the same on every machine.
 
     >>> countdown_solution([3, 5], 15)
     '3*5'
@@ -187,8 +261,13 @@ def countdown_solution(numbers: Sequence[int], target: int,
     if len(numbers) > MAX_COUNTDOWN_NUMBERS:
         raise ValueError(f"at most {MAX_COUNTDOWN_NUMBERS} numbers can be searched, got {len(numbers)}")
     seen: set[tuple] = set()
+    nodes = 0
 
     def search(items: list[tuple[Fraction, str]]) -> str | None:
+        nonlocal nodes
+        nodes += 1
+        if max_nodes is not None and nodes > max_nodes:
+            raise CountdownSearchExceeded(max_nodes)
         for value, text in items:
             if value == target:
                 return text

@@ -1,11 +1,16 @@
 """Verifiers: exact match, format (regex), countdown arithmetic."""
 
+import os
 import re
+import subprocess
+import sys
+import time
 
 import pytest
 
 from rlvr.rewards import (countdown_reward, countdown_solution, countdown_value,
                           exact_match_reward, extract_answer, format_reward)
+from rlvr.rewards.verifiers import MAX_FORMAT_CHARS, REGEX_TIMEOUT_S, CountdownSearchExceeded
 
 
 # ---------------------------------------------------------------- exact match
@@ -126,3 +131,60 @@ def test_countdown_solution_finds_a_valid_expression(numbers, target, solvable):
     assert (solution is not None) == solvable
     if solution is not None:
         assert countdown_reward(solution, numbers, target) == 1.0
+
+
+# ---------------------------------------------------------------- bounds: regex time, solver work
+
+@pytest.fixture
+def cpu_load():
+    """Two busy processes per core for the test's duration: the load under which the `regex`
+    package's own timeout (processor time, not wall time) let a 0.2 s limit run 0.5-0.6 s."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(min(2 * (cores or 1), 32))]
+    time.sleep(0.3)  # let them get going
+    yield
+    for process in busy:
+        process.kill()
+    for process in busy:
+        process.wait()
+
+
+def _fastest(call, tries=3):
+    """(result, the least wall time of `tries` calls): the min keeps a scheduling hiccup out."""
+    times, results = [], set()
+    for _ in range(tries):
+        start = time.perf_counter()
+        results.add(call())
+        times.append(time.perf_counter() - start)
+    (result,) = results
+    return result, min(times)
+
+
+def test_format_holds_its_wall_clock_limit_under_cpu_load(cpu_load):
+    score, seconds = _fastest(lambda: format_reward("a" * 50_000 + "!", r"(a+)+$"))
+    assert score == 0.0 and seconds < REGEX_TIMEOUT_S + 0.1
+
+
+def test_format_scores_a_completion_over_the_length_bound_zero_without_searching():
+    score, seconds = _fastest(lambda: format_reward("a" * 1_000_000, r"(a+)+$"))
+    assert score == 0.0 and seconds < REGEX_TIMEOUT_S + 0.1
+    assert format_reward("a" * MAX_FORMAT_CHARS, r"(a+)+$") == 1.0  # the bound itself is searched
+
+
+def test_format_result_of_a_slow_search_decided_in_time_is_kept():
+    """A search past the inline slice moves to the watched thread; its verdict is the same."""
+    text, pattern = "a" * 28 + "c", r"^(?:(?:a|aa)+b|a+c)$"  # ~70 ms of backtracking, then a match
+    assert format_reward(text, pattern, timeout=10.0) == 1.0
+    assert format_reward(text[:-1] + "d", pattern, timeout=10.0) == 0.0
+
+
+def test_countdown_solution_gives_up_after_its_node_budget():
+    hard = ([3, 7, 11, 13, 17, 19], 999_999_937, True)  # unreachable: ~3.3 million nodes in full
+    with pytest.raises(CountdownSearchExceeded) as raised:
+        countdown_solution(*hard, max_nodes=1_000)
+    assert raised.value.max_nodes == 1_000
+    assert str(raised.value) == "the solvability search exceeded its budget of 1,000 nodes"
+    with pytest.raises(CountdownSearchExceeded):  # the default budget, ~1.3 s here
+        countdown_solution(*hard)
+    assert countdown_solution([3, 5], 15, max_nodes=10) == "3*5"  # decided rows are unchanged
