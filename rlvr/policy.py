@@ -137,6 +137,25 @@ def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rat
 SOURCE_FILE = "source.json"
 
 
+def describe_base(summary: dict) -> str:
+    """prepare_base's summary in words, for the console.
+
+    >>> describe_base({"init": "tiny", "parameters": 505088, "warm_start": {"examples": 378,
+    ...                "steps": 300, "first_loss": 2.87, "last_loss": 0.403}})
+    'tiny policy, 505,088 parameters, warm start 300 steps on 378 examples (loss 2.870 -> 0.403)'
+    >>> describe_base({"init": "pretrained", "name_or_path": "Qwen/Qwen3-4B"})
+    'pretrained policy Qwen/Qwen3-4B'
+    """
+    if summary["init"] != "tiny":
+        return f"pretrained policy {summary['name_or_path']}"
+    text = f"tiny policy, {summary['parameters']:,} parameters"
+    ws = summary.get("warm_start")
+    if ws:
+        text += (f", warm start {ws['steps']} steps on {ws['examples']} examples (loss "
+                 f"{ws['first_loss']:.3f} -> {ws['last_loss']:.3f})")
+    return text
+
+
 def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
     """Write the base (reference) policy to out_dir and return a summary of how it was made.
 

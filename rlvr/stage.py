@@ -14,6 +14,7 @@ fails at once, naming the stage and the key.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 import time
@@ -41,9 +42,21 @@ KNOWN_LIBRARY_WARNINGS = (
 )
 
 
-def quiet_known_warnings() -> None:
+def quiet_library_noise() -> None:
+    """Silence the known library warnings, and the libraries' own progress bars (loading a few
+    weights, mapping a small dataset): the console keeps one bar per long loop, the trainer's."""
     for category, message in KNOWN_LIBRARY_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when the libraries load
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:  # already loaded by the stage's imports
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    if "datasets" in sys.modules:
+        from datasets.utils.tqdm import disable_progress_bars
+
+        disable_progress_bars()
 
 
 class UndeclaredParam(Exception):
@@ -137,7 +150,7 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True) -> N
     from rlvr.rewards.registry import check_reward_names
 
     started = time.perf_counter()
-    quiet_known_warnings()
+    quiet_library_noise()
     try:
         params = load_params()
         if gated:  # the gate runs first: it must report broken reward code, not crash on it

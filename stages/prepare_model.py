@@ -10,7 +10,7 @@ Writes models/base/ and reports/prepare/summary.json.
 
 from rlvr.config import Params
 from rlvr.data import read_rows, write_json
-from rlvr.policy import prepare_base
+from rlvr.policy import describe_base, prepare_base
 from rlvr.stage import run_stage
 
 def main(params: Params) -> int:
@@ -19,7 +19,7 @@ def main(params: Params) -> int:
     summary = prepare_base(params.model, rows, params.seed, params.paths.base_model)
     summary.pop("seconds")
     write_json(params.paths.prepare_summary, summary)
-    print(f"prepare_model: {summary} -> {params.paths.base_model}")
+    print(f"prepare_model: {describe_base(summary)} -> {params.paths.base_model}")
     return 0
 
 

@@ -67,15 +67,17 @@ def _outputs(project) -> dict[str, bytes]:
 
 
 def _repro_fails_with(project, stage: str, line: str) -> str:
-    """`dvc repro` fails at `stage`, which printed exactly one line, starting with `line`."""
+    """`dvc repro` fails at `stage`, whose last line (check_params: its only line) starts with
+    `line`, and no traceback."""
     output = dvc(project, "repro", check=False)
     assert "Traceback" not in output, output[-3000:]
     lines = output.splitlines()
     command = lines.index(f"> python -m stages.{stage}")
     failed = next(i for i, text in enumerate(lines) if text.startswith("ERROR: failed to reproduce"))
     assert f"'{stage}'" in lines[failed]
-    said = [text for text in lines[command + 1:failed] if text.startswith(f"{stage}: ")]
-    assert len(said) == 1 and said[0].startswith(line), output[-3000:]
+    said = [text for text in lines[command + 1:failed] if text.strip()]
+    assert said[-1].startswith(line), output[-3000:]  # the last thing it said: why it failed
+    assert len(said) == 1 or stage != "check_params", output[-3000:]
     return output
 
 
@@ -92,3 +94,38 @@ def test_a_bad_value_of_each_class_stops_dvc_repro_before_anything_is_lost(copy_
         _assert_nothing_lost(project, before)
         _git(project, "checkout", "params.yaml")
     assert json.loads(dvc(project, "status", "--json")) == {}
+
+
+def test_an_unreadable_data_file_stops_dvc_repro_with_one_line_per_problem(copy_run):
+    project = copy_run("bad-data")
+    before = _outputs(project)
+    unchanged = {p: b for p, b in before.items() if not p.startswith("reports/validation/")}
+
+    # a folder where the training file should be: nothing validates, nothing is written
+    set_params(project, {"data": {"train_path": "data"}})
+    _repro_fails_with(project, "validate", "validate: data: is a directory, not a JSONL file")
+    _assert_nothing_lost(project, before)
+    _git(project, "checkout", "params.yaml")
+
+    # bytes that are not UTF-8 in one row: one problem line naming file, line and rule; the
+    # validation summary says so, and every other output is as it was
+    train = project / "data" / "grpo_train.jsonl"
+    lines = train.read_bytes().split(b"\n")
+    lines[4] = lines[4].replace(b"->", b"\xe9>")
+    train.write_bytes(b"\n".join(lines))
+    output = dvc(project, "repro", check=False)
+    assert "Traceback" not in output, output[-3000:]
+    assert ("data/grpo_train.jsonl: line 5: is not UTF-8 text: byte" in output
+            and "invalid continuation byte [line_text]" in output), output[-3000:]
+    assert "ERROR: failed to reproduce 'validate'" in output
+    _assert_nothing_lost(project, unchanged)
+    summary = json.loads((project / "reports/validation/summary.json").read_text())
+    assert summary["passed"] is False
+    # DVC knows the summary on disk is not the recorded one; with the data restored, a rerun of
+    # validate writes the recorded bytes again and nothing downstream has to run
+    _git(project, "checkout", "data")
+    assert "validate" in json.loads(dvc(project, "status", "--json"))
+    rerun = dvc(project, "repro")
+    assert "Running stage 'validate'" in rerun and "Running stage 'smoke'" not in rerun
+    assert json.loads(dvc(project, "status", "--json")) == {}
+    _assert_nothing_lost(project, before)
