@@ -45,7 +45,8 @@ def above(low: float) -> Rule:
 
 def within(low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Rule:
     """low <= v <= high, either end open: `within(0, 1, low_open=True)` is (0, 1]."""
-    return Rule(lambda v: (v > low if low_open else v >= low) and (v < high if high_open else v <= high),
+    return Rule(lambda v: (v > low if low_open else v >= low)
+                and (v < high if high_open else v <= high),
                 f"must be in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}")
 
 
@@ -91,9 +92,11 @@ class DataParams:
                             rule=NON_EMPTY, default="data/grpo_train.jsonl")
     eval_path: str = _help("JSONL file of held-out rows; must share no prompt with train.",
                            rule=NON_EMPTY, default="data/grpo_eval.jsonl")
-    train_rows: int = _help("Exact number of rows the training file must have.", rule=COUNT, default=64)
+    train_rows: int = _help("Exact number of rows the training file must have.", rule=COUNT,
+                            default=64)
     max_prompt_chars: int = _help("Longest prompt allowed, in characters. TRL never truncates "
-                                  "prompts, so length is bounded here, in the data.", rule=COUNT, default=200)
+                                  "prompts, so length is bounded here, in the data.", rule=COUNT,
+                                  default=200)
 
     def __post_init__(self) -> None:
         _require(self.eval_path != self.train_path, "data.eval_path", self.eval_path,
@@ -107,7 +110,8 @@ class LengthParams:
                          rule=at_least(0), default=1.0)
     l_max: float = _help("Length at which a correct answer earns 0 and a wrong one the full "
                          "penalty.", rule=POSITIVE, default=12.0)
-    l_target: float = _help("Wrong answers longer than this are penalised.", rule=at_least(0), default=8.0)
+    l_target: float = _help("Wrong answers longer than this are penalised.", rule=at_least(0),
+                            default=8.0)
 
     def __post_init__(self) -> None:
         _require(self.l_min < self.l_max, "rewards.length.l_min", self.l_min,
@@ -121,7 +125,8 @@ class RewardsParams:
     funcs: list[str] = _help("Reward functions by registry name (rlvr.rewards.REWARD_FUNCS).",
                              rule=NON_EMPTY, default_factory=lambda: ["correctness", "format"])
     weights: list[float] = _help("One weight per reward function, same order (TRL's "
-                                 "reward_weights).", each=at_least(0), default_factory=lambda: [1.0, 0.2])
+                                 "reward_weights).", each=at_least(0),
+                                 default_factory=lambda: [1.0, 0.2])
     format_pattern: str = _help("Regex the whole completion must match for the format reward.",
                                 rule=COMPILES, default=r"^\s*\(*\d+\)*(\s*[-+*/]\s*\(*\d+\)*)+\s*$")
     length: LengthParams = _help("The length term's parameters (used when 'length' is in funcs).",
@@ -142,7 +147,8 @@ class RewardsParams:
 class GateParams:
     tests: list[str] = _help("Pytest paths of the offline reward tests that gate every stage "
                              "(test files and the doctests of the reward modules).",
-                             rule=NON_EMPTY, each=NON_EMPTY, default_factory=lambda: ["tests/rewards", "rlvr/rewards",
+                             rule=NON_EMPTY, each=NON_EMPTY,
+                             default_factory=lambda: ["tests/rewards", "rlvr/rewards",
                                                       "rlvr/grpo_math.py"])
 
 
@@ -151,8 +157,10 @@ class TinyModelParams:
     hidden_size: int = _help("Width of the tiny Qwen3 model.", rule=COUNT, default=128)
     intermediate_size: int = _help("MLP width.", rule=COUNT, default=512)
     num_hidden_layers: int = _help("Transformer blocks.", rule=COUNT, default=2)
-    num_attention_heads: int = _help("Query heads (hidden_size must divide by it).", rule=COUNT, default=4)
-    num_key_value_heads: int = _help("Key/value heads (grouped-query attention).", rule=COUNT, default=2)
+    num_attention_heads: int = _help("Query heads (hidden_size must divide by it).", rule=COUNT,
+                                     default=4)
+    num_key_value_heads: int = _help("Key/value heads (grouped-query attention).", rule=COUNT,
+                                     default=2)
     max_position_embeddings: int = _help("Longest prompt + completion, in characters.",
                                          rule=COUNT, default=256)
 
@@ -168,9 +176,11 @@ class TinyModelParams:
 @dataclass
 class WarmStartParams:
     steps: int = _help("Supervised steps on well-formed expressions over each training row's "
-                       "numbers, NOT checked against the target (0 = no warm start).", rule=at_least(0), default=300)
+                       "numbers, NOT checked against the target (0 = no warm start).",
+                       rule=at_least(0), default=300)
     batch_size: int = _help("Examples per warm-start step.", rule=COUNT, default=128)
-    learning_rate: float = _help("AdamW learning rate of the warm start.", rule=POSITIVE, default=3e-3)
+    learning_rate: float = _help("AdamW learning rate of the warm start.", rule=POSITIVE,
+                                 default=3e-3)
 
 
 @dataclass
@@ -179,7 +189,8 @@ class LoraParams:
                           default=False)
     r: int = _help("LoRA rank.", rule=COUNT, default=16)
     alpha: int = _help("LoRA alpha (scale = alpha / r).", rule=POSITIVE, default=32)
-    dropout: float = _help("Dropout on the LoRA path.", rule=within(0, 1, high_open=True), default=0.0)
+    dropout: float = _help("Dropout on the LoRA path.", rule=within(0, 1, high_open=True),
+                           default=0.0)
     target_modules: str = _help("Which modules get adapters (peft's 'all-linear' or a name).",
                                 rule=NON_EMPTY, default="all-linear")
 
@@ -209,19 +220,26 @@ class GRPOParams:
     """GRPOConfig fields, under TRL's own names (the rest keep TRL's defaults unless set in extra)."""
     learning_rate: float = _help("AdamW learning rate.", rule=POSITIVE, default=2e-4)
     beta: float = _help("KL coefficient against the reference (base) policy; 0 = no reference "
-                        "model and no KL. With a schedule, the value it ends at.", rule=at_least(0), default=0.05)
-    num_generations: int = _help("G: completions sampled per prompt (one group).", rule=at_least(2), default=8)
+                        "model and no KL. With a schedule, the value it ends at.", rule=at_least(0),
+                        default=0.05)
+    num_generations: int = _help("G: completions sampled per prompt (one group).", rule=at_least(2),
+                                 default=8)
     per_device_train_batch_size: int = _help("Completions per step (prompts per step x G); "
-                                             "must be divisible by num_generations.", rule=COUNT, default=128)
-    gradient_accumulation_steps: int = _help("Micro-batches per optimizer step.", rule=COUNT, default=1)
+                                             "must be divisible by num_generations.", rule=COUNT,
+                                             default=128)
+    gradient_accumulation_steps: int = _help("Micro-batches per optimizer step.", rule=COUNT,
+                                             default=1)
     max_completion_length: int = _help("Longest completion, in tokens.", rule=COUNT, default=8)
     temperature: float = _help("Sampling temperature of the rollouts.", rule=POSITIVE, default=1.0)
-    top_p: float = _help("Nucleus sampling of the rollouts.", rule=within(0, 1, low_open=True), default=1.0)
-    loss_type: str = _help("TRL loss aggregation: grpo, dr_grpo, dapo, bnpo, ...", rule=one_of(*LOSS_TYPES), default="dapo")
+    top_p: float = _help("Nucleus sampling of the rollouts.", rule=within(0, 1, low_open=True),
+                         default=1.0)
+    loss_type: str = _help("TRL loss aggregation: grpo, dr_grpo, dapo, bnpo, ...",
+                           rule=one_of(*LOSS_TYPES), default="dapo")
     scale_rewards: str = _help("Advantage scaling: group (divide by the group std), batch, or "
                                "none.", rule=one_of("group", "batch", "none"), default="group")
     epsilon: float = _help("PPO clip range of the importance ratio.", rule=POSITIVE, default=0.2)
-    num_iterations: int = _help("Updates per generated batch (mu in the GRPO paper).", rule=COUNT, default=1)
+    num_iterations: int = _help("Updates per generated batch (mu in the GRPO paper).", rule=COUNT,
+                                default=1)
     max_grad_norm: float = _help("Gradient clipping.", rule=POSITIVE, default=1.0)
     lr_scheduler_type: str = _help("Learning-rate schedule (transformers names).",
                                    rule=one_of(*LR_SCHEDULERS), default="constant")
@@ -244,7 +262,8 @@ class BetaScheduleParams:
     kind: str = _help("constant: beta throughout; warmup: linear from beta_start to beta over "
                       "warmup_steps; adaptive: a PPO-style controller steering KL to target_kl.",
                       rule=one_of("constant", "warmup", "adaptive"), default="constant")
-    beta_start: float = _help("Beta at step 0 (warmup; also the adaptive start).", rule=at_least(0), default=0.0)
+    beta_start: float = _help("Beta at step 0 (warmup; also the adaptive start).", rule=at_least(0),
+                              default=0.0)
     warmup_steps: int = _help("Steps of the linear warm-up.", rule=COUNT, default=100)
     target_kl: float = _help("KL the adaptive controller aims for (per token, k3).",
                              rule=POSITIVE, default=0.05)
@@ -261,7 +280,8 @@ class TrainParams:
                            "running mean of the reward as the baseline, no std scaling.",
                            rule=one_of("group", "running_mean"), default="group")
     running_mean_momentum: float = _help("running_mean: weight of the old baseline in each "
-                                         "update (exponential moving average).", rule=within(0, 1, high_open=True), default=0.9)
+                                         "update (exponential moving average).",
+                                         rule=within(0, 1, high_open=True), default=0.9)
     save_steps: int = _help("Checkpoint every this many steps; a killed run resumes from the "
                             "last one.", rule=COUNT, default=50)
     log_every: int = _help("The console shows one line (step, reward, correctness, KL, beta, "
@@ -304,7 +324,8 @@ class EvaluateParams:
                          rule=COUNT, default=8)
     seed: int = _help("Sampling seed, the same for the step-0 and the final policy (paired).",
                       rule=SEED, default=1234)
-    confidence: float = _help("Confidence level of the paired bootstrap CI.", rule=within(0, 1, low_open=True, high_open=True), default=0.95)
+    confidence: float = _help("Confidence level of the paired bootstrap CI.",
+                              rule=within(0, 1, low_open=True, high_open=True), default=0.95)
     n_resamples: int = _help("Bootstrap resamples.", rule=COUNT, default=10000)
 
 
@@ -313,10 +334,12 @@ class EvaluateParams:
 class ReportParams:
     window: int = _help("Steps in the moving averages the KL/beta diagnosis compares.",
                         rule=COUNT, default=50)
-    kl_tiny: float = _help("'Too tight' if the smoothed KL never exceeds this ...", rule=at_least(0), default=0.01)
+    kl_tiny: float = _help("'Too tight' if the smoothed KL never exceeds this ...",
+                           rule=at_least(0), default=0.01)
     plateau_gain: float = _help("... and the reward gains less than this over the second half.",
                                 rule=at_least(0), default=0.02)
-    kl_high: float = _help("'Too loose' if the smoothed KL ends above this, ...", rule=POSITIVE, default=1.0)
+    kl_high: float = _help("'Too loose' if the smoothed KL ends above this, ...", rule=POSITIVE,
+                           default=1.0)
     kl_rising_ratio: float = _help("... or the last quarter's KL exceeds the third quarter's by "
                                    "this factor (still climbing), ...", rule=above(1), default=1.5)
     collapse_drop: float = _help("... or the smoothed reward ends this far below its peak.",
@@ -330,7 +353,8 @@ class OrchestrationParams:
     retry_delay_seconds: int = _help("Wait before a retry.", rule=at_least(0), default=10)
     retried_stages: list[str] = _help("Stages the flow retries; the gate and validation never "
                                       "are (a retry cannot fix a failing test or a bad row).",
-                                      each=one_of(*STAGES), default_factory=lambda: ["prepare_model", "smoke", "train"])
+                                      each=one_of(*STAGES),
+                                      default_factory=lambda: ["prepare_model", "smoke", "train"])
     default_timeout: int = _help("Seconds a stage may run before the flow fails it.",
                                  rule=COUNT, default=1800)
     timeouts: dict = _help("Per-stage timeouts in seconds, overriding default_timeout.",
@@ -369,11 +393,11 @@ class PathsParams:
     gate_verdict: str = _help("The reward-test gate's verdict (JSON: counts, failing tests).",
                               default="reports/gate/reward_tests.json")
     gate_metrics: str = _help("The gate's headline (a DVC metric): passed, tests, failed.",
-                              default="reports/gate/metrics.json")
+                              default="metrics/gate.json")
     validation_summary: str = _help("Data validation: per file and rule.",
                                     default="reports/validation/summary.json")
     validation_metrics: str = _help("Data validation's headline (a DVC metric): passed, "
-                                    "problems, rows.", default="reports/validation/metrics.json")
+                                    "problems.", default="metrics/data.json")
     data_docs: str = _help("Great Expectations Data Docs (HTML folder; not a DVC output: GX stamps "
                            "each page with the run time).",
                            default="reports/validation/data_docs")
@@ -382,14 +406,16 @@ class PathsParams:
                                  default="reports/prepare/summary.json")
     smoke_checks: str = _help("The smoke run's checks.", default="reports/smoke/checks.json")
     smoke_metrics: str = _help("The smoke run's headline (a DVC metric): passed, failed checks, "
-                               "step-0 reward.", default="reports/smoke/metrics.json")
+                               "step-0 reward.", default="metrics/smoke.json")
     step0: str = _help("The step-0 reward baseline and the first log line.",
                        default="reports/smoke/step0.json")
     checkpoints: str = _help("Training checkpoints: a resume cache, not a result (no DVC out).",
                              default="models/checkpoints")
     final_model: str = _help("The trained policy.", default="models/final")
-    train_metrics: str = _help("What the training run ended at (a DVC metric).",
-                               default="reports/train/metrics.json")
+    train_summary: str = _help("What the training run did: first and last steps' means, final "
+                               "KL and beta.", default="reports/train/summary.json")
+    train_metrics: str = _help("The training run's headline (a DVC metric): steps, reward, "
+                               "correctness, KL.", default="metrics/train.json")
     train_history: str = _help("Every logged training step (JSONL).",
                                default="reports/train/history.jsonl")
     train_curves: str = _help("Training curves (PNG).", default="reports/train/curves.png")
@@ -397,9 +423,9 @@ class PathsParams:
                             default="reports/train/live")
     eval_summary: str = _help("Step 0 vs final, every statistic of both splits.",
                               default="reports/eval/summary.json")
-    eval_metrics: str = _help("Step 0 vs final, the headline (a DVC metric): verdict, rewards, "
-                              "success, deltas with their CI, KL.",
-                              default="reports/eval/metrics.json")
+    eval_metrics: str = _help("Step 0 vs final on held-out prompts, the headline (a DVC metric): "
+                              "verdict, reward, greedy success, the delta with its CI.",
+                              default="metrics/eval.json")
     eval_per_prompt: str = _help("Step 0 vs final, one record per prompt (JSONL).",
                                  default="reports/eval/per_prompt.jsonl")
     per_prompt_figure: str = _help("Per-prompt scatter of the retrospective (PNG).",

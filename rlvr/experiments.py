@@ -26,6 +26,7 @@ class Experiment:
     train: dict = field(default_factory=dict)
     evaluation: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
+    eval_summary: dict = field(default_factory=dict)  # the evaluate stage's detail
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -69,14 +70,23 @@ def exp_show(cwd: str | Path = ".") -> list[dict]:
     return json.loads(run.stdout)
 
 
+def _committed(rev: str, cwd: str | Path, path: str) -> str | None:
+    run = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=cwd, capture_output=True,
+                         text=True)
+    return run.stdout if run.returncode == 0 else None
+
+
 def read_history(rev: str, cwd: str | Path = ".", history: str = DEFAULT_PATHS.train_history
                  ) -> list[dict]:
     """The training history committed in an experiment's (or the baseline's) git revision."""
-    run = subprocess.run(["git", "show", f"{rev}:{history}"], cwd=cwd, capture_output=True,
-                         text=True)
-    if run.returncode != 0:
-        return []
-    return [json.loads(line) for line in run.stdout.splitlines() if line]
+    text = _committed(rev, cwd, history)
+    return [json.loads(line) for line in (text or "").splitlines() if line]
+
+
+def read_json(rev: str, cwd: str | Path, path: str) -> dict:
+    """A JSON output committed in an experiment's git revision ({} if it has none)."""
+    text = _committed(rev, cwd, path)
+    return json.loads(text) if text else {}
 
 
 def differing_params(experiments: Sequence[Experiment]) -> list[str]:
@@ -91,13 +101,11 @@ def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[
               "training KL (last 10 steps)", "verdict"]
     rows = []
     for e in experiments:
-        held = e.evaluation.get("heldout", {}).get("final", {})
         rows.append([e.name, *[e.params.get(p) for p in params],
-                     e.train.get("last10_mean_reward"), held.get("greedy_success"),
-                     held.get("mean_reward"),
-                     e.evaluation.get("heldout", {}).get("kl_final_vs_step0"),
-                     e.train.get("last10_mean_kl"),
-                     e.evaluation.get("verdict")])
+                     e.train.get("reward"), e.evaluation.get("greedy"),
+                     e.evaluation.get("reward"),
+                     e.eval_summary.get("heldout", {}).get("kl_final_vs_step0"),
+                     e.train.get("kl"), e.evaluation.get("verdict")])
     return header, rows
 
 
@@ -125,6 +133,7 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports") -> list[Expe
     experiments = parse_exp_show(exp_show(cwd), paths)
     for e in experiments:
         e.history = read_history(e.rev, cwd, paths.train_history)
+        e.eval_summary = read_json(e.rev, cwd, paths.eval_summary)
     out = Path(cwd) / out_dir
     plot_overlay({e.name: e.history for e in experiments}, out / "figures" / "experiments.png")
     figure = "figures/experiments.png"

@@ -1,15 +1,15 @@
 """The figures people compare across runs: what `dvc exp show` and `dvc metrics diff` list.
 
-Each stage writes its whole result as a plain output (every rule, check and split statistic) and
-a DVC metric with only its headline: pass/fail of each gate, rewards and success before and
-after, the deltas with their CI, KL and the verdict. A table of experiments then stays readable:
-every column is one a person compares. Each function here is a projection of the detail, so the
-two files cannot disagree.
+Each stage writes its whole result as a plain output (every rule, check, step and statistic) and
+a DVC metric under `metrics/` with only its headline: pass/fail of each gate, the training reward
+and KL, the held-out reward and greedy success before and after, the delta with its CI, and the
+verdict. Keys are short and flat, and the folder name is short, because `dvc exp show` prints one
+column per key headed by the file's path: after a beta sweep, `dvc exp show --only-changed` fits
+a 200-column terminal. Each function here is a projection of the detail, so the two files cannot
+disagree.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 
 def gate_metrics(verdict: dict) -> dict:
@@ -24,14 +24,12 @@ def gate_metrics(verdict: dict) -> dict:
 
 
 def validation_metrics(summary: dict) -> dict:
-    """The data contract's headline: held or not, problems, rows per file.
+    """The data contract's headline: held or not, and how many problems.
 
-    >>> validation_metrics({"passed": False, "problems": 2,
-    ...                     "files": {"grpo_train": {"rows": 64}, "grpo_eval": {"rows": 63}}})
-    {'passed': False, 'problems': 2, 'rows': {'grpo_train': 64, 'grpo_eval': 63}}
+    >>> validation_metrics({"passed": False, "problems": 2, "files": {}})
+    {'passed': False, 'problems': 2}
     """
-    return {"passed": bool(summary["passed"]), "problems": summary["problems"],
-            "rows": {name: f["rows"] for name, f in summary["files"].items()}}
+    return {"passed": bool(summary["passed"]), "problems": summary["problems"]}
 
 
 def smoke_metrics(report: dict) -> dict:
@@ -39,40 +37,40 @@ def smoke_metrics(report: dict) -> dict:
 
     >>> smoke_metrics({"passed": True, "step0_mean_reward": 0.42,
     ...                "checks": [{"passed": True}, {"passed": True}]})
-    {'passed': True, 'failed_checks': 0, 'step0_mean_reward': 0.42}
+    {'passed': True, 'failed_checks': 0, 'step0_reward': 0.42}
     """
     return {"passed": bool(report["passed"]),
             "failed_checks": sum(not c["passed"] for c in report["checks"]),
-            "step0_mean_reward": report.get("step0_mean_reward")}
+            "step0_reward": report.get("step0_mean_reward")}
 
 
-def _pick(tree: dict, keys: dict[str, Any]) -> dict:
-    """The parts of a nested dict that `keys` names ({key: True} or {key: {sub-keys}})."""
-    return {key: _pick(tree[key], sub) if isinstance(sub, dict) else tree[key]
-            for key, sub in keys.items() if key in tree}
+def train_metrics(summary: dict) -> dict:
+    """The training run's headline: steps, and the reward, correctness and KL it ended at (means
+    over the last 10 steps, rlvr.runs.run_metrics).
 
-
-# What the evaluation's headline keeps, under the detail's own names (rlvr.experiments reads them).
-_SPLIT_HEADLINE = {"step0": {"mean_reward": True, "greedy_success": True},
-                   "final": {"mean_reward": True, "greedy_success": True},
-                   "delta_mean_reward": {"value": True, "ci_low": True, "ci_high": True},
-                   "kl_final_vs_step0": True}
-_EVAL_HEADLINE = {"verdict": True, "heldout": _SPLIT_HEADLINE,
-                  "train": {"final": {"mean_reward": True},
-                            "delta_mean_reward": _SPLIT_HEADLINE["delta_mean_reward"]}}
+    >>> train_metrics({"steps": 400, "last10_mean_reward": 0.84, "last10_mean_correctness": 0.8,
+    ...                "last10_mean_kl": 0.3, "first10_mean_reward": 0.4})
+    {'steps': 400, 'reward': 0.84, 'correct': 0.8, 'kl': 0.3}
+    """
+    return {"steps": summary["steps"], "reward": summary["last10_mean_reward"],
+            "correct": summary["last10_mean_correctness"], "kl": summary["last10_mean_kl"]}
 
 
 def eval_metrics(summary: dict) -> dict:
-    """The audit's headline: the verdict, held-out reward and greedy success before and after
-    with the paired delta and its CI, KL to step 0; on the training prompts the delta only.
+    """The audit's headline, on the split the verdict follows (held-out): the verdict first (a
+    long value: the file's path heads its column), mean sampled reward and greedy success at step
+    0 and final, and the paired delta of mean reward with its CI.
 
-    >>> split = {"prompts": 64, "step0": {"mean_reward": 0.4, "greedy_success": 0.3,
-    ...          "mean_length": 5.0}, "final": {"mean_reward": 0.6, "greedy_success": 0.5},
-    ...          "delta_mean_reward": {"value": 0.2, "ci_low": 0.1, "ci_high": 0.3},
-    ...          "kl_final_vs_step0": 0.05}
-    >>> m = eval_metrics({"verdict": "improved", "verdict_split": "heldout",
-    ...                   "train": split, "heldout": split})
-    >>> m["heldout"]["step0"], m["train"]
-    ({'mean_reward': 0.4, 'greedy_success': 0.3}, {'final': {'mean_reward': 0.6}, 'delta_mean_reward': {'value': 0.2, 'ci_low': 0.1, 'ci_high': 0.3}})
+    >>> split = {"step0": {"mean_reward": 0.4, "greedy_success": 0.3},
+    ...          "final": {"mean_reward": 0.6, "greedy_success": 0.5},
+    ...          "delta_mean_reward": {"value": 0.2, "ci_low": 0.1, "ci_high": 0.3}}
+    >>> eval_metrics({"verdict": "improved", "verdict_split": "heldout", "heldout": split})
+    {'verdict': 'improved', 'reward0': 0.4, 'reward': 0.6, 'delta': 0.2, 'ci_low': 0.1, 'ci_high': 0.3, 'greedy0': 0.3, 'greedy': 0.5}
     """
-    return _pick(summary, _EVAL_HEADLINE)
+    split = summary[summary["verdict_split"]]
+    delta = split["delta_mean_reward"]
+    return {"verdict": summary["verdict"],
+            "reward0": split["step0"]["mean_reward"], "reward": split["final"]["mean_reward"],
+            "delta": delta["value"], "ci_low": delta["ci_low"], "ci_high": delta["ci_high"],
+            "greedy0": split["step0"]["greedy_success"],
+            "greedy": split["final"]["greedy_success"]}

@@ -143,7 +143,7 @@ def stage_artifacts(stage: str, root: Path) -> list[Artifact]:
                                  "value": json.dumps(c["value"]), "expected": str(c["expected"])}
                                 for c in checks["checks"]])]
     if stage == "train":
-        m = _json(root, paths.train_metrics) or {}
+        m = _json(root, paths.train_summary) or {}
         step0 = _json(root, paths.step0) or {}
         final = m.get("final", {})
         markdown = "\n".join([

@@ -92,8 +92,8 @@ def require_smoke(path: str | Path) -> None:
 
 
 def run_metrics(history: list[dict], window: int = 10) -> dict:
-    """What a run ended at (a DVC metric: the figures people compare; history.jsonl has every
-    step): the final KL and beta, and first vs last `window` steps' means."""
+    """What a run ended at (history.jsonl has every step): the final KL and beta, and first vs
+    last `window` steps' means."""
     last = history[-1] if history else {}
     return {
         "steps": len(history),
@@ -150,11 +150,11 @@ def train_run(params: Params, paths: PathsParams) -> dict:
                       "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in history))
     plot_curves(history, paths.train_curves,
                 title=f"GRPO: {len(history)} steps, beta {params.train.beta_schedule.kind}")
-    metrics = run_metrics(history)
-    final = metrics["final"]
-    lines = [f"train: {metrics['steps']} steps; reward {metrics['first10_mean_reward']:.3f} "
-             f"(first 10) -> {metrics['last10_mean_reward']:.3f} (last 10); final KL "
+    summary = run_metrics(history)
+    final = summary["final"]
+    lines = [f"train: {summary['steps']} steps; reward {summary['first10_mean_reward']:.3f} "
+             f"(first 10) -> {summary['last10_mean_reward']:.3f} (last 10); final KL "
              f"{final.get('kl', float('nan')):.4f}; model -> {final_dir}"]
     if resume:
         lines.append(f"train: resumed from {resume}")
-    return {"metrics": metrics, "lines": lines}
+    return {"summary": summary, "lines": lines}

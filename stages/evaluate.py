@@ -6,7 +6,7 @@ Scores both policies on the training prompts and the held-out prompts with the s
 seeds: greedy success, mean sampled reward over evaluate.samples samples, each reward function,
 completion length, malformed share. Writes reports/eval/summary.json (every statistic; the delta of
 mean reward carries a paired bootstrap CI, and the verdict follows the held-out CI), its headline
-reports/eval/metrics.json (a DVC metric) and reports/eval/per_prompt.jsonl.
+metrics/eval.json (a DVC metric) and reports/eval/per_prompt.jsonl.
 """
 
 import json

@@ -3,7 +3,7 @@
     dvc repro reward_tests          (or: python -m stages.reward_tests)
 
 Writes paths.gate_verdict (reports/gate/reward_tests.json: passed, counts, failing test ids) and
-its headline paths.gate_metrics (a DVC metric). Every other stage reads the verdict first and
+its headline metrics/gate.json (a DVC metric). Every other stage reads the verdict first and
 refuses to start unless it says passed; a failure here exits non-zero, naming the tests.
 """
 

@@ -5,7 +5,8 @@
 Measures the base policy's mean reward on every training prompt (G samples each, fixed seed),
 then runs smoke.max_steps GRPO steps with the train.grpo settings and checks rows, groups,
 rewards, advantages, loss / KL / grad_norm and reward spread. Writes reports/smoke/checks.json,
-its headline reports/smoke/metrics.json (a DVC metric) and reports/smoke/step0.json; exits non-zero naming every failed check with its value.
+its headline metrics/smoke.json (a DVC metric) and reports/smoke/step0.json; exits non-zero naming
+every failed check with its value.
 """
 
 from rlvr.config import Params

@@ -3,7 +3,7 @@
     dvc repro validate              (or: python -m stages.validate)
 
 Writes reports/validation/summary.json (per file and rule, whether it held), its headline
-reports/validation/metrics.json (a DVC metric) and the Data Docs HTML under
+metrics/data.json (a DVC metric) and the Data Docs HTML under
 reports/validation/data_docs/. On any problem it prints one line per problem
 (file, row id or line, rule) and exits non-zero, so nothing downstream runs.
 """

@@ -133,3 +133,31 @@ def kill_train_after(project: Path, step: int) -> str:
     output = run.stdout + run.stderr
     assert run.returncode == -signal.SIGKILL, f"not killed (exit {run.returncode}): {output[-3000:]}"
     return output
+
+
+def run_in_terminal(project: Path, *command: str, columns: int = 200) -> str:
+    """Run a command in a pseudo-terminal `columns` wide (as a person sees it: rich tables fit
+    themselves to the terminal), in a copy's environment; its output with the colours removed."""
+    import fcntl
+    import pty
+    import re
+    import struct
+    import termios
+
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    process = subprocess.Popen(list(command), cwd=project, stdin=child, stdout=child,
+                               stderr=child, env={**project_env(project), "TERM": "xterm"})
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    process.wait(timeout=120)
+    os.close(main)
+    return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))

@@ -1,10 +1,12 @@
 """Ablations and a beta sweep as queued DVC experiments, and their comparison, on a small budget."""
 
+import re
 import subprocess
 
 import pytest
 
 from rlvr.experiments import Experiment, comparison_rows, differing_params, parse_exp_show
+from tests.helpers import run_in_terminal
 
 
 
@@ -12,11 +14,9 @@ def test_parse_exp_show_and_the_comparison_table():
     def data(rev, beta, reward):
         return {"rev": rev, "params": {"params.yaml": {"data": {"seed": 0, "train": {
             "grpo": {"beta": beta}}}}}, "metrics": {
-            "reports/train/metrics.json": {"data": {"last10_mean_reward": reward,
-                                                    "last10_mean_kl": 0.1}},
-            "reports/eval/metrics.json": {"data": {"verdict": "improved", "heldout": {
-                "final": {"greedy_success": 0.5, "mean_reward": 0.6},
-                "kl_final_vs_step0": 0.2}}}}}
+            "metrics/train.json": {"data": {"reward": reward, "kl": 0.1}},
+            "metrics/eval.json": {"data": {"verdict": "improved", "greedy": 0.5,
+                                           "reward": 0.6}}}}
 
     rows = [{"rev": "workspace", "data": data("workspace", 0.05, 0.8)},
             {"rev": "abcdef123", "data": data("abcdef123", 0.05, 0.8), "experiments": [
@@ -25,6 +25,7 @@ def test_parse_exp_show_and_the_comparison_table():
     experiments = parse_exp_show(rows)
     assert [e.name for e in experiments] == ["baseline (abcdef1)", "no-kl"]
     assert differing_params(experiments) == ["train.grpo.beta"]
+    experiments[1].eval_summary = {"heldout": {"kl_final_vs_step0": 0.2}}  # read from git
     header, table = comparison_rows(experiments)
     assert header[1] == "train.grpo.beta"
     assert table[1] == ["no-kl", 0.0, 0.7, 0.5, 0.6, 0.2, 0.1, "improved"]
@@ -63,3 +64,20 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     assert "data:image/png;base64," in (project / "reports" / "experiments.html").read_text()
     (artifact,) = artifact_versions("experiments-comparison")
     assert "no-group-norm" in str(artifact.data) and "git " in artifact.description
+
+    # The table DVC users compare runs in, as a person sees it after a beta sweep: in a
+    # 200-column terminal every column is whole (rich cuts a table that does not fit to "…").
+    run("dvc", "exp", "remove", "no-kl", "no-group-norm")
+    table = run_in_terminal(project, "dvc", "exp", "show", "--only-changed", "--no-pager")
+    lines = [line.rstrip() for line in table.splitlines() if line.strip()]
+    assert "…" not in table and max(map(len, lines)) <= 200, table
+    header = lines[1]
+    for column in ("Experiment", "train.grpo.beta", "metrics/train.json:", "kl",
+                   "metrics/eval.json:", "delta", "ci_low", "ci_high"):
+        assert column in header, (column, table)
+    sweep = re.findall(r"[├└]── ([0-9a-f]{7}) \[([\w-]+)\]", table)
+    assert len(sweep) == 2, table  # the two sweep experiments, by rev and name
+    # dvc metrics diff between the baseline and a sweep experiment: one line per headline figure
+    diff = subprocess.run(["dvc", "metrics", "diff", "HEAD", sweep[0][0]], cwd=project, env=env,
+                          capture_output=True, text=True, check=True).stdout
+    assert 5 <= len(diff.strip().splitlines()) <= 25, diff

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.slow
 CHECKPOINTS = "models/checkpoints"
 # Outputs that must be byte-identical between an interrupted and an uninterrupted run (git status
 # then also says the tracked ones, and dvc.lock, are unchanged).
-DETERMINISTIC = ["reports/train/metrics.json", "reports/train/history.jsonl",
-                 "reports/train/live/plots/metrics/reward.tsv",
+DETERMINISTIC = ["reports/train/summary.json", "metrics/train.json",
+                 "reports/train/history.jsonl", "reports/train/live/plots/metrics/reward.tsv",
                  "reports/train/live/plots/metrics/kl.tsv", "reports/train/live/metrics.json"]
 
 
