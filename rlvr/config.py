@@ -414,8 +414,8 @@ class PathsParams:
     final_model: str = _help("The trained policy.", default="models/final")
     train_summary: str = _help("What the training run did: first and last steps' means, final "
                                "KL and beta.", default="reports/train/summary.json")
-    train_metrics: str = _help("The training run's headline (a DVC metric): steps, reward, "
-                               "correctness, KL.", default="metrics/train.json")
+    train_metrics: str = _help("The training run's headline (a DVC metric): steps, reward, KL.",
+                               default="metrics/train.json")
     train_history: str = _help("Every logged training step (JSONL).",
                                default="reports/train/history.jsonl")
     train_curves: str = _help("Training curves (PNG).", default="reports/train/curves.png")

@@ -3,10 +3,12 @@
 Each stage writes its whole result as a plain output (every rule, check, step and statistic) and
 a DVC metric under `metrics/` with only its headline: pass/fail of each gate, the training reward
 and KL, the held-out reward and greedy success before and after, the delta with its CI, and the
-verdict. Keys are short and flat, and the folder name is short, because `dvc exp show` prints one
-column per key headed by the file's path: after a beta sweep, `dvc exp show --only-changed` fits
-a 200-column terminal. Each function here is a projection of the detail, so the two files cannot
-disagree.
+verdict. Keys are short and flat, the folder name is short, and there are few of them, because
+`dvc exp show` prints one column per key (the first of each file headed by its path), then the
+params, then a hash column per changed dependency file: after a beta sweep, `dvc exp show
+--only-changed` in a 200-column terminal shows every metric and the changed params whole (only
+the dependency hashes, last, fold into "…"). Each function here is a projection of the detail,
+so the two files cannot disagree.
 """
 
 from __future__ import annotations
@@ -45,15 +47,15 @@ def smoke_metrics(report: dict) -> dict:
 
 
 def train_metrics(summary: dict) -> dict:
-    """The training run's headline: steps, and the reward, correctness and KL it ended at (means
-    over the last 10 steps, rlvr.runs.run_metrics).
+    """The training run's headline: steps, and the reward and KL it ended at (means over the last
+    10 steps, rlvr.runs.run_metrics; correctness and the rest stay in the summary).
 
     >>> train_metrics({"steps": 400, "last10_mean_reward": 0.84, "last10_mean_correctness": 0.8,
     ...                "last10_mean_kl": 0.3, "first10_mean_reward": 0.4})
-    {'steps': 400, 'reward': 0.84, 'correct': 0.8, 'kl': 0.3}
+    {'steps': 400, 'reward': 0.84, 'kl': 0.3}
     """
     return {"steps": summary["steps"], "reward": summary["last10_mean_reward"],
-            "correct": summary["last10_mean_correctness"], "kl": summary["last10_mean_kl"]}
+            "kl": summary["last10_mean_kl"]}
 
 
 def eval_metrics(summary: dict) -> dict:

@@ -65,16 +65,22 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     (artifact,) = artifact_versions("experiments-comparison")
     assert "no-group-norm" in str(artifact.data) and "git " in artifact.description
 
-    # The table DVC users compare runs in, as a person sees it after a beta sweep: in a
-    # 200-column terminal every column is whole (rich cuts a table that does not fit to "…").
+    # The table DVC users compare runs in, as a person sees it after a beta sweep, in a
+    # 200-column terminal: DVC folds the columns that do not fit, last first, into "…". Its order
+    # is names, metrics, params, then a hash per changed dependency file: the experiment names,
+    # every headline metric and the changed param must be whole; only dependency hashes may fold.
     run("dvc", "exp", "remove", "no-kl", "no-group-norm")
     table = run_in_terminal(project, "dvc", "exp", "show", "--only-changed", "--no-pager")
     lines = [line.rstrip() for line in table.splitlines() if line.strip()]
-    assert "…" not in table and max(map(len, lines)) <= 200, table
+    assert max(map(len, lines)) <= 200, table
     header = lines[1]
-    for column in ("Experiment", "train.grpo.beta", "metrics/train.json:", "kl",
-                   "metrics/eval.json:", "delta", "ci_low", "ci_high"):
-        assert column in header, (column, table)
+    columns = ["Experiment", "metrics/train.json:reward", "kl", "metrics/eval.json:", "delta",
+               "ci_low", "ci_high", "greedy", "train.grpo.beta"]
+    found = [header.find(column) for column in columns]
+    assert -1 not in found and found == sorted(found), (columns, table)
+    assert "…" not in header[:found[-1] + len(columns[-1])], table
+    betas = [line[found[-1]:found[-1] + len(columns[-1])].strip() for line in lines[3:-1]]
+    assert sorted(betas) == ["0.01", "0.05", "0.05", "0.1"], table  # workspace, baseline, sweep
     sweep = re.findall(r"[├└]── ([0-9a-f]{7}) \[([\w-]+)\]", table)
     assert len(sweep) == 2, table  # the two sweep experiments, by rev and name
     # dvc metrics diff between the baseline and a sweep experiment: one line per headline figure
