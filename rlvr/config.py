@@ -12,7 +12,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,9 +69,15 @@ POSITIVE = above(0)
 COUNT = at_least(1)
 SEED = within(0, 2**32 - 1)  # numpy's seed range
 COMPILES = Rule(_compiles, "must be a regular expression that compiles")
+SECONDS = Rule(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+               and math.isfinite(v) and v > 0, "must be a positive number of seconds")
 # The stage names of dvc.yaml (tests/test_config.py checks they agree).
 STAGES = ("check_params", "reward_tests", "validate", "prepare_model", "smoke", "train",
           "evaluate", "report")
+# GRPOConfig fields rlvr.training.grpo_config sets itself (train.grpo.extra must not).
+PIPELINE_GRPO_FIELDS = ("output_dir", "max_steps", "seed", "data_seed", "reward_weights",
+                        "logging_steps", "logging_nan_inf_filter", "report_to", "save_strategy",
+                        "save_steps", "save_total_limit", "disable_tqdm")
 # TRL 1.16 GRPOConfig.loss_type values and transformers 5 SchedulerType values (tests check both
 # against the installed libraries).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -250,6 +256,14 @@ class GRPOParams:
                         default_factory=dict)
 
     def __post_init__(self) -> None:
+        # extra is for the GRPOConfig fields params.yaml does not name: a field named above (its
+        # rule would be bypassed, and evaluate reads the named sampling fields) or one the
+        # pipeline sets itself must not come in through it
+        for key in self.extra:
+            _require(key not in GRPOParams.__dataclass_fields__ and key not in PIPELINE_GRPO_FIELDS,
+                     f"train.grpo.extra.{key}", self.extra[key],
+                     f"set train.grpo.{key} instead" if key in GRPOParams.__dataclass_fields__
+                     else "is set by the pipeline (rlvr.training.grpo_config), not by params")
         _require(self.per_device_train_batch_size % self.num_generations == 0,
                  "train.grpo.per_device_train_batch_size", self.per_device_train_batch_size,
                  f"must be divisible by num_generations ({self.num_generations})")
@@ -298,8 +312,11 @@ class TrainParams:
         # steps_per_generation x num_iterations micro-batches (steps_per_generation defaults to
         # gradient_accumulation_steps, one optimizer step).
         grpo = self.grpo
-        per_generation = grpo.extra.get("steps_per_generation") or grpo.gradient_accumulation_steps
-        _require(isinstance(per_generation, int) and per_generation > 0,
+        per_generation = grpo.extra.get("steps_per_generation")
+        if per_generation is None:
+            per_generation = grpo.gradient_accumulation_steps
+        _require(isinstance(per_generation, int) and not isinstance(per_generation, bool)
+                 and per_generation > 0,
                  "train.grpo.extra.steps_per_generation", per_generation,
                  "must be a positive integer")
         _require(self.save_steps * grpo.gradient_accumulation_steps
@@ -358,7 +375,7 @@ class OrchestrationParams:
     default_timeout: int = _help("Seconds a stage may run before the flow fails it.",
                                  rule=COUNT, default=1800)
     timeouts: dict = _help("Per-stage timeouts in seconds, overriding default_timeout.",
-                           each=POSITIVE, default_factory=lambda: {"train": 3600})
+                           each=SECONDS, default_factory=lambda: {"train": 3600})
     ablations: dict = _help("Experiments flow: name -> list of `-S` overrides.",
                             default_factory=lambda: {
                                 "no-kl": ["train.grpo.beta=0"],
@@ -444,8 +461,9 @@ class PathsParams:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             _require(bool(value) and not Path(value).is_absolute()
-                     and ".." not in Path(value).parts, f"paths.{f.name}", value,
-                     "must be a non-empty path inside the repository (relative, no '..')")
+                     and ".." not in Path(value).parts and not set(value) & set("<>\n\r"),
+                     f"paths.{f.name}", value, "must be a non-empty path inside the repository "
+                                               "(relative, no '..', no '<', '>' or line break)")
 
 
 @dataclass
@@ -552,12 +570,15 @@ def _convert(value: Any, annotation: Any, name: str) -> Any:
                 raise ValueError
             if isinstance(value, int):
                 return value
-            number = float(value)  # "64" and "6.4e1" from `dvc exp run -S`
+            if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+                return int(value)  # exactly, however long
+            number = float(value)  # "6.4e1" from `dvc exp run -S`
             if number != int(number):
                 raise ValueError
             return int(number)
         if annotation is str:
-            if isinstance(value, (dict, list)):
+            # a blank YAML value is None: never the text "None"
+            if value is None or isinstance(value, (bool, dict, list)):
                 raise ValueError
             return str(value)
     except (TypeError, ValueError, OverflowError):
@@ -579,30 +600,38 @@ def _build(cls: type, raw: dict, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def check_experiments(raw: dict) -> None:
-    """Every params.yaml the experiments flow would run (each ablation's and each sweep value's
-    `-S` overrides applied, as DVC applies them) passes the same checks as params.yaml itself."""
-    import copy
+def experiment_params(path: str | Path = PARAMS_FILE) -> Iterator[tuple[str, list[str], Params]]:
+    """Every params.yaml the experiments flow would run: each ablation's and each sweep value's
+    `-S` overrides applied to a copy of `path` by DVC's own code (Hydra's grammar; a key that is
+    not in params.yaml is an error, as in `dvc exp run`), checked like params.yaml itself.
+    Yields (where, overrides, params); raises ParamsError naming the experiment."""
+    import shutil
+    import tempfile
 
-    params = parse_params(raw)
-    runs = [(f"orchestration.ablations.{name}", overrides)
-            for name, overrides in params.orchestration.ablations.items()]
-    runs += [(f"orchestration.sweep.{key}", [f"{key}={value}"])
-             for key, values in params.orchestration.sweep.items() for value in values]
-    for where, overrides in runs:
-        changed = copy.deepcopy(raw)
-        for override in overrides:
-            key, text = (part.strip() for part in override.split("=", 1))
-            node = changed
-            *parents, last = key.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[last] = YAML(typ="safe").load(text)  # DVC reads an -S value as YAML
-        try:
-            parse_params(changed)
-        except ParamsError as error:
-            raise ParamsError(f"params.yaml: {where} = {overrides!r}: gives a bad params.yaml: "
-                              f"{str(error).removeprefix('params.yaml: ')}") from None
+    from dvc.exceptions import InvalidArgumentError
+    from dvc.utils.hydra import apply_overrides
+
+    orchestration = parse_params(read_params_file(path)).orchestration
+    runs = [(f"orchestration.ablations.{name}", list(overrides))
+            for name, overrides in orchestration.ablations.items()]
+    runs += [(f"orchestration.sweep.{key}", [f"{key}={value}"])  # as flows/experiments queues them
+             for key, values in orchestration.sweep.items() for value in values]
+    with tempfile.TemporaryDirectory() as scratch:
+        for where, overrides in runs:
+            copy = Path(scratch) / "params.yaml"
+            shutil.copyfile(path, copy)
+            try:
+                apply_overrides(copy, overrides)
+                params = parse_params(read_params_file(copy))
+            except InvalidArgumentError as error:
+                cause = " ".join(str(error.__cause__ or error).split())
+                raise ParamsError(f"params.yaml: {where} = {overrides!r}: DVC cannot apply it: "
+                                  f"{cause}") from None
+            except ParamsError as error:
+                raise ParamsError(f"params.yaml: {where} = {overrides!r}: gives a bad "
+                                  f"params.yaml: {str(error).removeprefix('params.yaml: ')}"
+                                  ) from None
+            yield where, overrides, params
 
 
 def read_params_file(path: str | Path = PARAMS_FILE) -> dict:

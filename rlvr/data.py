@@ -172,16 +172,19 @@ def write_json(path: str | Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
-def _umask() -> int:
-    current = os.umask(0o022)
+def _read_umask() -> int:
+    current = os.umask(0o022)  # the only way to read it is to set it: done once, at import
     os.umask(current)
     return current
+
+
+_UMASK = _read_umask()
 
 
 def share_with_umask(path: str | Path) -> None:
     """Give a file, or a folder and everything in it, the permissions a new file gets under the
     umask: tempfile makes private ones (0600 files, 0700 folders), and outputs are for the team."""
-    path, mask = Path(path), _umask()
+    path, mask = Path(path), _UMASK
     for item in [path, *(path.rglob("*") if path.is_dir() else ())]:
         if not item.is_symlink():
             os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from rlvr.config import TinyModelParams
+from rlvr.config import ParamsError, TinyModelParams
 from rlvr.data import share_with_umask
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
@@ -116,8 +116,8 @@ def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rat
 
     examples = warm_start_examples(rows, seed)
     if not examples:
-        raise ValueError("the warm start needs countdown rows; set model.warm_start.steps: 0 "
-                         "for datasets without them")
+        raise ParamsError("params.yaml: model.warm_start.steps: the warm start needs countdown "
+                          "rows and the training data has none; set model.warm_start.steps: 0")
     args = SFTConfig(output_dir=str(output_dir), max_steps=steps,
                      per_device_train_batch_size=batch_size, learning_rate=learning_rate,
                      lr_scheduler_type="constant", use_cpu=True, bf16=False,
@@ -143,6 +143,9 @@ def describe_base(summary: dict) -> str:
     >>> describe_base({"init": "tiny", "parameters": 505088, "warm_start": {"examples": 378,
     ...                "steps": 300, "first_loss": 2.87, "last_loss": 0.403}})
     'tiny policy, 505,088 parameters, warm start 300 steps on 378 examples (loss 2.870 -> 0.403)'
+    >>> describe_base({"init": "tiny", "parameters": 10, "warm_start": {"examples": 3, "steps": 5,
+    ...                "first_loss": None, "last_loss": None}})
+    'tiny policy, 10 parameters, warm start 5 steps on 3 examples'
     >>> describe_base({"init": "pretrained", "name_or_path": "Qwen/Qwen3-4B"})
     'pretrained policy Qwen/Qwen3-4B'
     """
@@ -151,8 +154,9 @@ def describe_base(summary: dict) -> str:
     text = f"tiny policy, {summary['parameters']:,} parameters"
     ws = summary.get("warm_start")
     if ws:
-        text += (f", warm start {ws['steps']} steps on {ws['examples']} examples (loss "
-                 f"{ws['first_loss']:.3f} -> {ws['last_loss']:.3f})")
+        text += f", warm start {ws['steps']} steps on {ws['examples']} examples"
+        if ws["first_loss"] is not None and ws["last_loss"] is not None:  # logged every 10 steps
+            text += f" (loss {ws['first_loss']:.3f} -> {ws['last_loss']:.3f})"
     return text
 
 

@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 
 from rlvr.config import Params, ParamsError, load_params, parse_params
 
@@ -119,7 +120,7 @@ BAD_VALUES = [
     ({"orchestration": {"timeouts": {"trian": 5}}},
      "orchestration.timeouts = 'trian': names no stage"),
     ({"orchestration": {"timeouts": {"train": -5}}},
-     "orchestration.timeouts['train'] = -5: must be > 0"),
+     "orchestration.timeouts['train'] = -5: must be a positive number of seconds"),
     ({"orchestration": {"ablations": {"no kl": ["train.grpo.beta=0"]}}},
      "orchestration.ablations = 'no kl': must be a DVC experiment name"),
     ({"orchestration": {"ablations": {"no-kl": "train.grpo.beta=0"}}},
@@ -129,6 +130,25 @@ BAD_VALUES = [
     # paths
     ({"paths": {"final_model": "/tmp/final"}},
      "paths.final_model = '/tmp/final': must be a non-empty path inside the repository"),
+    ({"paths": {"final_model": "models/<x>"}},
+     "paths.final_model = 'models/<x>': must be a non-empty path inside the repository"),
+    # blank values, bools and huge numbers where they do not belong
+    ({"rewards": {"format_pattern": None}}, "rewards.format_pattern = None: must be a string"),
+    ({"model": {"init": "pretrained", "name_or_path": None}},
+     "model.name_or_path = None: must be a string"),
+    ({"gate": {"tests": [None]}}, "gate.tests[0] = None: must be a string"),
+    ({"seed": "12345678901234567890"}, "seed = 12345678901234567890: must be in [0, 4294967295]"),
+    ({"orchestration": {"timeouts": {"train": True}}},
+     "orchestration.timeouts['train'] = True: must be a positive number of seconds"),
+    ({"orchestration": {"timeouts": {"train": float("inf")}}},
+     "orchestration.timeouts['train'] = inf: must be a positive number of seconds"),
+    # train.grpo.extra cannot bypass a rule
+    ({"train": {"grpo": {"extra": {"learning_rate": -1}}}},
+     "train.grpo.extra.learning_rate = -1: set train.grpo.learning_rate instead"),
+    ({"train": {"grpo": {"extra": {"steps_per_generation": 0}}}},
+     "train.grpo.extra.steps_per_generation = 0: must be a positive integer"),
+    ({"train": {"grpo": {"extra": {"steps_per_generation": True}}}},
+     "train.grpo.extra.steps_per_generation = True: must be a positive integer"),
 ]
 
 
@@ -178,20 +198,67 @@ def test_the_choices_agree_with_the_installed_libraries():
     assert list(STAGES) == dvc_stages(ROOT / "dvc.yaml")
 
 
-def test_every_experiment_the_flow_would_run_is_checked():
-    from rlvr.config import check_experiments, read_params_file
+def _params_file(tmp_path, changes: dict) -> Path:
+    """A copy of the committed params.yaml with `changes` merged in (comments kept)."""
+    from tests.helpers import merge
 
-    raw = read_params_file(ROOT / "params.yaml")
-    check_experiments(raw)  # the committed grid is valid
-    raw["orchestration"]["sweep"] = {"train.grpo.beta": [0.1, -1]}
-    with pytest.raises(ParamsError, match=re.escape(
-            "orchestration.sweep.train.grpo.beta = ['train.grpo.beta=-1']: gives a bad "
-            "params.yaml: train.grpo.beta = -1.0: must be >= 0")):
-        check_experiments(raw)
-    raw["orchestration"]["sweep"] = {}
-    raw["orchestration"]["ablations"] = {"hot": ["train.grpo.temperature=0"]}
-    with pytest.raises(ParamsError, match="train.grpo.temperature = 0.0: must be > 0"):
-        check_experiments(raw)
+    yaml = YAML()
+    params = yaml.load(ROOT / "params.yaml")
+    merge(params, changes)
+    path = tmp_path / "params.yaml"
+    yaml.dump(params, path)
+    return path
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"orchestration": {"sweep": {"train.grpo.beta": [0.1, -1]}}},
+     "orchestration.sweep.train.grpo.beta = ['train.grpo.beta=-1']: gives a bad params.yaml: "
+     "train.grpo.beta = -1.0: must be >= 0"),
+    ({"orchestration": {"ablations": {"hot": ["train.grpo.temperature=0"]}}},
+     "orchestration.ablations.hot = ['train.grpo.temperature=0']: gives a bad params.yaml: "
+     "train.grpo.temperature = 0.0: must be > 0"),
+    # as in `dvc exp run -S`: a key that params.yaml does not have cannot be set
+    ({"orchestration": {"ablations": {"more": ["train.grpo.extra.steps_per_generation=2"]}}},
+     "orchestration.ablations.more = ['train.grpo.extra.steps_per_generation=2']: DVC cannot "
+     "apply it"),
+    ({"orchestration": {"ablations": {"vibes": ["rewards.funcs=[correctness,vibes]"]}}},
+     "orchestration.ablations.vibes = ['rewards.funcs=[correctness,vibes]']: gives a bad "
+     "params.yaml: rewards.funcs = ['correctness', 'vibes']: unknown reward function(s)"),
+    ({"rewards": {"funcs": ["correctness", "vibes"]}},
+     "rewards.funcs = ['correctness', 'vibes']: unknown reward function(s) ['vibes']"),
+])
+def test_check_params_checks_every_experiment_the_flow_would_run(tmp_path, changes, message):
+    from rlvr.checks import check_params_file
+
+    check_params_file(ROOT / "params.yaml")  # the committed params and grid are valid
+    with pytest.raises(ParamsError, match=re.escape(message)):
+        check_params_file(_params_file(tmp_path, changes))
+
+
+def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
+    from rlvr.config import experiment_params
+
+    runs = [(where, params) for where, _, params in experiment_params(ROOT / "params.yaml")]
+    assert [where for where, _ in runs] == [
+        "orchestration.ablations.no-kl", "orchestration.ablations.no-group-norm",
+        "orchestration.sweep.train.grpo.beta", "orchestration.sweep.train.grpo.beta"]
+    assert runs[0][1].train.grpo.beta == 0 and runs[1][1].train.advantage == "running_mean"
+    assert [params.train.grpo.beta for _, params in runs[2:]] == [0.01, 0.1]
+
+
+def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
+    import ast
+    import inspect
+
+    from rlvr.config import PIPELINE_GRPO_FIELDS
+    from rlvr.training import grpo_config
+
+    call = next(node for node in ast.walk(ast.parse(inspect.getsource(grpo_config)))
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "GRPOConfig")
+    assert set(PIPELINE_GRPO_FIELDS) == {k.arg for k in call.keywords if k.arg}
+    for key in PIPELINE_GRPO_FIELDS:
+        with pytest.raises(ParamsError, match=f"train.grpo.extra.{key} = .*: is set by the "):
+            parse_params({"train": {"grpo": {"extra": {key: 1}}}})
 
 
 def test_what_trl_and_peft_reject_is_a_params_error():

@@ -77,23 +77,24 @@ def test_lines_end_with_newline_and_crlf_files_read_the_same(tmp_path):
     assert all(line.obj is not None for line in lf)
 
 
-def test_outputs_get_the_usual_permissions_not_the_temporary_files_private_ones(tmp_path):
+@pytest.mark.parametrize("umask,file_mode,dir_mode", [(0o022, 0o644, 0o755),
+                                                     (0o027, 0o640, 0o750)])
+def test_outputs_get_the_usual_permissions_not_the_temporary_files_private_ones(
+        tmp_path, monkeypatch, umask, file_mode, dir_mode):
     import os
     import stat
     import tempfile
 
     from rlvr.data import share_with_umask, write_json
 
-    old = os.umask(0o022)
-    try:
-        write_json(tmp_path / "m.json", {"a": 1})
-        staging = Path(tempfile.mkdtemp(dir=tmp_path))  # 0700, as a model folder is staged
-        (staging / "sub").mkdir()
-        fd, name = tempfile.mkstemp(dir=staging / "sub")  # 0600, as torch/safetensors may write
-        os.close(fd)
-        share_with_umask(staging)
-    finally:
-        os.umask(old)
+    monkeypatch.setattr("rlvr.data._UMASK", umask)  # read once, when rlvr.data is imported
+    write_json(tmp_path / "m.json", {"a": 1})
+    staging = Path(tempfile.mkdtemp(dir=tmp_path))  # 0700, as a model folder is staged
+    (staging / "sub").mkdir()
+    fd, name = tempfile.mkstemp(dir=staging / "sub")  # 0600, as safetensors' files came out
+    os.close(fd)
+    share_with_umask(staging)
     mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
-    assert mode(tmp_path / "m.json") == 0o644
-    assert (mode(staging), mode(staging / "sub"), mode(Path(name))) == (0o755, 0o755, 0o644)
+    assert mode(tmp_path / "m.json") == file_mode
+    assert (mode(staging), mode(staging / "sub"), mode(Path(name))) == (dir_mode, dir_mode,
+                                                                        file_mode)
