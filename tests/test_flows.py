@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-STAGE_KEYS = {"reward_tests": ["reward-tests"], "validate": ["data-validation"],
-              "prepare_model": [], "smoke": ["smoke-checks"], "train": ["training-summary"],
-              "evaluate": ["evaluation-audit"], "report": ["retrospective", "retrospective-html"]}
+STAGE_KEYS = {"check_params": [], "reward_tests": ["reward-tests"],
+              "validate": ["data-validation"], "prepare_model": [], "smoke": ["smoke-checks"],
+              "train": ["training-summary"], "evaluate": ["evaluation-audit"],
+              "report": ["retrospective", "retrospective-html"]}
 
 
 def _mtime(path):
