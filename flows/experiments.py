@@ -3,9 +3,10 @@
     python -m flows.experiments
 
 Queues `orchestration.ablations` (name -> `-S` overrides) and the `orchestration.sweep` grid with
-`dvc exp run --queue`, runs the queue (`dvc exp run --run-all`: each in a temporary copy, the
-workspace keeps the default run), then publishes the comparison table (scripts/compare_experiments)
-as the artifact `experiments-comparison`.
+`dvc exp run --queue`, runs the queue (`dvc exp run --run-all --jobs N`, N from
+orchestration.jobs: each in a temporary copy, N at a time; the workspace keeps the default run),
+then publishes the comparison table (scripts/compare_experiments) as the artifact
+`experiments-comparison`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def queue_experiments(root: str) -> int:
 
 @task(cache_policy=NO_CACHE)
 def run_queue(root: str) -> str:
-    return _dvc(root, "exp", "run", "--run-all")
+    jobs = load_params(Path(root) / "params.yaml").orchestration.jobs
+    return _dvc(root, "exp", "run", "--run-all", "--jobs", str(jobs))
 
 
 @task(cache_policy=NO_CACHE)

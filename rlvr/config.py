@@ -380,6 +380,9 @@ class OrchestrationParams:
                             default_factory=lambda: {
                                 "no-kl": ["train.grpo.beta=0"],
                                 "no-group-norm": ["train.advantage=running_mean"]})
+    jobs: int = _help("Experiments flow: queued experiments run this many at a time (`dvc exp "
+                      "run --run-all --jobs N`, each in its own temporary copy).", rule=COUNT,
+                      default=1)
     sweep: dict = _help("Experiments flow: param -> values, queued as a grid.",
                         default_factory=lambda: {"train.grpo.beta": [0.01, 0.1]})
 

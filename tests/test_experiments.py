@@ -41,7 +41,8 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
         small_budget, project_copy, dvc_env, prefect_harness, artifact_versions):
     from flows.experiments import experiments
 
-    project = project_copy("exps", small_budget)
+    # two experiments at a time: the flow's parallel path (orchestration.jobs)
+    project = project_copy("exps", {**small_budget, "orchestration": {"jobs": 2}})
     env = dvc_env(project)
 
     def run(*command):
