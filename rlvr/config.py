@@ -51,7 +51,8 @@ def within(low: float, high: float, *, low_open: bool = False, high_open: bool =
 
 
 def one_of(*choices: str) -> Rule:
-    return Rule(lambda v: v in choices, "must be one of: " + ", ".join(choices))
+    return Rule(lambda v: v in choices,
+                "must be one of: " + ", ".join(choice or "''" for choice in choices))
 
 
 def _compiles(pattern: str) -> bool:
@@ -71,6 +72,8 @@ SEED = within(0, 2**32 - 1)  # numpy's seed range
 COMPILES = Rule(_compiles, "must be a regular expression that compiles")
 SECONDS = Rule(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
                and math.isfinite(v) and v > 0, "must be a positive number of seconds")
+# configs/accelerate/<name>.yaml (tests/test_distributed.py checks they exist and parse).
+ACCELERATE_CONFIG_NAMES = ("ddp", "fsdp", "deepspeed_zero2", "deepspeed_zero3")
 # The stage names of dvc.yaml (tests/test_config.py checks they agree).
 STAGES = ("check_params", "reward_tests", "validate", "prepare_model", "smoke", "train",
           "evaluate", "report")
@@ -179,6 +182,38 @@ class TinyModelParams:
                  "must divide num_attention_heads")
 
 
+# A byte-level BPE tokenizer holds the 256 byte tokens and the 3 special tokens before any merge.
+LOCAL_LLM_MIN_VOCAB = 300
+
+
+@dataclass
+class LocalLLMParams:
+    """The reduced Qwen3 of model.init: local_llm (rlvr/local_llm.py). Its defaults give ~1.8M
+    parameters; Qwen3-0.6B is vocab 151936, hidden 1024, intermediate 3072, 28 layers, 16 heads,
+    8 kv heads, head_dim 128."""
+    vocab_size: int = _help("Embedding rows of the model. The byte-level BPE tokenizer is trained "
+                            "on the task's text to at most this many tokens (256 bytes + merges "
+                            "+ 3 special tokens) and the model is padded up to it, as Qwen's is.",
+                            rule=at_least(LOCAL_LLM_MIN_VOCAB), default=512)
+    hidden_size: int = _help("Model width.", rule=COUNT, default=256)
+    intermediate_size: int = _help("MLP width.", rule=COUNT, default=768)
+    num_hidden_layers: int = _help("Transformer blocks.", rule=COUNT, default=2)
+    num_attention_heads: int = _help("Query heads.", rule=COUNT, default=4)
+    num_key_value_heads: int = _help("Key/value heads (grouped-query attention; must divide "
+                                     "num_attention_heads).", rule=COUNT, default=2)
+    head_dim: int = _help("Width of one attention head (Qwen3 sets it apart from hidden_size / "
+                          "heads); even, for the rotary embedding.", rule=COUNT, default=64)
+    max_position_embeddings: int = _help("Longest prompt + completion, in tokens.", rule=COUNT,
+                                         default=1024)
+
+    def __post_init__(self) -> None:
+        _require(self.num_attention_heads % self.num_key_value_heads == 0,
+                 "model.local_llm.num_key_value_heads", self.num_key_value_heads,
+                 f"must divide num_attention_heads ({self.num_attention_heads})")
+        _require(self.head_dim % 2 == 0, "model.local_llm.head_dim", self.head_dim,
+                 "must be even (the rotary embedding turns pairs of dimensions)")
+
+
 @dataclass
 class WarmStartParams:
     steps: int = _help("Supervised steps on well-formed expressions over each training row's "
@@ -204,14 +239,20 @@ class LoraParams:
 @dataclass
 class ModelParams:
     init: str = _help("'tiny': build the tiny Qwen3 default locally; 'pretrained': load "
-                      "name_or_path.", rule=one_of("tiny", "pretrained"), default="tiny")
+                      "name_or_path; 'local_llm': build a reduced Qwen3 with a byte-level BPE "
+                      "tokenizer and a ChatML chat template locally, saved and loaded like a "
+                      "hub model (model.local_llm).",
+                      rule=one_of("tiny", "pretrained", "local_llm"), default="tiny")
     name_or_path: str = _help("A local Hugging Face causal-LM folder, or a hub id where the "
                               "network allows (init: pretrained).", default="")
     chat_template: bool = _help("Wrap prompts as chat messages (instruct models); the tiny "
                                 "default reads plain text.", default=False)
     tiny: TinyModelParams = _help("Sizes of the tiny default.", default_factory=TinyModelParams)
+    local_llm: LocalLLMParams = _help("Sizes of the local_llm model and its tokenizer.",
+                                      default_factory=LocalLLMParams)
     warm_start: WarmStartParams = _help("Supervised warm start that turns the random tiny model "
-                                        "into a reference policy that writes well-formed answers.",
+                                        "into a reference policy that writes well-formed answers "
+                                        "(model.init: tiny only).",
                                         default_factory=WarmStartParams)
     lora: LoraParams = _help("LoRA adapters for GRPO (peft).", default_factory=LoraParams)
 
@@ -301,6 +342,15 @@ class TrainParams:
     log_every: int = _help("The console shows one line (step, reward, correctness, KL, beta, "
                            "s/step) every this many steps of the smoke and training runs; every "
                            "step still goes to history.jsonl and DVCLive.", rule=COUNT, default=25)
+    processes: int = _help("Training processes (ranks) of the smoke and full runs: above 1, "
+                           "the stage runs under `accelerate launch` (DDP; gloo on CPU). "
+                           "per_device_train_batch_size is per rank, as in TRL: the global "
+                           "batch is processes x per_device_train_batch_size x "
+                           "gradient_accumulation_steps.", rule=COUNT, default=1)
+    accelerate_config: str = _help("With processes above 1: '' for plain DDP, or the name of an "
+                                   "accelerate config in configs/accelerate/ (ddp, fsdp, "
+                                   "deepspeed_zero2, deepspeed_zero3) for multi-GPU runs.",
+                                   rule=one_of("", *ACCELERATE_CONFIG_NAMES), default="")
     grpo: GRPOParams = _help("GRPOConfig fields (shared with the smoke run).",
                              default_factory=GRPOParams)
     beta_schedule: BetaScheduleParams = _help("How beta moves during training.",
@@ -312,6 +362,13 @@ class TrainParams:
         # steps_per_generation x num_iterations micro-batches (steps_per_generation defaults to
         # gradient_accumulation_steps, one optimizer step).
         grpo = self.grpo
+        if self.accelerate_config:
+            _require(self.processes > 1, "train.processes", self.processes,
+                     f"must be above 1 with train.accelerate_config = "
+                     f"'{self.accelerate_config}' (one process needs no launcher config)")
+            _require(not grpo.use_cpu, "train.grpo.use_cpu", grpo.use_cpu,
+                     f"must be false with train.accelerate_config = '{self.accelerate_config}' "
+                     "(a multi-GPU config); on CPU leave accelerate_config '' (DDP over gloo)")
         per_generation = grpo.extra.get("steps_per_generation")
         if per_generation is None:
             per_generation = grpo.gradient_accumulation_steps

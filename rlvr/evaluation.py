@@ -61,21 +61,32 @@ def render_prompt(tokenizer, prompt: str, chat_template: bool) -> str:
                                          add_generation_prompt=True)
 
 
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """The tokens that end a completion, as TRL's GRPOTrainer takes them: the tokenizer's eos,
+    then those of the model's generation_config (Qwen3 lists <|im_end|> and <|endoftext|>)."""
+    configured = model.generation_config.eos_token_id
+    ids = [configured] if isinstance(configured, int) else list(configured or [])
+    return ids if tokenizer.eos_token_id in ids else [tokenizer.eos_token_id, *ids]
+
+
 def generate(model, tokenizer, prompts: Sequence[str], settings: SampleSettings
              ) -> list[tuple[list[str], list[list[int]]]]:
-    """Completions (texts, token ids up to and with <eos>) for each prompt: settings.n, seeded."""
+    """Completions (texts, token ids up to and with the first stop token) for each prompt:
+    settings.n, seeded."""
     import torch
 
     torch.manual_seed(settings.seed)
     model.eval()
     tokenizer.padding_side = "left"
+    stops = stop_token_ids(model, tokenizer)
     results = []
     for start in range(0, len(prompts), settings.batch_prompts):
         chunk = list(prompts[start:start + settings.batch_prompts])
-        encoded = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+        encoded = tokenizer(chunk, return_tensors="pt", padding=True,
+                            add_special_tokens=False).to(model.device)
         kwargs = dict(max_new_tokens=settings.max_new_tokens, num_return_sequences=settings.n,
                       do_sample=settings.do_sample, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id)
+                      eos_token_id=stops)
         if settings.do_sample:
             kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=0)
         else:
@@ -86,9 +97,11 @@ def generate(model, tokenizer, prompts: Sequence[str], settings: SampleSettings
         for i in range(len(chunk)):
             texts, token_ids = [], []
             for ids in new_tokens[i * settings.n:(i + 1) * settings.n].tolist():
-                if tokenizer.eos_token_id in ids:
-                    ids = ids[:ids.index(tokenizer.eos_token_id) + 1]
-                ids = [t for t in ids if t != tokenizer.pad_token_id]
+                end = next((k for k, t in enumerate(ids) if t in stops), None)
+                if end is not None:
+                    ids = ids[:end + 1]
+                # padding goes, the stop token stays (Qwen pads with <|endoftext|>, a stop too)
+                ids = [t for k, t in enumerate(ids) if t != tokenizer.pad_token_id or k == end]
                 texts.append(tokenizer.decode(ids, skip_special_tokens=True))
                 token_ids.append(ids)
             results.append((texts, token_ids))
@@ -256,10 +269,11 @@ def completion_logprobs(model, tokenizer, prompt: str, completions: Sequence[Seq
             if not ids:
                 out.append([])
                 continue
-            full = torch.tensor([prompt_ids + list(ids)])
+            full = torch.tensor([prompt_ids + list(ids)], device=model.device)
             logits = model(input_ids=full).logits[0, len(prompt_ids) - 1:-1] / temperature
             logps = torch.log_softmax(logits.float(), dim=-1)
-            out.append(logps.gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1).tolist())
+            chosen = torch.tensor(ids, device=model.device).unsqueeze(1)
+            out.append(logps.gather(1, chosen).squeeze(1).tolist())
     return out
 
 

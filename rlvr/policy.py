@@ -1,5 +1,6 @@
-"""Policies: the tiny default (a Qwen3-architecture model with a character tokenizer, built locally)
-and loading a pretrained causal LM from a folder.
+"""Policies: the tiny default (a Qwen3-architecture model with a character tokenizer, built locally),
+the local_llm (a reduced Qwen3 with a byte-level BPE tokenizer, rlvr/local_llm.py) and loading a
+pretrained causal LM from a folder.
 
 The tiny default needs no hub and no download: its tokenizer is built with `tokenizers` from a
 fixed alphabet, its weights from a seeded random init.
@@ -75,11 +76,15 @@ def save_policy(model, tokenizer, folder: str | Path) -> Path:
 
 
 def load_policy(folder: str | Path):
-    """Model and tokenizer from a Hugging Face folder (or a hub id where the network allows)."""
+    """Model and tokenizer from a Hugging Face folder (or a hub id where the network allows), the
+    model on the GPU where there is one (sampling a real model on the CPU takes hours)."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
+    if torch.cuda.is_available():
+        model.to("cuda")
     return model, tokenizer
 
 
@@ -148,7 +153,14 @@ def describe_base(summary: dict) -> str:
     'tiny policy, 10 parameters, warm start 5 steps on 3 examples'
     >>> describe_base({"init": "pretrained", "name_or_path": "Qwen/Qwen3-4B"})
     'pretrained policy Qwen/Qwen3-4B'
+    >>> describe_base({"init": "local_llm", "parameters": 1705472, "tokenizer_vocab_size": 349,
+    ...                "vocab_size": 512, "warm_start": None})
+    'local_llm policy, 1,705,472 parameters, byte-level BPE tokenizer of 349 tokens (model vocab_size 512), random init, no warm start'
     """
+    if summary["init"] == "local_llm":
+        return (f"local_llm policy, {summary['parameters']:,} parameters, byte-level BPE "
+                f"tokenizer of {summary['tokenizer_vocab_size']:,} tokens (model vocab_size "
+                f"{summary['vocab_size']:,}), random init, no warm start")
     if summary["init"] != "tiny":
         return f"pretrained policy {summary['name_or_path']}"
     text = f"tiny policy, {summary['parameters']:,} parameters"
@@ -164,8 +176,10 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
     """Write the base (reference) policy to out_dir and return a summary of how it was made.
 
     tiny: build the model and tokenizer locally, warm-start them on the training rows' numbers,
-    save them. pretrained: record where the model lives (source.json) instead of copying
-    gigabytes; `policy_path(out_dir)` resolves it for the later stages.
+    save them. local_llm: train its tokenizer on the training rows, build the random-init model,
+    save them as a hub model's folder; no warm start (it stands in for a hub model, which the
+    pipeline takes as it is). pretrained: record where the model lives (source.json) instead of
+    copying gigabytes; `policy_path(out_dir)` resolves it for the later stages.
     """
     import json
     import shutil
@@ -187,6 +201,17 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
                     summary["warm_start"] = warm_start(model, tokenizer, rows, ws.steps,
                                                        ws.batch_size, ws.learning_rate, seed,
                                                        scratch)
+            save_policy(model, tokenizer, staging)
+        elif model_params.init == "local_llm":
+            from rlvr.local_llm import build_local_llm
+
+            model, tokenizer = build_local_llm(rows, model_params.local_llm, seed=seed)
+            summary = {"init": "local_llm",
+                       "parameters": sum(p.numel() for p in model.parameters()),
+                       "tokenizer_vocab_size": len(tokenizer),
+                       "vocab_size": model.config.vocab_size,
+                       # model.warm_start is for tiny: a hub model is taken as it is
+                       "warm_start": None}
             save_policy(model, tokenizer, staging)
         else:
             summary = {"init": "pretrained", "name_or_path": model_params.name_or_path}

@@ -169,6 +169,21 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
 REPORTED_SECTIONS = ("seed", "rewards", "model.init", "model.tiny", "model.warm_start",
                      "train.max_steps", "train.save_steps", "train.grpo", "train.beta_schedule",
                      "evaluate.samples")
+# The model sections that describe the base policy, by model.init (the tiny default's are above).
+MODEL_SECTIONS = {"tiny": ("model.tiny", "model.warm_start"),
+                  "local_llm": ("model.local_llm", "model.chat_template", "model.lora"),
+                  "pretrained": ("model.name_or_path", "model.chat_template", "model.lora")}
+
+
+def reported_sections(init: str) -> tuple[str, ...]:
+    """REPORTED_SECTIONS with the model sections that describe `init`'s base policy.
+
+    >>> reported_sections("local_llm")[2:6]
+    ('model.init', 'model.local_llm', 'model.chat_template', 'model.lora')
+    """
+    tiny = MODEL_SECTIONS["tiny"]
+    at = REPORTED_SECTIONS.index(tiny[0])
+    return (*REPORTED_SECTIONS[:at], *MODEL_SECTIONS[init], *REPORTED_SECTIONS[at + len(tiny):])
 
 
 def _help_text(params_obj: Any, dotted: str) -> str:
@@ -208,7 +223,7 @@ def hyperparameter_table(params_path: str | Path, params_obj: Any) -> list[tuple
         value = list(node) if isinstance(node, list) else node
         rows.append((dotted, value, why))
 
-    for section in REPORTED_SECTIONS:
+    for section in reported_sections(params_obj.model.init):
         node, parent, key = root, None, ""
         for part in section.split("."):
             parent, key, node = node, part, node[part]

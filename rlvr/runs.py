@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rlvr.config import Params, PathsParams
 from rlvr.data import Row, read_rows, share_with_umask, write_text_atomic
+from rlvr.distributed import accelerate_config_file, barrier, is_main_process, sum_over_ranks
 from rlvr.evaluation import rollout_settings, score_rows, summarize
 from rlvr.gate import GateClosed
 from rlvr.policy import load_policy, policy_path
@@ -22,8 +23,8 @@ from rlvr.provenance import library_versions
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
 from rlvr.stats import finite_mean
-from rlvr.training import (RUNNING_MEAN_FILE, LiveCurvesCallback, fingerprint, loggable,
-                           resumable_checkpoint, run_grpo)
+from rlvr.training import (RUNNING_MEAN_FILE, LiveCurvesCallback, fingerprint, last_checkpoint,
+                           loggable, resumable_checkpoint, run_grpo)
 
 LIBRARY_DIR = Path(__file__).resolve().parent
 # The libraries whose versions a training run's fingerprint covers.
@@ -48,19 +49,27 @@ def baseline(params: Params, model, tokenizer, rows: list[Row]) -> dict:
 
 # --------------------------------------------------------------------------- smoke
 
-def smoke_run(params: Params, base_dir: str) -> dict:
+def smoke_run(params: Params, base_dir: str) -> dict | None:
+    """The step-0 baseline, a short GRPO run and its checks; None on a rank other than the main
+    one (under several processes the main process measures, checks and writes)."""
     rows = read_rows(params.data.train_path)
     policy = policy_path(base_dir)
-    model, tokenizer = load_policy(policy)
-    step0 = baseline(params, model, tokenizer, rows)
-    del model
-    print(f"smoke: step-0 baseline on {len(rows)} prompts x {step0['samples_per_prompt']} samples: "
-          f"mean reward {step0['mean_reward']:.3f}, success {step0.get('success', math.nan):.3f}")
+    step0 = None
+    if is_main_process():
+        model, tokenizer = load_policy(policy)
+        step0 = baseline(params, model, tokenizer, rows)
+        del model
+        print(f"smoke: step-0 baseline on {len(rows)} prompts x {step0['samples_per_prompt']} "
+              f"samples: mean reward {step0['mean_reward']:.3f}, "
+              f"success {step0.get('success', math.nan):.3f}")
 
     funcs = build_reward_funcs(params.rewards)
-    with tempfile.TemporaryDirectory(prefix="smoke.") as scratch:
+    with tempfile.TemporaryDirectory(prefix="smoke.") as scratch:  # no checkpoints: nothing saved
         trainer = run_grpo(params, rows, policy, scratch, params.smoke.max_steps,
                            reward_funcs=funcs, label="smoke")
+    failures = sum_over_ranks({f.__name__: f.failures for f in funcs})
+    if not is_main_process():
+        return None
     history = step_history(trainer.state.log_history)
     first_line = history[0] if history else {}
     step0["first_log_line"] = first_line
@@ -68,7 +77,7 @@ def smoke_run(params: Params, base_dir: str) -> dict:
         rows_loaded=len(rows), expected_rows=params.data.train_rows,
         num_generations=params.train.grpo.num_generations, max_steps=params.smoke.max_steps,
         beta=params.train.grpo.beta, history=history, batch_checks=trainer.batch_checks,
-        reward_failures={f.__name__: f.failures for f in funcs},
+        reward_failures=failures,
         min_spread_share=params.smoke.min_spread_share, baseline_reward=step0["mean_reward"],
         group_baseline=params.train.advantage == "group")
     report = {"passed": all(c["passed"] for c in checks), "checks": checks,
@@ -108,9 +117,10 @@ def run_metrics(history: list[dict], window: int = 10) -> dict:
     }
 
 
-def train_run(params: Params, paths: PathsParams) -> dict:
+def train_run(params: Params, paths: PathsParams) -> dict | None:
     """The full run: resume from a checkpoint of this very run if there is one, train, then
-    write the final model, the history, the curves; return the metrics and the lines to print."""
+    write the final model, the history, the curves; return the metrics and the lines to print
+    (None on a rank other than the main one, which alone writes)."""
     from rlvr.plots import plot_curves
 
     require_smoke(paths.smoke_checks)
@@ -125,20 +135,32 @@ def train_run(params: Params, paths: PathsParams) -> dict:
     run_id = fingerprint({"seed": params.seed, "train": train, "rewards": params.rewards,
                           "model": {"chat_template": model.chat_template, "lora": model.lora},
                           "versions": library_versions(TRAINING_LIBRARIES)},
-                         Path(params.data.train_path), Path(paths.base_model), LIBRARY_DIR)
+                         Path(params.data.train_path), Path(paths.base_model), LIBRARY_DIR,
+                         *filter(None, [accelerate_config_file(train.accelerate_config)]))
     own_state = [RUNNING_MEAN_FILE] if params.train.advantage == "running_mean" else []
-    resume = resumable_checkpoint(checkpoint_dir, run_id, own_state)
-    if resume:
+    # The main process sorts the checkpoints out (deletes another run's); the others then read.
+    resume = resumable_checkpoint(checkpoint_dir, run_id, own_state) if is_main_process() else None
+    barrier()
+    if not is_main_process():
+        resume = last_checkpoint(checkpoint_dir, own_state)
+    elif resume:
         print(f"train: resuming from {resume}")
     trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
                        save_steps=params.train.save_steps, resume_from=resume,
                        callbacks=[LiveCurvesCallback(paths.train_live)])
     history = step_history(trainer.state.log_history)
 
-    Path(final_dir).parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix="final.", dir=Path(final_dir).parent))
+    # One staging folder every rank agrees on: save_model must run on every rank (FSDP and
+    # DeepSpeed gather the weights), and only the main process writes.
+    staging = Path(final_dir).parent / f".{Path(final_dir).name}.staging"
+    if is_main_process():
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.parent.mkdir(parents=True, exist_ok=True)
+    barrier()
+    trainer.save_model(str(staging))
+    if not is_main_process():
+        return None
     try:
-        trainer.save_model(str(staging))
         trainer.processing_class.save_pretrained(str(staging))
         share_with_umask(staging)
         shutil.rmtree(final_dir, ignore_errors=True)

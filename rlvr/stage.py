@@ -146,25 +146,43 @@ def stage_view(params: Params, stage: str, dvc_yaml: str | Path = DVC_YAML) -> P
     return params if WHOLE_FILE in allowed else ParamsView(params, allowed, stage)
 
 
-def run_stage(name: str, main: Callable[[Params], int], gated: bool = True) -> None:
+def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
+              launchable: bool = False) -> None:
+    """Load params, check the gate, run `main`; a launchable stage (smoke, train) with
+    train.processes above 1 runs `main` in that many ranks under accelerate (rlvr.distributed)."""
+    from rlvr import distributed
     from rlvr.rewards.registry import check_reward_names
 
     started = time.perf_counter()
     quiet_library_noise()
+    in_rank = distributed.launched()
     try:
         params = load_params()
         if gated:  # the gate runs first: it must report broken reward code, not crash on it
             require_gate(params.paths.gate_verdict)
             check_reward_names(params.rewards.funcs)
-        code = main(stage_view(params, name))
+        train = params.train
+        if launchable and train.processes > 1 and not in_rank:
+            code = distributed.launch(name, f"stages.{name}", train.processes,
+                                      use_cpu=train.grpo.use_cpu,
+                                      config_name=train.accelerate_config)
+        else:
+            if in_rank:
+                distributed.start_rank(name, use_cpu=train.grpo.use_cpu)
+            code = main(stage_view(params, name))
     except PipelineError as error:
-        print(f"{name}: {error}", file=sys.stderr)
+        if not distributed.report_failure(f"{name}: {error}"):
+            print(f"{name}: {error}", file=sys.stderr)
         sys.exit(1)
     except Exception:  # noqa: BLE001 - a bug: its traceback, then one line that says so
         traceback.print_exc()
         print(f"{name}: FAILED on an unexpected error: this is a bug in the pipeline, please "
               "report it with the traceback above", file=sys.stderr)
         sys.exit(1)
+    if in_rank:  # the launcher times the whole stage and says how it ended
+        if code:  # a failure the stage has printed itself (smoke's failed checks)
+            distributed.report_failure("")
+        sys.exit(code)
     seconds = time.perf_counter() - started
     # Wall time per stage, for the console and the flows; kept out of every output DVC records,
     # which must be identical between runs with the same seed.

@@ -29,6 +29,7 @@ from trl.trainer.utils import RepeatSampler
 
 from rlvr.config import BetaScheduleParams, GRPOParams, ModelParams
 from rlvr.console import use_console_progress
+from rlvr.distributed import world_size
 from rlvr.errors import PipelineError
 from rlvr.rewards.registry import RewardFunction, normalized_weights
 from rlvr.stats import finite_mean
@@ -66,6 +67,9 @@ def grpo_config(grpo: GRPOParams, *, output_dir: str | Path, max_steps: int, see
     if beta is not None:
         fields["beta"] = beta
     fields.setdefault("activation_checkpointing", False)
+    # Several processes: every trained weight takes part in each forward pass, so DDP need not
+    # search for unused ones (an extra autograd traversal per step, and a warning per rank).
+    fields.setdefault("ddp_find_unused_parameters", False)
     return GRPOConfig(
         output_dir=str(output_dir),
         max_steps=max_steps,
@@ -229,6 +233,8 @@ class LiveCurvesCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         from dvclive import Live
 
+        if not state.is_world_process_zero:  # the main process alone writes the curves
+            return
         self.live = Live(dir=str(self.live_dir), dvcyaml=None, save_dvc_exp=False, resume=False)
         for entry in state.log_history:  # restored from a checkpoint: replay it
             self._log(entry["step"], entry)
@@ -329,6 +335,7 @@ class PipelineGRPOTrainer(GRPOTrainer):
     no-group-norm ablation, replaces TRL's group advantages by a running-mean baseline."""
 
     def __init__(self, *args, running_mean: RunningMeanBaseline | None = None, **kwargs) -> None:
+        self._epoch_sampler: EpochReplaySampler | None = None  # set while super() builds it
         super().__init__(*args, **kwargs)
         self.batch_checks: list[dict] = []
         self.running_mean = running_mean
@@ -338,9 +345,19 @@ class PipelineGRPOTrainer(GRPOTrainer):
         sampler = super()._get_train_sampler(dataset)
         if type(sampler) is not RepeatSampler:
             return sampler
-        return EpochReplaySampler(sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
-                                  batch_size=sampler.batch_size, repeat_count=sampler.repeat_count,
-                                  shuffle=sampler.shuffle, seed=sampler.seed)
+        self._epoch_sampler = EpochReplaySampler(
+            sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size, repeat_count=sampler.repeat_count,
+            shuffle=sampler.shuffle, seed=sampler.seed)
+        return self._epoch_sampler
+
+    def _run_epoch(self, *args, **kwargs):
+        # Tell the sampler its pass here: with several processes, a resume inside a pass wraps it
+        # (accelerate's skip_first_batches around BatchSamplerShard) deeper than the Trainer's
+        # and accelerate's set_epoch reach, and pass k would replay pass 0's permutation.
+        if self._epoch_sampler is not None:
+            self._epoch_sampler.set_epoch(kwargs["epoch"])
+        return super()._run_epoch(*args, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
@@ -376,6 +393,13 @@ class PipelineGRPOTrainer(GRPOTrainer):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / RUNNING_MEAN_FILE).write_text(json.dumps({"value": self.running_mean.value}))
         super()._save_checkpoint(model, trial)
+
+    def _log_metric(self, name: str, value: float) -> None:
+        # TRL averages a reward function's metric over the ranks; a failure count must be their
+        # sum (every rank reports once per batch, so the mean of value x ranks is the sum).
+        if name.endswith("/failures"):
+            value *= self.accelerator.num_processes
+        super()._log_metric(name, value)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
@@ -424,12 +448,24 @@ def _safetensors_problem(file: Path) -> str | None:
     return None
 
 
-def checkpoint_problem(folder: str | Path, extra_files: Sequence[str] = ()) -> str | None:
+def rng_state_files(ranks: int) -> list[str]:
+    """The RNG states a checkpoint of a run with `ranks` processes holds (the Trainer's names).
+
+    >>> rng_state_files(1), rng_state_files(2)
+    (['rng_state.pth'], ['rng_state_0.pth', 'rng_state_1.pth'])
+    """
+    return ["rng_state.pth"] if ranks == 1 else [f"rng_state_{r}.pth" for r in range(ranks)]
+
+
+def checkpoint_problem(folder: str | Path, extra_files: Sequence[str] = (),
+                       ranks: int | None = None) -> str | None:
     """Why a checkpoint cannot be resumed, or None when every file it needs is whole.
 
     Checked without loading anything: trainer_state.json parses, the weights' safetensors header
-    and size agree, the optimizer and scheduler states and the RNG state are complete zip files,
-    and `extra_files` (state of our own, e.g. the running-mean baseline) are there.
+    and size agree, the optimizer and scheduler states and every rank's RNG state (`ranks`: this
+    run's processes) are complete zip files, and `extra_files` (state of our own, e.g. the
+    running-mean baseline) are there. Each rank writes its own RNG state, the main process
+    trainer_state.json: a kill can leave one without the other.
     """
     import zipfile
 
@@ -444,9 +480,7 @@ def checkpoint_problem(folder: str | Path, extra_files: Sequence[str] = ()) -> s
     weights += sorted(folder.glob("*model-*-of-*.safetensors"))  # a sharded large model
     if not weights:
         return f"no weights ({' or '.join(WEIGHT_FILES)})"
-    rng = sorted(folder.glob("rng_state*.pth"))
-    if not rng:
-        return "rng_state.pth is missing"
+    rng = [folder / name for name in rng_state_files(ranks or world_size())]
     for file in weights:
         problem = _safetensors_problem(file)
         if problem:
@@ -467,7 +501,7 @@ def checkpoint_problem(folder: str | Path, extra_files: Sequence[str] = ()) -> s
 
 
 def last_checkpoint(folder: str | Path | None, extra_files: Sequence[str] = (),
-                    warn: bool = False) -> str | None:
+                    warn: bool = False, ranks: int | None = None) -> str | None:
     """The newest checkpoint-N in folder that can be resumed, or None.
 
     A checkpoint cut short by a kill (the Trainer writes trainer_state.json last) or damaged later
@@ -478,7 +512,7 @@ def last_checkpoint(folder: str | Path | None, extra_files: Sequence[str] = (),
     numbered = sorted(((int(p.name.split("-")[1]), p) for p in Path(folder).glob("checkpoint-*")
                        if p.name.split("-")[1].isdigit()), reverse=True)
     for _, candidate in numbered:
-        problem = checkpoint_problem(candidate, extra_files)
+        problem = checkpoint_problem(candidate, extra_files, ranks)
         if problem is None:
             return str(candidate)
         if warn:

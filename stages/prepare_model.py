@@ -4,7 +4,9 @@
 
 model.init: tiny builds a Qwen3-architecture model and a character tokenizer locally and
 warm-starts it on well-formed expressions over the training rows' numbers (never checked against
-the targets, never from the held-out rows); model.init: pretrained records model.name_or_path.
+the targets, never from the held-out rows); model.init: local_llm trains a byte-level BPE tokenizer
+on the training rows and builds a reduced random-init Qwen3 (rlvr/local_llm.py), saved like a hub
+model; model.init: pretrained records model.name_or_path.
 Writes models/base/ and reports/prepare/summary.json.
 """
 

@@ -17,6 +17,8 @@ from rlvr.stage import run_stage
 
 def main(params: Params) -> int:
     result = smoke_run(params, base_dir=params.paths.base_model)
+    if result is None:  # a rank other than the main one: the main process writes
+        return 0
     write_json(params.paths.step0, result["step0"])
     write_json(params.paths.smoke_checks, result["report"])
     write_json(params.paths.smoke_metrics, smoke_metrics(result["report"]))
@@ -26,4 +28,4 @@ def main(params: Params) -> int:
 
 
 if __name__ == "__main__":
-    run_stage("smoke", main)
+    run_stage("smoke", main, launchable=True)

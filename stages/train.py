@@ -18,6 +18,8 @@ from rlvr.stage import run_stage
 
 def main(params: Params) -> int:
     result = train_run(params, params.paths)
+    if result is None:  # a rank other than the main one: the main process writes
+        return 0
     write_json(params.paths.train_summary, result["summary"])
     write_json(params.paths.train_metrics, train_metrics(result["summary"]))
     for line in result["lines"]:
@@ -26,4 +28,4 @@ def main(params: Params) -> int:
 
 
 if __name__ == "__main__":
-    run_stage("train", main)
+    run_stage("train", main, launchable=True)

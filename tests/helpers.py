@@ -80,17 +80,14 @@ def dvc(project: Path, *args: str, check: bool = True) -> str:
     return output
 
 
-# Loaded as sitecustomize by every Python process of a run (dvc and the stage it starts): once
-# `transformers.trainer` is imported, the Trainer kills its whole process group (dvc included)
-# with SIGKILL right after it saved checkpoint-$KILL_AFTER_CHECKPOINT: a kill -9 that lands at
-# that exact point, every time.
-KILL_HOOK = '''
-import importlib.abc, importlib.util, os, signal, sys
+def trainer_hook(patch: str) -> str:
+    """A sitecustomize.py that, when a process imports transformers.trainer, runs `patch` (code
+    defining `patch(Trainer)`) on its Trainer class: faults injected into a real run."""
+    return '''
+import importlib.abc, importlib.util, os, signal, sys, time
+''' + patch + '''
 
-STEP = int(os.environ["KILL_AFTER_CHECKPOINT"])
-
-
-class _KillAfterCheckpoint(importlib.abc.MetaPathFinder):
+class _PatchTrainer(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name != "transformers.trainer":
             return None
@@ -100,21 +97,45 @@ class _KillAfterCheckpoint(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run_module(module)
-            save = module.Trainer._save_checkpoint
-
-            def save_then_die(trainer, *args, **kwargs):
-                save(trainer, *args, **kwargs)
-                if trainer.state.global_step == STEP:
-                    os.killpg(os.getpgrp(), signal.SIGKILL)
-
-            module.Trainer._save_checkpoint = save_then_die
+            patch(module.Trainer)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
-sys.meta_path.insert(0, _KillAfterCheckpoint())
+sys.meta_path.insert(0, _PatchTrainer())
 '''
+
+
+# Loaded as sitecustomize by every Python process of a run (dvc and the stage it starts): once
+# `transformers.trainer` is imported, the Trainer kills its whole process group (dvc included)
+# with SIGKILL right after it saved checkpoint-$KILL_AFTER_CHECKPOINT: a kill -9 that lands at
+# that exact point, every time.
+KILL_HOOK = trainer_hook('''
+STEP = int(os.environ["KILL_AFTER_CHECKPOINT"])
+
+
+def patch(Trainer):
+    save = Trainer._save_checkpoint
+
+    def save_then_die(trainer, *args, **kwargs):
+        save(trainer, *args, **kwargs)
+        if trainer.state.global_step != STEP:
+            return
+        if "LOCAL_RANK" not in os.environ:  # one process: kill the whole `dvc repro`
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        # A rank of a launched run (torchrun gives each its own session): once every rank has
+        # saved, kill the launcher's process group, `dvc repro` with it; the ranks must then die
+        # with their launcher (the sleep would outlive the test).
+        import torch.distributed as dist
+
+        dist.barrier()
+        if os.environ["RANK"] == "0":
+            os.killpg(os.getpgid(os.getppid()), signal.SIGKILL)
+        time.sleep(120)
+
+    Trainer._save_checkpoint = save_then_die
+''')
 
 
 def kill_train_after(project: Path, step: int) -> str:

@@ -92,7 +92,8 @@ def test_nightly_deployment_runs_on_a_real_server_and_worker(small_budget, proje
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui-settings", timeout=10) as ui:
             assert json.loads(ui.read())["api_url"] == api  # the UI in a browser finds the API
         cli("work-pool", "create", "rlvr-process", "--type", "process")
-        deployed = cli("--no-prompt", "deploy", "--all")
+        # by name: prefect.yaml also holds a docker deployment whose pool does not exist here
+        deployed = cli("--no-prompt", "deploy", "--name", "nightly")
         assert "grpo-pipeline/nightly" in deployed
         deployment = json.loads(cli("api", "GET", "/deployments/name/grpo-pipeline/nightly"))
         assert [s["schedule"]["cron"] for s in deployment["schedules"]] == ["0 2 * * *"]

@@ -174,3 +174,19 @@ def test_fingerprint_follows_file_contents(tmp_path):
     assert fingerprint({"lr": 2}, data) != first
     data.write_text("b\n")
     assert fingerprint({"lr": 1}, data) != first
+
+
+def test_a_checkpoint_of_two_ranks_needs_both_rng_states(tmp_path):
+    """Each rank saves its own RNG state, the main process trainer_state.json: a kill can leave a
+    checkpoint with the one and not the other, and resuming it would not replay rank 1's sampling."""
+    import torch
+
+    checkpoint = _checkpoint(tmp_path / "checkpoint-4")
+    (checkpoint / "rng_state.pth").unlink()
+    torch.save({"state": torch.zeros(64)}, checkpoint / "rng_state_0.pth")
+    assert checkpoint_problem(checkpoint, ranks=2) == "rng_state_1.pth is missing"
+    assert checkpoint_problem(checkpoint, ranks=1) == "rng_state.pth is missing"
+    torch.save({"state": torch.zeros(64)}, checkpoint / "rng_state_1.pth")
+    assert checkpoint_problem(checkpoint, ranks=2) is None
+    _truncate(checkpoint / "rng_state_1.pth")
+    assert checkpoint_problem(checkpoint, ranks=2) == "rng_state_1.pth is truncated or unreadable"

@@ -1,0 +1,258 @@
+"""The Python half of scripts/gpu_check.sh (run it through that script): the check's params, the
+stages run as `python -m stages.<name>` runs them, and the figures.
+
+    gpu_check.py deps                       the wheels' pins import, and what they need is there
+    gpu_check.py params MODE BASE OUT       BASE (params.yaml + profiles/gpu.yaml) sized for MODE
+    gpu_check.py stage NAME MODE [JSON]     run stages/NAME.py; for smoke print the figures
+
+MODE is `cuda` (Qwen3-0.6B's shape, bf16 on the GPU) or `cpu` (the --cpu-dry-run: tiny sizes,
+fp32, 2 steps). The figures come from what TRL already logs every step (step_time, num_tokens,
+completions/mean_length) and torch.cuda's peak-memory counters: nothing in the library knows it
+is being measured.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import runpy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.getcwd())  # the project copy the check runs in
+
+SMOKE_STEPS = {"cuda": 20, "cpu": 2}
+CHECK_ROWS = 16  # training rows: the step-0 baseline samples every one of them G times
+# Qwen3-0.6B's config.json, with model.local_llm's names (max_position_embeddings as Qwen's)
+QWEN3_0_6B = {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
+              "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+              "head_dim": 128, "max_position_embeddings": 40960}
+TINY = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+        "max_position_embeddings": 512}
+# What the GPU machine does not have and the check does not bring: the dry run makes them
+# unimportable, so it proves the stages run without them.
+ABSENT_ON_GPU = ("dvc", "dvclive", "prefect", "great_expectations", "hydra", "omegaconf")
+
+
+def check_overrides(mode: str, vllm: bool) -> dict:
+    """params.yaml keys (dotted) -> values the check sets on top of the GPU profile."""
+    overrides = {
+        "model.init": "local_llm",           # Qwen3's architecture, random init, BPE tokenizer
+        "data.train_rows": CHECK_ROWS,
+        "smoke.max_steps": SMOKE_STEPS[mode],
+        "smoke.min_spread_share": 0.0,       # a random-init model earns no reward spread
+        "train.grpo.max_completion_length": 128 if mode == "cuda" else 8,
+        "train.grpo.use_vllm": vllm,         # the profile's choice where vllm is installed
+    }
+    if mode == "cuda":
+        overrides.update({f"model.local_llm.{k}": v for k, v in QWEN3_0_6B.items()})
+    else:
+        overrides.update({f"model.local_llm.{k}": v for k, v in TINY.items()})
+        overrides.update({"train.grpo.use_cpu": True, "train.grpo.bf16": False,
+                          "train.grpo.per_device_train_batch_size": 16,
+                          "train.grpo.extra.model_init_kwargs": {"dtype": "float32"}})
+    return overrides
+
+
+def set_param(raw: dict, key: str, value) -> None:
+    """Set a dotted params key in a loaded params.yaml; the key must exist (as with DVC's -S),
+    except inside train.grpo.extra, which takes any GRPOConfig field."""
+    *parents, last = key.split(".")
+    node = raw
+    for i, part in enumerate(parents):
+        if part not in node:
+            raise KeyError(f"{'.'.join(parents[:i + 1])} is not in params.yaml")
+        node = node[part]
+    if last not in node and not key.startswith("train.grpo.extra."):
+        raise KeyError(f"{key} is not in params.yaml")
+    node[last] = value
+
+
+def write_params(mode: str, base: str, out: str) -> None:
+    """OUT = BASE with the check's overrides, checked like check_params checks params.yaml (TRL's
+    GRPOConfig too: on the GPU machine this is the part that needs CUDA)."""
+    import importlib.util
+
+    from ruamel.yaml import YAML
+
+    from rlvr.checks import check_run_params
+    from rlvr.config import load_params
+
+    yaml = YAML()  # round trip: the profile's comments stay
+    raw = yaml.load(Path(base).read_text(encoding="utf-8"))
+    vllm = importlib.util.find_spec("vllm") is not None
+    for key, value in check_overrides(mode, vllm).items():
+        set_param(raw, key, value)
+    with open(out, "w", encoding="utf-8") as handle:
+        yaml.dump(raw, handle)
+    params = load_params(out)
+    check_run_params(params)
+    grpo, size = params.train.grpo, params.model.local_llm
+    print(f"gpu_check: params: {params.model.init} {size.num_hidden_layers} layers x "
+          f"{size.hidden_size} (vocab {size.vocab_size}), LoRA "
+          f"{'r' + str(params.model.lora.r) if params.model.lora.enabled else 'off'}, "
+          f"{'bf16' if grpo.bf16 else 'fp32'} on {'cpu' if grpo.use_cpu else 'cuda'}, generation "
+          f"{'vLLM ' + grpo.extra.get('vllm_mode', '') if grpo.use_vllm else 'transformers (no vllm)'}"
+          f", {params.smoke.max_steps} steps of {grpo.per_device_train_batch_size} completions "
+          f"(G={grpo.num_generations}) of <= {grpo.max_completion_length} tokens; checked")
+
+
+def check_wheels(requirements: str = "scripts/gpu_wheels.txt") -> int:
+    """Every package of scripts/gpu_wheels.txt imports at requirements.lock's version, and every
+    dependency it declares is there at a version it accepts; one line per problem."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    lock = {}
+    for line in Path("requirements.lock").read_text().split():
+        name, _, version = line.partition("==")
+        lock[name.lower().replace("_", "-").replace(".", "-")] = version
+    names = [line.split("#")[0].strip() for line in Path(requirements).read_text().splitlines()]
+    problems = []
+    for name in filter(None, names):
+        version = metadata.version(name)
+        wanted = lock[name.lower().replace(".", "-")]
+        if version != wanted:
+            problems.append(f"{name} is {version}, not requirements.lock's {wanted}")
+        for text in metadata.requires(name) or []:
+            requirement = Requirement(text)
+            if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            try:
+                found = metadata.version(requirement.name)
+            except metadata.PackageNotFoundError:
+                problems.append(f"{name} needs {requirement}, which is not installed")
+                continue
+            if not requirement.specifier.contains(found, prereleases=True):
+                problems.append(f"{name} needs {requirement}, found {found}")
+    for problem in problems:
+        print(f"gpu_check: {problem}: add it to scripts/gpu_wheels.txt", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def throughput(history: list[dict], completions_per_step: int) -> dict:
+    """steps/s and tokens/s from TRL's per-step log lines (`loss` ones): step_time (s),
+    num_tokens (prompt + completion tokens so far), completions/mean_length.
+
+    >>> f = throughput([{"loss": 0, "step_time": 2.0, "num_tokens": 300, "completions/mean_length": 10},
+    ...                 {"loss": 0, "step_time": 1.0, "num_tokens": 600, "completions/mean_length": 20}], 10)
+    >>> f["steps"], f["seconds"], f["steps_per_s"], f["steady_steps_per_s"]
+    (2, 3.0, 0.667, 1.0)
+    >>> f["completion_tokens_per_s"], f["tokens_per_s"]
+    (100.0, 200.0)
+    """
+    steps = [entry for entry in history if "loss" in entry]
+    times = [entry["step_time"] for entry in steps]
+    seconds = sum(times)
+    completion_tokens = sum(e["completions/mean_length"] * completions_per_step for e in steps)
+    return {
+        "steps": len(steps),
+        "seconds": round(seconds, 3),
+        "steps_per_s": round(len(steps) / seconds, 3),
+        # without the first step (CUDA context, kernel autotuning, allocator warm-up)
+        "steady_steps_per_s": round((len(steps) - 1) / sum(times[1:]), 3) if len(steps) > 1 else None,
+        "median_step_s": round(statistics.median(times), 3),
+        "completion_tokens_per_step": round(completion_tokens / len(steps), 1),
+        "completion_tokens_per_s": round(completion_tokens / seconds, 1),
+        "tokens_per_s": round(steps[-1]["num_tokens"] / seconds, 1),
+    }
+
+
+def run_stage(name: str, mode: str, report: str | None) -> int:
+    """Run stages/<name>.py as `python -m stages.<name>` does; for smoke, keep its trainer (the
+    one rlvr.runs.run_grpo returns) and print the figures."""
+    if mode == "cpu":
+        for absent in ABSENT_ON_GPU:
+            sys.modules[absent] = None  # `import dvc` fails, find_spec("dvc") is None
+    import torch
+
+    import rlvr.runs
+
+    marks, kept = {"start": time.perf_counter()}, {}
+    run_grpo = rlvr.runs.run_grpo
+
+    def keeping_run_grpo(*args, **kwargs):
+        marks["trainer"] = time.perf_counter()  # the model is loaded and step 0 measured
+        if torch.cuda.is_available() and mode == "cuda":  # the peak of the GRPO run alone
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        kept["trainer"] = run_grpo(*args, **kwargs)
+        marks["trained"] = time.perf_counter()
+        return kept["trainer"]
+
+    rlvr.runs.run_grpo = keeping_run_grpo
+    cuda = torch.cuda.is_available() and mode == "cuda"
+    sys.argv = [f"stages/{name}.py"]
+    try:
+        runpy.run_module(f"stages.{name}", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    seconds = time.perf_counter() - marks["start"]
+    if name != "smoke":
+        print(f"gpu_check: {name}: exit {code} in {seconds:.1f} s")
+        return code
+    if "trained" not in marks:
+        print(f"gpu_check: smoke stopped before its GRPO run finished (exit {code})", file=sys.stderr)
+        return code or 1
+    trainer = kept["trainer"]
+    args = trainer.args
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps \
+        * trainer.accelerator.num_processes // args.num_iterations
+    figures = throughput(trainer.state.log_history, per_step)
+    figures.update(
+        exit_code=code, stage_seconds=round(seconds, 1),
+        load_and_step0_baseline_seconds=round(marks["trainer"] - marks["start"], 1),
+        grpo_run_seconds=round(marks["trained"] - marks["trainer"], 1),
+        device=torch.cuda.get_device_name() if cuda else "cpu",
+        peak_gpu_memory_allocated_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        if cuda else None,
+        peak_gpu_memory_reserved_gib=round(torch.cuda.max_memory_reserved() / 2**30, 2)
+        if cuda else None,
+        versions={m: sys.modules[m].__version__ for m in ("torch", "transformers", "trl", "peft")
+                  if m in sys.modules},
+        python=sys.version.split()[0])
+    memory = (f"{figures['peak_gpu_memory_allocated_gib']} GiB allocated, "
+              f"{figures['peak_gpu_memory_reserved_gib']} GiB reserved" if cuda
+              else "n/a (cpu dry run)")
+    print(f"gpu_check: {figures['steps']} steps in {figures['seconds']} s: "
+          f"{figures['steps_per_s']} steps/s ({figures['steady_steps_per_s']} without the first)")
+    print(f"gpu_check: tokens/s: {figures['completion_tokens_per_s']} completion, "
+          f"{figures['tokens_per_s']} prompt+completion "
+          f"({figures['completion_tokens_per_step']} completion tokens per step)")
+    print(f"gpu_check: peak GPU memory of the GRPO run: {memory}")
+    print(f"gpu_check: smoke stage {figures['stage_seconds']} s: model load + step-0 baseline "
+          f"{figures['load_and_step0_baseline_seconds']} s, GRPO run (trainer set-up included) "
+          f"{figures['grpo_run_seconds']} s")
+    if report:
+        Path(report).write_text(json.dumps(figures, indent=2) + "\n")
+    return code
+
+
+def main(argv: list[str]) -> int:
+    command, *rest = argv
+    if command == "deps":
+        return check_wheels(*rest)
+    if command == "params":
+        from rlvr.config import ParamsError
+
+        try:
+            write_params(*rest)
+        except (ParamsError, KeyError) as error:
+            print(f"gpu_check: the check's params are bad: {error}", file=sys.stderr)
+            return 1
+        return 0
+    if command == "stage":
+        name, mode, *report = rest
+        return run_stage(name, mode, report[0] if report else None)
+    raise SystemExit(f"gpu_check.py: unknown command {command!r}; see its docstring")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Build gpu_wheels/ (git-ignored) HERE, where the package registry is reachable, for the GPU check
+# (scripts/gpu_check.sh) on a GPU machine that reaches no network:
+#   - the wheels of scripts/gpu_wheels.txt at requirements.lock's versions, no dependencies (the
+#     rest is on the GPU image), for CPython 3.11 and 3.12 where a wheel is binary (the GPU image has
+#     3.12; trl 1.16 needs >= 3.11; GPU_WHEELS_PYTHONS="3.12" narrows it); requirements.txt: the pins;
+#   - params.yaml: params.yaml with profiles/gpu.yaml applied by DVC's code (DVC is not on the GPU
+#     machine); the check sizes the model and the run on top of it.
+# Usage: bash scripts/gpu_wheels.sh     then the device tool: command "bash scripts/gpu_check.sh",
+#                                       carry ["gpu_wheels"] (64 MiB at most with the working tree)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=gpu_wheels
+PYTHONS=${GPU_WHEELS_PYTHONS:-3.11 3.12}  # not 3.10: trl 1.16 requires Python >= 3.11
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+pins=()
+for name in $(sed 's/#.*//' scripts/gpu_wheels.txt); do
+  pin=$(grep -i "^${name//./\\.}==" requirements.lock) \
+    || { echo "gpu_wheels: $name is not pinned in requirements.lock" >&2; exit 1; }
+  pins+=("$pin")
+done
+printf '%s\n' "${pins[@]}" > "$OUT/requirements.txt"
+log=$(mktemp)
+for python in $PYTHONS; do  # fails when a pin has no wheel for this Python
+  ./dev run python -m pip download --quiet --disable-pip-version-check --no-deps \
+    --only-binary=:all: --implementation cp --python-version "$python" \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$OUT" "${pins[@]}" >"$log" 2>&1 \
+    || { grep -v "is ignored: it is neither" "$log" >&2; echo "gpu_wheels: FAILED for Python $python" >&2; exit 1; }
+done
+rm -f "$log"
+./dev run python -m rlvr.profiles gpu --out "$OUT/params.yaml" >/dev/null
+echo "gpu_wheels: $(ls "$OUT"/*.whl | wc -l) wheels for Python ${PYTHONS// /, } + params.yaml in $OUT/: $(du -sb "$OUT" | awk '{printf "%.1f MiB", $1/1048576}')"

@@ -1,0 +1,80 @@
+"""Run in every rank by tests/test_multiprocess.py (under `accelerate launch`, 2 CPU processes): a
+short GRPO run of the pipeline's own trainer that records, per rank and step, what steers training
+(the beta in force, the running-mean baseline and the rewards it was computed from) and the reward
+failure counts, into OUT/rank<N>.json.
+
+    accelerate launch --multi_gpu --num_processes 2 tests/rank_probe.py OUT POLICY
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from rlvr.config import parse_params
+from rlvr.data import read_rows
+from rlvr.distributed import rank, start_rank, sum_over_ranks
+from rlvr.rewards.registry import RewardFunction, build_reward_funcs
+from rlvr.training import run_grpo
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = {"train": {"advantage": "running_mean",
+                    "beta_schedule": {"kind": "adaptive", "beta_start": 0.05, "target_kl": 0.001,
+                                      "horizon": 2},
+                    "grpo": {"num_generations": 4, "per_device_train_batch_size": 8,
+                             "max_completion_length": 6, "learning_rate": 1e-3}}}
+STEPS = 6
+
+
+class Recorder(TrainerCallback):
+    """Per step: the beta in force, the running-mean baseline after the step's batch, how many
+    rewards that batch's baseline saw."""
+
+    def __init__(self) -> None:
+        self.trainer = None
+        self.steps: list[dict] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        self.steps.append({"step": state.global_step, "beta": float(trainer.beta),
+                           "running_mean": trainer.running_mean.value,
+                           "rewards_seen": len(trainer._last_rewards_per_func)})
+
+
+def flaky(text, verifier, n_tokens):
+    """Raises on a third of the rows; elsewhere the completion's length, so that even an untrained
+    policy's rewards differ from rank to rank (a baseline computed per rank would show it)."""
+    if verifier["target"] % 3 == 0:
+        raise ValueError("flaky verifier")
+    return len(text) / 6
+
+
+def main(out: str, policy: str) -> None:
+    start_rank("probe", use_cpu=True)
+    params = parse_params(PARAMS)
+    rows = read_rows(ROOT / "data" / "grpo_train.jsonl")[:16]
+    funcs = [*build_reward_funcs(params.rewards), RewardFunction("flaky", flaky)]
+    params.rewards.weights = [1.0, 0.2, 1.0]  # one weight per function, the flaky one included
+    recorder = Recorder()
+    import rlvr.training as training
+
+    build = training.build_trainer
+
+    def build_and_bind(*args, **kwargs):
+        recorder.trainer = build(*args, **kwargs)
+        return recorder.trainer
+
+    training.build_trainer = build_and_bind
+    trainer = run_grpo(params, rows, policy, Path(out) / f"scratch{rank()}", STEPS,
+                       reward_funcs=funcs, callbacks=[recorder])
+    logged = [e.get("rewards/flaky/failures") for e in trainer.state.log_history if "loss" in e]
+    local = funcs[2].failures
+    (Path(out) / f"rank{rank()}.json").write_text(json.dumps({
+        "steps": recorder.steps, "local_failures": local,
+        "summed_failures": sum_over_ranks({"flaky": local})["flaky"],
+        "logged_failures": logged, "num_processes": trainer.accelerator.num_processes}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

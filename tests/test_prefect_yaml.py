@@ -1,0 +1,89 @@
+"""prefect.yaml as Prefect 3.9's `prefect deploy` reads it (its own loader and pydantic model),
+the docker deployment's image and job variables, and the rule that deployments go out by name."""
+
+import ast
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+DOCKER_DEPLOYMENT = "nightly-docker"
+
+
+@pytest.fixture(scope="module")
+def deployments():
+    """The deployment configs `prefect deploy` gets from prefect.yaml, by name, and what its
+    loader printed (it prints validation errors and skips the file instead of failing)."""
+    from prefect.cli.deploy._config import _load_deploy_configs_and_actions
+    from rich.console import Console
+
+    printed = io.StringIO()
+    configs, actions = _load_deploy_configs_and_actions(ROOT / "prefect.yaml",
+                                                       console=Console(file=printed))
+    return {c["name"]: c for c in configs}, actions, printed.getvalue()
+
+
+def test_every_deployment_passes_prefects_own_model(deployments):
+    from prefect.cli.deploy._models import RawScheduleConfig
+    from prefect.client.schemas.schedules import CronSchedule
+
+    configs, actions, printed = deployments
+    assert printed == ""  # no validation error, nothing skipped
+    assert set(configs) == {"nightly", "experiments", DOCKER_DEPLOYMENT}
+    assert actions["pull"]  # the process pool's working directory
+    for name, config in configs.items():
+        assert config["work_pool"]["name"], name
+        path, function = config["entrypoint"].split(":")
+        tree = ast.parse((ROOT / path).read_text())
+        assert function in {node.name for node in tree.body
+                            if isinstance(node, ast.FunctionDef)}, name
+        for schedule in config.get("schedules") or []:
+            raw = RawScheduleConfig.model_validate(schedule)
+            CronSchedule(cron=raw.cron, timezone=raw.timezone)  # a valid cron and timezone
+
+
+def test_the_docker_deployment_runs_the_image_the_dockerfile_builds(deployments):
+    configs, _, _ = deployments
+    docker = configs[DOCKER_DEPLOYMENT]
+    assert docker["entrypoint"] == configs["nightly"]["entrypoint"]
+    assert docker["work_pool"]["name"] != configs["nightly"]["work_pool"]["name"]
+    variables = docker["work_pool"]["job_variables"]
+    assert variables["image"] == "rlvr:latest"
+    # what a Prefect server checks on `prefect deploy`: the job variables against the docker
+    # work pool's base job template (the one Prefect ships for prefect-docker's worker)
+    import json
+
+    import prefect.server.api
+    from prefect.utilities.schema_tools import validate
+
+    workers = json.loads((Path(prefect.server.api.__file__).parent / "collections_data/views"
+                          / "aggregate-worker-metadata.json").read_text())
+    template = workers["prefect-docker"]["docker"]["default_base_job_configuration"]
+    validate(variables, template["variables"], raise_on_error=True, ignore_required=True)
+    assert not set(variables) - set(template["variables"]["properties"])
+    assert all(re.fullmatch(r"[\w.-]+:/[\w/.-]+", volume) for volume in variables["volumes"])
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    workdir = re.search(r"^WORKDIR (\S+)$", dockerfile, re.M).group(1)
+    (pull,) = docker["pull"]
+    assert pull["prefect.deployments.steps.set_working_directory"]["directory"] == workdir
+    assert variables["env"]["RLVR_ROOT"] == workdir
+    assert all(volume.split(":")[1].startswith(workdir + "/") for volume in variables["volumes"])
+    assert re.search(r"^FROM python:3\.11-slim$", dockerfile, re.M)
+    torch_pin = re.search(r"^torch==\S+$", (ROOT / "requirements.lock").read_text(), re.M)
+    assert torch_pin.group(0) in dockerfile and "-r requirements.lock" in dockerfile
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert ".venv/" in ignored and ".git/" not in ignored  # DVC needs the repository
+
+
+def test_deployments_go_out_by_name_never_all():
+    """`prefect deploy --all` fails where a deployment's work pool does not exist (the docker
+    one, on most machines)."""
+    for path in [ROOT / "README.md", ROOT / "prefect.yaml", *Path(ROOT / "tests").glob("*.py")]:
+        if path.name == Path(__file__).name:
+            continue
+        text = path.read_text()
+        assert not re.search(r"deploy\W+--all", text), path
