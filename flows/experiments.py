@@ -4,7 +4,8 @@
 
 Queues `orchestration.ablations` (name -> `-S` overrides) and the `orchestration.sweep` grid with
 `dvc exp run --queue`, runs the queue (`dvc exp run --run-all --jobs N`, N from
-orchestration.jobs: each in a temporary copy, N at a time; the workspace keeps the default run),
+orchestration.jobs: each in a temporary copy, N at a time with cores // N torch threads each;
+the workspace keeps the default run),
 then publishes the comparison table (scripts/compare_experiments) as the artifact
 `experiments-comparison`.
 """
@@ -19,12 +20,13 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from rlvr.config import load_params
-from rlvr.experiments import compare, comparison_rows
+from rlvr.experiments import (compare, comparison_rows, queue_commands, queued_runs,
+                              run_queue_env)
 from rlvr.orchestration import StageFailed, provenance_line, run_dvc
 
 
-def _dvc(root: str, *args: str) -> str:
-    run = run_dvc(root, *args)
+def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:
+    run = run_dvc(root, *args, env=env)
     if run.returncode != 0:
         raise StageFailed(f"dvc {' '.join(args)} failed: {(run.stdout + run.stderr)[-3000:]}")
     return run.stdout + run.stderr
@@ -32,21 +34,16 @@ def _dvc(root: str, *args: str) -> str:
 
 @task(cache_policy=NO_CACHE)
 def queue_experiments(root: str) -> int:
-    params = load_params(Path(root) / "params.yaml").orchestration
-    queued = 0
-    for name, overrides in params.ablations.items():
-        _dvc(root, "exp", "run", "--queue", "-n", name, *[a for o in overrides for a in ("-S", o)])
-        queued += 1
-    for key, values in params.sweep.items():
-        _dvc(root, "exp", "run", "--queue", "-S", f"{key}={','.join(map(str, values))}")
-        queued += len(values)
-    return queued
+    orchestration = load_params(Path(root) / "params.yaml").orchestration
+    for args in queue_commands(orchestration):
+        _dvc(root, *args)
+    return queued_runs(orchestration)
 
 
 @task(cache_policy=NO_CACHE)
 def run_queue(root: str) -> str:
     jobs = load_params(Path(root) / "params.yaml").orchestration.jobs
-    return _dvc(root, "exp", "run", "--run-all", "--jobs", str(jobs))
+    return _dvc(root, "exp", "run", "--run-all", "--jobs", str(jobs), env=run_queue_env(jobs))
 
 
 @task(cache_policy=NO_CACHE)

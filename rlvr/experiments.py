@@ -1,6 +1,7 @@
-"""Compare DVC experiments: one table (params that differ, final reward, held-out success, final
-KL, verdict) and overlaid reward and KL curves, from `dvc exp show --json` and each experiment's
-committed training history.
+"""DVC experiments: the commands that queue and run the ablations and the sweep, and their
+comparison: one table (params that differ, final reward, held-out success, final KL, verdict) and
+overlaid reward and KL curves, from `dvc exp show --json` and each experiment's committed training
+history.
 """
 
 from __future__ import annotations
@@ -13,6 +14,42 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import PathsParams
+
+def queue_commands(orchestration) -> list[list[str]]:
+    """The `dvc` argument lists that queue params.yaml's ablations and sweep grid, one per call.
+
+    >>> from rlvr.config import OrchestrationParams
+    >>> for args in queue_commands(OrchestrationParams(ablations={"no-kl": ["train.grpo.beta=0"]},
+    ...                                                sweep={"train.grpo.beta": [0.01, 0.1]})):
+    ...     print(" ".join(args))
+    exp run --queue -n no-kl -S train.grpo.beta=0
+    exp run --queue -S train.grpo.beta=0.01,0.1
+    """
+    commands = [["exp", "run", "--queue", "-n", name, *[a for o in overrides for a in ("-S", o)]]
+                for name, overrides in orchestration.ablations.items()]
+    commands += [["exp", "run", "--queue", "-S", f"{key}={','.join(map(str, values))}"]
+                 for key, values in orchestration.sweep.items()]
+    return commands
+
+
+def queued_runs(orchestration) -> int:
+    """How many experiments queue_commands queues (a sweep call queues one per value)."""
+    return len(orchestration.ablations) + sum(len(v) for v in orchestration.sweep.values())
+
+
+def run_queue_env(jobs: int, cpus: int | None = None) -> dict[str, str]:
+    """Environment for `dvc exp run --run-all --jobs N`: N runs at once share the cores, each
+    with cpus // N torch threads (torch would give each all of them: N x the cores, oversubscribed).
+
+    >>> run_queue_env(1, cpus=2), run_queue_env(2, cpus=2), run_queue_env(4, cpus=16)
+    ({}, {'OMP_NUM_THREADS': '1'}, {'OMP_NUM_THREADS': '4'})
+    """
+    import os
+
+    if jobs <= 1:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, (cpus or os.cpu_count() or 1) // jobs))}
+
 
 # Where each run's results live (params.yaml `paths`; the defaults, unless compare is given others).
 DEFAULT_PATHS = PathsParams()

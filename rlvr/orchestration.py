@@ -78,9 +78,40 @@ def tool_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-def run_dvc(root: str | Path, *args: str) -> subprocess.CompletedProcess:
+def run_dvc(root: str | Path, *args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess:
+    """`dvc <args>` in root, with tool_env() plus `env`."""
     return subprocess.run(["dvc", *args], cwd=root, capture_output=True, text=True,
-                          env=tool_env())
+                          env={**tool_env(), **(env or {})})
+
+
+def stale_stages(root: str | Path) -> set[str] | None:
+    """The stages `dvc status` says must rerun (one DVC call for the whole pipeline), or None if
+    it cannot tell (then every stage goes through `dvc repro`, which decides for itself)."""
+    run = run_dvc(root, "status", "--json")
+    try:
+        status = json.loads(run.stdout) if run.returncode == 0 else None
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        return None
+    return {name.rsplit(":", 1)[-1] for name in status}
+
+
+def stages_to_run(order: list[str], stale: set[str] | None) -> list[str]:
+    """The stages a run must hand to `dvc repro`: from the first stale one on (a rerun upstream
+    can change what a later stage reads), none if nothing is stale; all of them if it is unknown,
+    or if a stale stage is not in `order` (a subset run: `dvc repro` reruns what it needs).
+
+    >>> stages_to_run(["a", "b", "c", "d"], {"c"}), stages_to_run(["a", "b"], set())
+    (['c', 'd'], [])
+    >>> stages_to_run(["a", "b"], None), stages_to_run(["c", "d"], {"a"})
+    (['a', 'b'], ['c', 'd'])
+    """
+    if stale is None or stale - set(order):
+        return list(order)
+    first = next((i for i, stage in enumerate(order) if stage in stale), len(order))
+    return list(order[first:])
 
 
 def run_dvc_stage(stage: str, root: str | Path) -> str:

@@ -6,7 +6,7 @@ For each N: a fresh clone of HEAD in a temporary folder (its own DVC cache, so n
 shared between the measurements), the pipeline as the baseline (on a small budget, or on
 params.yaml as committed with --budget default), the
 experiments flow's queue (orchestration.ablations and .sweep: 4 runs), then the wall time of
-`dvc exp run --run-all --jobs N`. Prints one line per N; it measures, it asserts nothing.
+`dvc exp run --run-all --jobs N` (as the flow runs it: cores // N torch threads per run). Prints one line per N; it measures, it asserts nothing.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def _merge(target: dict, changes: dict) -> None:
             target[key] = value
 
 
-def _run(cwd: Path, *command: str) -> None:
+def _run(cwd: Path, *command: str, env: dict[str, str] | None = None) -> None:
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(cwd)})
+                          env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})})
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
 
@@ -47,6 +47,7 @@ def _run(cwd: Path, *command: str) -> None:
 def measure(jobs: int, small: bool) -> tuple[int, float]:
     """(experiments run, seconds) for `dvc exp run --run-all --jobs N` on a fresh clone."""
     from rlvr.config import load_params
+    from rlvr.experiments import queue_commands, queued_runs, run_queue_env
 
     with tempfile.TemporaryDirectory(prefix=f"sweep-jobs{jobs}.") as scratch:
         clone = Path(scratch) / "project"
@@ -61,16 +62,11 @@ def measure(jobs: int, small: bool) -> tuple[int, float]:
         _run(clone, "git", "-c", "user.email=b@b", "-c", "user.name=b", "commit", "-qm", "base",
              "--allow-empty")  # the default run may rebuild exactly what HEAD holds
         grid = load_params(clone / "params.yaml").orchestration
-        count = 0
-        for name, overrides in grid.ablations.items():
-            _run(clone, "dvc", "exp", "run", "--queue", "-n", name,
-                 *[a for o in overrides for a in ("-S", o)])
-            count += 1
-        for key, values in grid.sweep.items():
-            _run(clone, "dvc", "exp", "run", "--queue", "-S", f"{key}={','.join(map(str, values))}")
-            count += len(values)
+        for args in queue_commands(grid):  # what the experiments flow queues
+            _run(clone, "dvc", *args)
+        count = queued_runs(grid)
         started = time.perf_counter()
-        _run(clone, "dvc", "exp", "run", "--run-all", "--jobs", str(jobs))
+        _run(clone, "dvc", "exp", "run", "--run-all", "--jobs", str(jobs), env=run_queue_env(jobs))
         return count, time.perf_counter() - started
 
 
