@@ -660,6 +660,25 @@ def _build(cls: type, raw: dict, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
+def apply_overrides(path: str | Path, overrides: list[str], where: str) -> Params:
+    """Apply `-S` overrides to the params file at `path` in place with DVC's own code (what `dvc
+    exp run -S` runs) and return the checked params; ParamsError starting with `where` if DVC or
+    a params rule rejects them."""
+    from dvc.exceptions import InvalidArgumentError
+    from dvc.utils.hydra import apply_overrides as dvc_apply_overrides
+
+    try:
+        dvc_apply_overrides(path, overrides)
+    except InvalidArgumentError as error:
+        cause = " ".join(str(error.__cause__ or error).split())
+        raise ParamsError(f"{where}: DVC cannot apply it: {cause}") from None
+    try:
+        return load_params(path)
+    except ParamsError as error:
+        raise ParamsError(f"{where}: gives a bad params.yaml: "
+                          f"{str(error).removeprefix('params.yaml: ')}") from None
+
+
 def experiment_params(path: str | Path = PARAMS_FILE) -> Iterator[tuple[str, list[str], Params]]:
     """Every params.yaml the experiments flow would run: each ablation's and each sweep value's
     `-S` overrides applied to a copy of `path` by DVC's own code (Hydra's grammar; a key that is
@@ -667,9 +686,6 @@ def experiment_params(path: str | Path = PARAMS_FILE) -> Iterator[tuple[str, lis
     Yields (where, overrides, params); raises ParamsError naming the experiment."""
     import shutil
     import tempfile
-
-    from dvc.exceptions import InvalidArgumentError
-    from dvc.utils.hydra import apply_overrides
 
     orchestration = parse_params(read_params_file(path)).orchestration
     runs = [(f"orchestration.ablations.{name}", list(overrides))
@@ -680,17 +696,7 @@ def experiment_params(path: str | Path = PARAMS_FILE) -> Iterator[tuple[str, lis
         for where, overrides in runs:
             copy = Path(scratch) / "params.yaml"
             shutil.copyfile(path, copy)
-            try:
-                apply_overrides(copy, overrides)
-                params = parse_params(read_params_file(copy))
-            except InvalidArgumentError as error:
-                cause = " ".join(str(error.__cause__ or error).split())
-                raise ParamsError(f"params.yaml: {where} = {overrides!r}: DVC cannot apply it: "
-                                  f"{cause}") from None
-            except ParamsError as error:
-                raise ParamsError(f"params.yaml: {where} = {overrides!r}: gives a bad "
-                                  f"params.yaml: {str(error).removeprefix('params.yaml: ')}"
-                                  ) from None
+            params = apply_overrides(copy, overrides, f"params.yaml: {where} = {overrides!r}")
             yield where, overrides, params
 
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rlvr.config import PARAMS_FILE, Params, ParamsError, load_params
+from rlvr.config import PARAMS_FILE, Params, ParamsError, apply_overrides
 from rlvr.data import share_with_umask
 
 PROFILES_DIR = Path("profiles")
@@ -45,24 +45,6 @@ def read_profile(name: str | Path) -> list[str]:
             and all(isinstance(o, str) and "=" in o for o in overrides)):
         raise ParamsError(f"{path}: must be a list of `-S` overrides such as train.grpo.beta=0")
     return overrides
-
-
-def apply_overrides(path: str | Path, overrides: list[str], where: str) -> Params:
-    """Apply `-S` overrides to the params file at `path` in place with DVC's own code and return
-    the checked params; ParamsError starting with `where` if DVC or a params rule rejects them."""
-    from dvc.exceptions import InvalidArgumentError
-    from dvc.utils.hydra import apply_overrides as dvc_apply_overrides
-
-    try:
-        dvc_apply_overrides(path, overrides)
-    except InvalidArgumentError as error:
-        cause = " ".join(str(error.__cause__ or error).split())
-        raise ParamsError(f"{where}: DVC cannot apply it: {cause}") from None
-    try:
-        return load_params(path)
-    except ParamsError as error:
-        raise ParamsError(f"{where}: gives a bad params.yaml: "
-                          f"{str(error).removeprefix('params.yaml: ')}") from None
 
 
 def apply_profile(name: str | Path, params_path: str | Path = PARAMS_FILE,
