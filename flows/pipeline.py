@@ -20,7 +20,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from rlvr.config import load_params
-from rlvr.orchestration import (StageFailed, dvc_stages, publish_stage_artifacts, run_dvc_stage,
+from rlvr.orchestration import (ARTIFACT_BUILDERS, StageFailed, dvc_stages, publish_stage_artifacts, run_dvc_stage,
                                 stale_stages, stages_to_run)
 
 
@@ -59,7 +59,8 @@ def pipeline(root: str = str(ROOT), stages: list[str] | None = None) -> dict[str
             run(stage, root)
         else:
             get_run_logger().info("%s: up to date (dvc status), not rerun", stage)
-        published[stage] = artifact_task.with_options(name=f"artifacts-{stage}")(stage, root)
+        published[stage] = (artifact_task.with_options(name=f"artifacts-{stage}")(stage, root)
+                            if stage in ARTIFACT_BUILDERS else [])
     return published
 
 

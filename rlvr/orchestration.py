@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,14 +130,16 @@ def provenance_line(root: Path) -> str:
     """git commit, the md5s of the data files and the models (each from the stage that wrote it
     in dvc.lock) and the stage wall times, for artifact descriptions."""
     from rlvr.config import load_params
-    from rlvr.provenance import git_state, provenance
+    from rlvr.provenance import data_and_model_hashes, git_state, read_lock
 
     params = load_params(root / "params.yaml")
     paths = params.paths
-    prov = provenance([params.data.train_path, params.data.eval_path],
-                      [paths.base_model, paths.final_model], root=root)
+    # Not rlvr.provenance.provenance: its compute platform imports torch (2 s per flow run).
+    found = data_and_model_hashes([params.data.train_path, params.data.eval_path],
+                                  [paths.base_model, paths.final_model],
+                                  read_lock(root / "dvc.lock"), root)
     hashes = ", ".join(f"{path} {md5[:12]}" for path, md5 in
-                       {**prov["data"], **prov["models"]}.items())
+                       {**found["data"], **found["models"]}.items())
     git = git_state(root)
     dirty = " (uncommitted changes)" if git["dirty"] else ""
     seconds = [f"{f.stem} {json.loads(f.read_text()).get('seconds')} s"
@@ -150,65 +153,88 @@ def _json(root: Path, path: str) -> Any:
     return json.loads(file.read_text()) if file.exists() else None
 
 
-def stage_artifacts(stage: str, root: Path) -> list[Artifact]:
-    """The artifacts a finished stage publishes (none for stages without one)."""
-    where = provenance_line(root)
+def _reward_tests_artifacts(root: Path, where: str) -> list[Artifact]:
+    gate = _json(root, _paths(root).gate_verdict) or {}
+    return [Artifact("reward-tests", "table", f"Reward-test gate. {where}",
+                     table=[{"gate": "passed" if gate.get("passed") else "FAILED",
+                             **gate.get("counts", {}),
+                             "failing": ", ".join(gate.get("failing", []))}])]
+
+
+def _validate_artifacts(root: Path, where: str) -> list[Artifact]:
+    summary = _json(root, _paths(root).validation_summary) or {"files": {}}
+    rows = [{"file": f["path"], "rule": rule, "held": r["success"],
+             "rows breaking it": r["unexpected_count"]}
+            for f in summary["files"].values() for rule, r in f["rules"].items()]
+    return [Artifact("data-validation", "table", f"Data validation per file and rule. {where}",
+                     table=rows)]
+
+
+def _smoke_artifacts(root: Path, where: str) -> list[Artifact]:
+    checks = _json(root, _paths(root).smoke_checks) or {"checks": []}
+    return [Artifact("smoke-checks", "table", f"Smoke-run checks. {where}",
+                     table=[{"check": c["name"], "passed": c["passed"],
+                             "value": json.dumps(c["value"]), "expected": str(c["expected"])}
+                            for c in checks["checks"]])]
+
+
+def _train_artifacts(root: Path, where: str) -> list[Artifact]:
     paths = _paths(root)
-    if stage == "reward_tests":
-        gate = _json(root, paths.gate_verdict) or {}
-        return [Artifact("reward-tests", "table", f"Reward-test gate. {where}",
-                         table=[{"gate": "passed" if gate.get("passed") else "FAILED",
-                                 **gate.get("counts", {}),
-                                 "failing": ", ".join(gate.get("failing", []))}])]
-    if stage == "validate":
-        summary = _json(root, paths.validation_summary) or {"files": {}}
-        rows = [{"file": f["path"], "rule": rule, "held": r["success"],
-                 "rows breaking it": r["unexpected_count"]}
-                for f in summary["files"].values() for rule, r in f["rules"].items()]
-        return [Artifact("data-validation", "table", f"Data validation per file and rule. {where}",
-                         table=rows)]
-    if stage == "smoke":
-        checks = _json(root, paths.smoke_checks) or {"checks": []}
-        return [Artifact("smoke-checks", "table", f"Smoke-run checks. {where}",
-                         table=[{"check": c["name"], "passed": c["passed"],
-                                 "value": json.dumps(c["value"]), "expected": str(c["expected"])}
-                                for c in checks["checks"]])]
-    if stage == "train":
-        m = _json(root, paths.train_summary) or {}
-        step0 = _json(root, paths.step0) or {}
-        final = m.get("final", {})
-        markdown = "\n".join([
-            "# Training summary", "",
-            f"- step-0 baseline mean reward: {step0.get('mean_reward', float('nan')):.3f}",
-            f"- mean reward, first 10 steps: {m.get('first10_mean_reward', float('nan')):.3f}",
-            f"- mean reward, last 10 steps: {m.get('last10_mean_reward', float('nan')):.3f}",
-            f"- final KL (last 10 steps): {m.get('last10_mean_kl', float('nan')):.4f}",
-            f"- steps: {m.get('steps')}, final beta: {final.get('beta')}", "",
-            f"Curves: {(root / paths.train_curves).resolve().as_uri()}"])
-        return [Artifact("training-summary", "markdown", f"GRPO training summary. {where}",
-                         markdown=markdown)]
-    if stage == "evaluate":
-        ev = _json(root, paths.eval_summary) or {}
-        rows = []
-        for split in ("train", "heldout"):
-            if split in ev:
-                s, d = ev[split], ev[split]["delta_mean_reward"]
-                rows.append({"split": split, "mean reward step 0": s["step0"]["mean_reward"],
-                             "mean reward final": s["final"]["mean_reward"],
-                             "delta": d["value"], "ci low": d["ci_low"], "ci high": d["ci_high"],
-                             "greedy success step 0": s["step0"]["greedy_success"],
-                             "greedy success final": s["final"]["greedy_success"],
-                             "KL final vs step 0": s.get("kl_final_vs_step0"),
-                             "verdict": ev.get("verdict")})
-        return [Artifact("evaluation-audit", "table",
-                         f"Step 0 vs final; verdict: {ev.get('verdict')}. {where}", table=rows)]
-    if stage == "report":
-        md = root / paths.retrospective_md
-        return [Artifact("retrospective", "markdown", f"The retrospective. {where}",
-                         markdown=md.read_text() if md.exists() else ""),
-                Artifact("retrospective-html", "link", f"Self-contained HTML report. {where}",
-                         link=(root / paths.retrospective_html).resolve().as_uri())]
-    return []
+    m = _json(root, paths.train_summary) or {}
+    step0 = _json(root, paths.step0) or {}
+    final = m.get("final", {})
+    markdown = "\n".join([
+        "# Training summary", "",
+        f"- step-0 baseline mean reward: {step0.get('mean_reward', float('nan')):.3f}",
+        f"- mean reward, first 10 steps: {m.get('first10_mean_reward', float('nan')):.3f}",
+        f"- mean reward, last 10 steps: {m.get('last10_mean_reward', float('nan')):.3f}",
+        f"- final KL (last 10 steps): {m.get('last10_mean_kl', float('nan')):.4f}",
+        f"- steps: {m.get('steps')}, final beta: {final.get('beta')}", "",
+        f"Curves: {(root / paths.train_curves).resolve().as_uri()}"])
+    return [Artifact("training-summary", "markdown", f"GRPO training summary. {where}",
+                     markdown=markdown)]
+
+
+def _evaluate_artifacts(root: Path, where: str) -> list[Artifact]:
+    ev = _json(root, _paths(root).eval_summary) or {}
+    rows = []
+    for split in ("train", "heldout"):
+        if split in ev:
+            s, d = ev[split], ev[split]["delta_mean_reward"]
+            rows.append({"split": split, "mean reward step 0": s["step0"]["mean_reward"],
+                         "mean reward final": s["final"]["mean_reward"],
+                         "delta": d["value"], "ci low": d["ci_low"], "ci high": d["ci_high"],
+                         "greedy success step 0": s["step0"]["greedy_success"],
+                         "greedy success final": s["final"]["greedy_success"],
+                         "KL final vs step 0": s.get("kl_final_vs_step0"),
+                         "verdict": ev.get("verdict")})
+    return [Artifact("evaluation-audit", "table",
+                     f"Step 0 vs final; verdict: {ev.get('verdict')}. {where}", table=rows)]
+
+
+def _report_artifacts(root: Path, where: str) -> list[Artifact]:
+    paths = _paths(root)
+    md = root / paths.retrospective_md
+    return [Artifact("retrospective", "markdown", f"The retrospective. {where}",
+                     markdown=md.read_text() if md.exists() else ""),
+            Artifact("retrospective-html", "link", f"Self-contained HTML report. {where}",
+                     link=(root / paths.retrospective_html).resolve().as_uri())]
+
+
+# stage -> what it publishes once it has run. Stages not listed publish nothing (and pay nothing:
+# the flow runs no artifact task for them).
+ARTIFACT_BUILDERS: dict[str, Callable[[Path, str], list[Artifact]]] = {
+    "reward_tests": _reward_tests_artifacts, "validate": _validate_artifacts,
+    "smoke": _smoke_artifacts, "train": _train_artifacts, "evaluate": _evaluate_artifacts,
+    "report": _report_artifacts,
+}
+
+
+def stage_artifacts(stage: str, root: Path) -> list[Artifact]:
+    """The artifacts a finished stage publishes (none for stages without one), each described
+    with the provenance line."""
+    build = ARTIFACT_BUILDERS.get(stage)
+    return build(root, provenance_line(root)) if build else []
 
 
 def publish(artifact: Artifact) -> None:

@@ -84,6 +84,15 @@ def code_digests(stages: dict[str, dict], data_paths: Sequence[str],
     return digests
 
 
+def data_and_model_hashes(data_paths: Sequence[str], model_paths: Sequence[str],
+                          stages: dict[str, dict], root: str | Path = ".") -> dict[str, dict]:
+    """{"data": md5 of each data file as it is now, "models": md5 of each model from its
+    producing stage's entry in `stages` (dvc.lock)}. Cheap: no torch, the lock already read."""
+    produced = produced_hashes(stages)
+    return {"data": {path: file_md5(Path(root) / path) for path in data_paths},
+            "models": {path: produced.get(path, NOT_RECORDED) for path in model_paths}}
+
+
 def provenance(data_paths: Sequence[str], model_paths: Sequence[str],
                lock_path: str | Path = "dvc.lock", root: str | Path = ".",
                current_stage: str | None = None) -> dict:
@@ -91,10 +100,8 @@ def provenance(data_paths: Sequence[str], model_paths: Sequence[str],
     each upstream stage's code digest, and library versions. `current_stage` is left out of the
     code digests: while it runs, its own dvc.lock entry is the previous run's."""
     stages = read_lock(Path(root) / lock_path)
-    produced = produced_hashes(stages)
     return {
-        "data": {path: file_md5(Path(root) / path) for path in data_paths},
-        "models": {path: produced.get(path, NOT_RECORDED) for path in model_paths},
+        **data_and_model_hashes(data_paths, model_paths, stages, root),
         "code": code_digests(stages, data_paths,
                              exclude=[current_stage] if current_stage else []),
         "versions": library_versions(),

@@ -17,8 +17,10 @@ measurements, by the names --only takes:
               time and each stage's, from reports/timing/<stage>.json. The copy is then committed,
               and `noop`, `overhead` and `evaluation` use its up-to-date state and models/base.
   noop        on that up-to-date copy: `dvc repro` with nothing to run (target <= 2 s), and
-              `python -m flows.pipeline` (its own PREFECT_HOME, started once before the timed
-              runs): its wall time and its overhead over the no-op `dvc repro` (target <= 5 s);
+              `python -m flows.pipeline` two ways, each on its own PREFECT_HOME, run once before
+              the timed runs: with no PREFECT_API_URL (Prefect starts a temporary server inside
+              the run) and against a running `prefect server start` (as scheduled deployments
+              run): wall times and overheads over the no-op `dvc repro` (target <= 5 s each);
               then one instrumented flow run that says where its time goes (interpreter and
               imports, server start, its `dvc status`, each stage task's `dvc repro <stage>`,
               each stage's artifacts and the git calls in them, Prefect's own bookkeeping, exit).
@@ -66,6 +68,7 @@ per-step costs weigh several times more than on the default's ~0.15 s step).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -77,7 +80,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -428,7 +431,8 @@ def flow_profile(out: str) -> None:
         if hasattr(pipeline_module, name):
             setattr(pipeline_module, name, stopwatch(kind, getattr(pipeline_module, name)))
     provenance_module.git_state = stopwatch("git", provenance_module.git_state)
-    provenance_module.provenance = stopwatch("provenance", provenance_module.provenance)
+    provenance_module.data_and_model_hashes = stopwatch(
+        "provenance", provenance_module.data_and_model_hashes)
     marks["flow_called"] = time.time()
     pipeline_module.pipeline(root=os.getcwd())
     marks["flow_returned"] = time.time()
@@ -640,36 +644,94 @@ def measure_cold(bench: Bench) -> None:
     bench.project()
 
 
+@contextlib.contextmanager
+def running_prefect_server(bench: Bench, env: dict) -> Iterator[str]:
+    """`prefect server start` on a free local port, with its own PREFECT_HOME, as a scheduled
+    deployment's flows find it; yields its API URL and stops it afterwards."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    home = bench.scratch / "prefect-server-home"
+    log = (bench.scratch / "prefect-server.log").open("w")
+    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host",
+                               "127.0.0.1", "--port", str(port)],
+                              env={**env, "PREFECT_HOME": str(home)}, stdout=log,
+                              stderr=subprocess.STDOUT)
+    api = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{api}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.time() > deadline:
+                raise BenchError(f"`prefect server start` did not answer on {api} (log: "
+                                 f"{bench.scratch / 'prefect-server.log'})")
+            time.sleep(0.5)
+        yield api
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
 def measure_noop(bench: Bench) -> None:
     project = bench.project()
     env = bench.project_env(project)
-    commands = {"dvc": ["dvc", "repro"], "flow": [sys.executable, "-m", "flows.pipeline"]}
+    flow = [sys.executable, "-m", "flows.pipeline"]
     timing = project / bench.params.paths.timing
     before = {f.name: f.stat().st_mtime_ns for f in timing.glob("*.json")}
-    say("noop: a first `python -m flows.pipeline` (creates its Prefect database; not timed)")
-    first, _ = bench.run(commands["flow"], project, env)
-    say(f"noop: first flow run {first:.1f} s")
-    times: dict[str, list[float]] = {"dvc": [], "flow": []}
-    reps = bench.budget.reps
-    for rep in range(reps):
-        for name in interleaved(("dvc", "flow"), rep):
-            seconds, _ = bench.run(commands[name], project, env)
-            times[name].append(seconds)
-            say(f"noop: rep {rep + 1}/{reps}: {' '.join(commands[name][-2:])}: {seconds:.2f} s")
+    times: dict[str, list[float]] = {"dvc": [], "flow": [], "flow_server": []}
+    with running_prefect_server(bench, env) as api:
+        commands = {"dvc": (["dvc", "repro"], env), "flow": (flow, env),
+                    "flow_server": (flow, {**env, "PREFECT_API_URL": api})}
+        say("noop: a first `python -m flows.pipeline` on each Prefect database (not timed)")
+        first, _ = bench.run(flow, project, env)
+        say(f"noop: first flow run {first:.1f} s")
+        bench.run(flow, project, commands["flow_server"][1])
+        reps = bench.budget.reps
+        for rep in range(reps):
+            for name in interleaved(tuple(commands), rep):
+                command, command_env = commands[name]
+                seconds, _ = bench.run(command, project, command_env)
+                times[name].append(seconds)
+                say(f"noop: rep {rep + 1}/{reps}: {name}: {seconds:.2f} s")
     after = {f.name: f.stat().st_mtime_ns for f in timing.glob("*.json")}
     reran = sorted(name for name in after if before.get(name) != after[name])
-    say("noop: one instrumented flow run (where the time goes)")
+    say("noop: one instrumented flow run, temporary server (where the time goes)")
     profile_file = bench.scratch / "flow-profile.json"
     spawned = time.time()
     bench.run([sys.executable, str(Path(__file__).resolve()), FLOW_PROFILE, str(profile_file)],
               project, env)
     breakdown = flow_breakdown(json.loads(profile_file.read_text()), spawned, time.time())
-    overhead = [f - d for f, d in zip(times["flow"], times["dvc"])]
+
+    def over_dvc(flow_times: list[float]) -> list[float]:
+        return [f - d for f, d in zip(flow_times, times["dvc"])]
+
+    per_rep = "per repetition: flow wall time - dvc repro wall time"
     bench.add(
         Figure("noop.dvc_repro", "no-op dvc repro", "s", times["dvc"], Target("<=", 2.0)),
-        Figure("noop.flow", "no-op python -m flows.pipeline", "s", times["flow"]),
-        Figure("noop.flow_overhead", "flow overhead over no-op dvc repro", "s", overhead,
-               Target("<=", 5.0), note="per repetition: flow wall time - dvc repro wall time"))
+        Figure("noop.flow", "no-op python -m flows.pipeline (temporary server)", "s",
+               times["flow"]),
+        Figure("noop.flow_overhead", "flow overhead over no-op dvc repro (temporary server)",
+               "s", over_dvc(times["flow"]), Target("<=", 5.0),
+               note=f"{per_rep}; no PREFECT_API_URL, so Prefect starts and stops its temporary "
+                    "server inside the run"),
+        Figure("noop.flow_server", "no-op python -m flows.pipeline (running server)", "s",
+               times["flow_server"]),
+        Figure("noop.flow_server_overhead", "flow overhead over no-op dvc repro (running server)",
+               "s", over_dvc(times["flow_server"]), Target("<=", 5.0),
+               note=f"{per_rep}; PREFECT_API_URL set to a `prefect server start`, as scheduled "
+                    "deployments run"))
     bench.details["noop"] = {"first_flow_run_seconds": round(first, 2), "stages_rerun": reran,
                              "flow_breakdown": breakdown}
     if reran:

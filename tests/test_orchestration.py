@@ -57,6 +57,15 @@ def test_artifacts_of_each_stage(stage, keys):
         assert artifact.table or artifact.markdown or artifact.link
 
 
+def test_only_stages_with_a_builder_publish():
+    """The flow runs an artifact task only for the stages in ARTIFACT_BUILDERS."""
+    from rlvr.orchestration import ARTIFACT_BUILDERS
+
+    stages = dvc_stages(ROOT / "dvc.yaml")
+    assert set(ARTIFACT_BUILDERS) < set(stages)
+    assert {stage for stage in stages if stage_artifacts(stage, ROOT)} == set(ARTIFACT_BUILDERS)
+
+
 def test_gate_artifact_keeps_verdict_and_counts_apart():
     (artifact,) = stage_artifacts("reward_tests", ROOT)
     (row,) = artifact.table
