@@ -1,10 +1,11 @@
-"""Write the default countdown datasets: data/grpo_train.jsonl and data/grpo_eval.jsonl.
+"""Write the default countdown datasets: data/grpo_train.jsonl, data/grpo_eval.jsonl (the test
+file) and data/grpo_val.jsonl (the validation file).
 
 Deterministic: the same arguments always write the same bytes. The committed files were made with
 
     python data/make_countdown.py
 
-(defaults: 64 train rows, 64 held-out rows, 2 numbers from 1 to 12, operators + - *, compact
+(defaults: 64 train rows, 64 test rows, 64 validation rows, no problem in two files, 2 numbers from 1 to 12, operators + - *, compact
 prompts, seed 0). For a real instruct model: python data/make_countdown.py --style instruct
 """
 
@@ -14,13 +15,15 @@ import argparse
 from pathlib import Path
 
 from rlvr.data import write_jsonl
-from rlvr.tasks.countdown import CountdownSpec, generate_rows
+from rlvr.tasks.countdown import CountdownSpec, generate_splits
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-rows", type=int, default=64)
-    parser.add_argument("--eval-rows", type=int, default=64)
+    parser.add_argument("--eval-rows", type=int, default=64, help="test rows")
+    parser.add_argument("--val-rows", type=int, default=64,
+                        help="validation rows (drawn last: train and test rows do not change)")
     parser.add_argument("--numbers", type=int, default=2, help="numbers per row")
     parser.add_argument("--low", type=int, default=1)
     parser.add_argument("--high", type=int, default=12)
@@ -31,8 +34,10 @@ def main() -> None:
     args = parser.parse_args()
 
     spec = CountdownSpec(n_numbers=args.numbers, low=args.low, high=args.high, style=args.style)
-    train, held_out = generate_rows(args.train_rows, args.eval_rows, spec, seed=args.seed)
-    for name, rows in (("grpo_train.jsonl", train), ("grpo_eval.jsonl", held_out)):
+    splits = generate_splits({"train": args.train_rows, "eval": args.eval_rows,
+                              "val": args.val_rows}, spec, seed=args.seed)
+    for split, rows in splits.items():
+        name = f"grpo_{split}.jsonl"
         write_jsonl(args.out_dir / name, rows)
         print(f"wrote {len(rows)} rows to {args.out_dir / name}")
 

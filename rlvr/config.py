@@ -99,8 +99,13 @@ def _help(text: str, rule: Rule | None = None, each: Rule | None = None, **kwarg
 class DataParams:
     train_path: str = _help("JSONL file of training rows (id, prompt, verifier).",
                             rule=NON_EMPTY, default="data/grpo_train.jsonl")
-    eval_path: str = _help("JSONL file of held-out rows; must share no prompt with train.",
+    eval_path: str = _help("JSONL file of held-out test rows; must share no prompt with train "
+                           "or validation. Read only by validate and evaluate: nothing that "
+                           "trains or selects ever sees it.",
                            rule=NON_EMPTY, default="data/grpo_eval.jsonl")
+    val_path: str = _help("JSONL file of validation rows, scored during training (held-out "
+                          "curves, best-checkpoint selection); shares no prompt with train or "
+                          "test.", rule=NON_EMPTY, default="data/grpo_val.jsonl")
     train_rows: int = _help("Exact number of rows the training file must have.", rule=COUNT,
                             default=64)
     max_prompt_chars: int = _help("Longest prompt allowed, in characters. TRL never truncates "
@@ -110,6 +115,9 @@ class DataParams:
     def __post_init__(self) -> None:
         _require(self.eval_path != self.train_path, "data.eval_path", self.eval_path,
                  "must differ from data.train_path (held-out rows are not training rows)")
+        _require(self.val_path not in (self.train_path, self.eval_path), "data.val_path",
+                 self.val_path, "must differ from data.train_path and data.eval_path (three "
+                 "separate files: train, validation, test)")
 
 
 @dataclass
@@ -351,12 +359,33 @@ class TrainParams:
                                    "accelerate config in configs/accelerate/ (ddp, fsdp, "
                                    "deepspeed_zero2, deepspeed_zero3) for multi-GPU runs.",
                                    rule=one_of("", *ACCELERATE_CONFIG_NAMES), default="")
+    eval_steps: int = _help("Score the policy on the validation rows (data.val_path) at step 0 "
+                            "and every this many steps, as evaluate scores a split (mean reward "
+                            "of evaluate.samples seeded samples, greedy success): curves next to "
+                            "the training reward. 0: never.", rule=at_least(0), default=50)
+    select: str = _help("Which weights become models/final: last (the last step) or best_val "
+                        "(the checkpoint with the best validation mean reward, the earliest of "
+                        "equals; needs eval_steps, and save_steps a multiple of it).",
+                        rule=one_of("last", "best_val"), default="last")
+    patience: int = _help("best_val only: stop after this many validations in a row without a "
+                          "new best. 0: never stop early.", rule=at_least(0), default=0)
     grpo: GRPOParams = _help("GRPOConfig fields (shared with the smoke run).",
                              default_factory=GRPOParams)
     beta_schedule: BetaScheduleParams = _help("How beta moves during training.",
                                               default_factory=BetaScheduleParams)
 
     def __post_init__(self) -> None:
+        if self.select == "best_val":
+            _require(self.eval_steps > 0, "train.eval_steps", self.eval_steps,
+                     "must be above 0 with train.select = 'best_val' (selection needs the "
+                     "validation scores)")
+            _require(self.save_steps % self.eval_steps == 0, "train.save_steps",
+                     self.save_steps, f"must be a multiple of train.eval_steps "
+                     f"({self.eval_steps}) with train.select = 'best_val': the best step must "
+                     "have a checkpoint")
+        _require(self.patience == 0 or self.select == "best_val", "train.patience",
+                 self.patience, "needs train.select = 'best_val' (early stopping keeps the "
+                 "best checkpoint); set it to 0 or select best_val")
         # A resumed run generates afresh at its first step: a checkpoint between two updates on
         # one generated batch could not resume identically. TRL generates every
         # steps_per_generation x num_iterations micro-batches (steps_per_generation defaults to
@@ -405,6 +434,29 @@ class EvaluateParams:
 
 
 @dataclass
+class AlarmParams:
+    format_rise: float = _help("Alarm 'format up, correctness flat' when the smoothed format "
+                               "reward gains more than this over the run ...", rule=at_least(0),
+                               default=0.1)
+    correctness_flat: float = _help("... while the smoothed correctness gains less than this.",
+                                    rule=at_least(0), default=0.02)
+    length_growth: float = _help("Alarm 'completion length inflating' when the smoothed length "
+                                 "ends above this many times its start.", rule=above(1),
+                                 default=1.5)
+    kl_spike_ratio: float = _help("Alarm 'KL spike' when one step's KL exceeds this many times "
+                                  "the mean of the report.window steps before it ...",
+                                  rule=above(1), default=5.0)
+    kl_spike_min: float = _help("... and is above this (spikes of tiny KLs are noise).",
+                                rule=at_least(0), default=0.05)
+    overfit_drop: float = _help("Alarm 'overfitting' when the validation mean reward ends this "
+                                "far below its peak while the training reward rose after it.",
+                                rule=at_least(0), default=0.05)
+    zero_spread_share: float = _help("Alarm 'no learning signal' when the smoothed share of "
+                                     "groups with no reward spread ends above this.",
+                                     rule=within(0, 1), default=0.5)
+
+
+@dataclass
 class ReportParams:
     window: int = _help("Steps in the moving averages the KL/beta diagnosis compares.",
                         rule=COUNT, default=50)
@@ -418,6 +470,8 @@ class ReportParams:
                                    "this factor (still climbing), ...", rule=above(1), default=1.5)
     collapse_drop: float = _help("... or the smoothed reward ends this far below its peak.",
                                  rule=at_least(0), default=0.1)
+    alarms: AlarmParams = _help("Thresholds of the reward-hacking and overfitting alarms.",
+                                default_factory=AlarmParams)
 
 
 @dataclass
@@ -722,6 +776,18 @@ def read_params_file(path: str | Path = PARAMS_FILE) -> dict:
 def parse_params(raw: dict) -> Params:
     """Params from an already-parsed mapping (tests use this)."""
     return _build(Params, raw or {})
+
+
+def data_files(params: Params) -> list[str]:
+    """The data files in the order reports list them: train, validation, test."""
+    return [params.data.train_path, params.data.val_path, params.data.eval_path]
+
+
+def test_file_reader(params: Params) -> dict[str, str]:
+    """Only validate and evaluate open the test file. Reports and artifacts take its md5 from
+    validate's deps in dvc.lock (validate runs before every stage that trains, selects or
+    reports), so the file is never opened for a hash: {test file: "validate"}."""
+    return {params.data.eval_path: "validate"}
 
 
 def load_params(path: str | Path = PARAMS_FILE) -> Params:

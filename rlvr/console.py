@@ -49,6 +49,13 @@ class ConsoleProgress(ProgressCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         step = state.global_step
+        if (state.is_world_process_zero and self.training_bar is not None and logs
+                and "eval_mean_reward" in logs):
+            self.training_bar.write(
+                f"{self.label}: step {step}/{state.max_steps} | validation: mean reward "
+                f"{logs['eval_mean_reward']:.3f} | greedy success "
+                f"{logs.get('eval_greedy_success', float('nan')):.3f}")
+            return
         if (not state.is_world_process_zero or self.training_bar is None or not logs
                 or "loss" not in logs or (step % self.every and step != state.max_steps)):
             return

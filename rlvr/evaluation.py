@@ -159,6 +159,40 @@ def summarize(scored: Sequence[ScoredRow], correctness: str = "correctness") -> 
     return summary
 
 
+# --------------------------------------------------------------------------- validation
+
+VALIDATION_PREFIX = "eval_"   # the Trainer's prefix for evaluation metrics (metric_for_best_model)
+
+
+def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weights,
+                      sampled: SampleSettings, chat_template: bool = False) -> dict[str, float]:
+    """The policy on the validation rows, as `evaluate` scores a split: mean reward of
+    `sampled.n` seeded samples per prompt, sampled and greedy success, mean length.
+
+    Runs in the middle of training, so it leaves training exactly as it found it: torch's RNG
+    state is restored afterwards (training samples the same rollouts with or without it) and the
+    model goes back to train mode.
+    """
+    import torch
+
+    greedy = SampleSettings(n=1, do_sample=False, max_new_tokens=sampled.max_new_tokens,
+                            seed=sampled.seed, batch_prompts=sampled.batch_prompts)
+    was_training = model.training
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            samples = summarize(score_rows(model, tokenizer, rows, reward_funcs, weights, sampled,
+                                           chat_template))
+            greedy_summary = summarize(score_rows(model, tokenizer, rows, reward_funcs, weights,
+                                                  greedy, chat_template))
+    finally:
+        model.train(was_training)
+    return {"mean_reward": samples["mean_reward"],
+            "greedy_success": greedy_summary.get("success", math.nan),
+            "sampled_success": samples.get("success", math.nan),
+            "mean_length": samples["mean_length"]}
+
+
 # --------------------------------------------------------------------------- step 0 vs final
 
 def paired_ci(deltas: Sequence[float], confidence: float = 0.95, n_resamples: int = 10000,

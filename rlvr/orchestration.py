@@ -129,15 +129,14 @@ def run_dvc_stage(stage: str, root: str | Path) -> str:
 def provenance_line(root: Path) -> str:
     """git commit, the md5s of the data files and the models (each from the stage that wrote it
     in dvc.lock) and the stage wall times, for artifact descriptions."""
-    from rlvr.config import load_params
+    from rlvr.config import data_files, load_params, test_file_reader
     from rlvr.provenance import data_and_model_hashes, git_state, read_lock
 
     params = load_params(root / "params.yaml")
     paths = params.paths
     # Not rlvr.provenance.provenance: its compute platform imports torch (2 s per flow run).
-    found = data_and_model_hashes([params.data.train_path, params.data.eval_path],
-                                  [paths.base_model, paths.final_model],
-                                  read_lock(root / "dvc.lock"), root)
+    found = data_and_model_hashes(data_files(params), [paths.base_model, paths.final_model],
+                                  read_lock(root / "dvc.lock"), root, test_file_reader(params))
     hashes = ", ".join(f"{path} {md5[:12]}" for path, md5 in
                        {**found["data"], **found["models"]}.items())
     git = git_state(root)

@@ -40,16 +40,52 @@ def save_figure(fig, path: str | Path) -> Path:
     return path
 
 
-def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO training") -> Path:
-    """One figure, one panel per quantity; raw values faint, a moving average on top."""
+VALIDATION_PANEL = "Validation rows vs training reward"
+
+
+def _validation_panel(ax, history: Sequence[dict], validation: Sequence[dict],
+                      chosen_step: int | None, window: int) -> None:
+    """Training reward (moving average) and the validation scores at each scored step, with
+    the step whose weights became models/final marked."""
+    points = [(e["step"], float(e["reward"])) for e in history if "reward" in e]
+    if points:
+        steps, values = zip(*points)
+        ax.plot(steps, moving_average(values, window), color="C0", linewidth=1.4,
+                label="training reward")
+    for key, color, label in (("mean_reward", "C1", "validation mean reward"),
+                              ("greedy_success", "C2", "validation greedy success")):
+        scored = [(e["step"], e[key]) for e in validation if key in e]
+        if scored:
+            ax.plot(*zip(*scored), color=color, marker="o", markersize=3.5, linewidth=1.2,
+                    label=label)
+    if chosen_step is not None:
+        ax.axvline(chosen_step, color="k", linestyle="--", linewidth=0.9,
+                   label=f"final model: step {chosen_step}")
+    ax.set_title(VALIDATION_PANEL, fontsize=10)
+    ax.legend(fontsize=7)
+
+
+def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO training",
+                validation: Sequence[dict] = (), chosen_step: int | None = None) -> Path:
+    """One figure, one panel per quantity; raw values faint, a moving average on top. With
+    `validation` (scores per scored step), a first panel sets it against the training reward
+    and marks `chosen_step`, the step models/final holds."""
     plt = pyplot()
     panels = [(name, [k for k in keys if any(k in e for e in history)]) for name, keys in PANELS]
     panels = [(name, keys) for name, keys in panels if keys]
+    if validation:
+        panels.insert(0, (VALIDATION_PANEL, []))
     cols = 4
     rows = max(1, -(-len(panels) // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
     window = max(1, len(history) // 20)
     for ax, (name, keys) in zip(axes.flat, panels):
+        if name == VALIDATION_PANEL:
+            _validation_panel(ax, history, validation, chosen_step, window)
+            ax.set_xlabel("step", fontsize=8)
+            ax.tick_params(labelsize=8)
+            ax.grid(alpha=0.3)
+            continue
         for i, key in enumerate(keys):
             points = [(e["step"], float(e[key])) for e in history if key in e]
             steps, values = zip(*points)

@@ -85,23 +85,39 @@ def code_digests(stages: dict[str, dict], data_paths: Sequence[str],
 
 
 def data_and_model_hashes(data_paths: Sequence[str], model_paths: Sequence[str],
-                          stages: dict[str, dict], root: str | Path = ".") -> dict[str, dict]:
+                          stages: dict[str, dict], root: str | Path = ".",
+                          read_by: dict[str, str] | None = None) -> dict[str, dict]:
     """{"data": md5 of each data file as it is now, "models": md5 of each model from its
-    producing stage's entry in `stages` (dvc.lock)}. Cheap: no torch, the lock already read."""
+    producing stage's entry in `stages` (dvc.lock)}. Cheap: no torch, the lock already read.
+
+    `read_by` (data path -> stage): files that only that stage may open (the test file: validate
+    and evaluate). Their md5 is the one dvc.lock records among that stage's deps, the file that
+    stage read, so this never opens them.
+    """
+    read_by = read_by or {}
     produced = produced_hashes(stages)
-    return {"data": {path: file_md5(Path(root) / path) for path in data_paths},
+
+    def data_md5(path: str) -> str:
+        if path not in read_by:
+            return file_md5(Path(root) / path)
+        deps = stages.get(read_by[path], {}).get("deps", [])
+        return next((d["md5"] for d in deps if d["path"] == path and "md5" in d), NOT_RECORDED)
+
+    return {"data": {path: data_md5(path) for path in data_paths},
             "models": {path: produced.get(path, NOT_RECORDED) for path in model_paths}}
 
 
 def provenance(data_paths: Sequence[str], model_paths: Sequence[str],
                lock_path: str | Path = "dvc.lock", root: str | Path = ".",
-               current_stage: str | None = None) -> dict:
-    """Data md5s (of the files), model md5s (from their producing stage's entry in dvc.lock),
-    each upstream stage's code digest, and library versions. `current_stage` is left out of the
-    code digests: while it runs, its own dvc.lock entry is the previous run's."""
+               current_stage: str | None = None, read_by: dict[str, str] | None = None
+               ) -> dict:
+    """Data md5s (of the files, or for `read_by` files from the deps of the stage that read
+    them), model md5s (from their producing stage's entry in dvc.lock), each upstream stage's
+    code digest, and library versions. `current_stage` is left out of the code digests: while
+    it runs, its own dvc.lock entry is the previous run's."""
     stages = read_lock(Path(root) / lock_path)
     return {
-        **data_and_model_hashes(data_paths, model_paths, stages, root),
+        **data_and_model_hashes(data_paths, model_paths, stages, root, read_by),
         "code": code_digests(stages, data_paths,
                              exclude=[current_stage] if current_stage else []),
         "versions": library_versions(),

@@ -30,10 +30,48 @@ def ci_text(d: dict) -> Md:
     return Md(f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
 
 
+def alarms_section(alarms: dict) -> list[str]:
+    """The reward-hacking and overfitting alarms (rlvr.alarms), like the KL diagnosis."""
+    fired = alarms["fired"]
+    out = ["### Reward-hacking and overfitting alarms", "",
+           (f"**{len(fired)} alarm(s) fired**: {md_escape(', '.join(fired))}." if fired
+            else "**No alarm fired.**")
+           + " Thresholds live in params.yaml `report.alarms`.", ""]
+    out += md_table(["alarm", "value seen", "threshold", "fired", "what to do"],
+                    [[r["rule"], r["value"], r["threshold"], "yes" if r["fired"] else "no",
+                      r["advice"] if r["fired"] else ""] for r in alarms["rules"]])
+    return out + [""]
+
+
+def selection_section(selection: dict) -> list[str]:
+    """The validation rows' scores during training and which step became models/final, why."""
+    e = md_escape
+    scored = selection["validation"]
+    chosen = selection["chosen_step"]
+    out = ["### Validation rows and the chosen weights", "",
+           f"**{e(selection['reason'])}.** The validation rows (data.val_path) were scored at "
+           f"{len(scored)} steps, sampled as `evaluate` samples a split; the test file was not "
+           "read during training.", ""]
+    at_chosen = next((s for s in scored if s["step"] == chosen), None)
+    best_any = max(scored, key=lambda s: s["mean_reward"])
+    if at_chosen and best_any["mean_reward"] > at_chosen["mean_reward"]:
+        out += [f"The highest validation mean reward, {best_any['mean_reward']:.3f}, was at step "
+                f"{best_any['step']}" + (" (the base model: not a checkpoint)"
+                                         if best_any["step"] == 0 else "")
+                + f"; the final model (step {chosen}) scored {at_chosen['mean_reward']:.3f}.", ""]
+    out += md_table(["step", "validation mean reward", "greedy success", "sampled success",
+                     "mean length", "final model"],
+                    [[s["step"], s.get("mean_reward"), s.get("greedy_success"),
+                      s.get("sampled_success"), s.get("mean_length"),
+                      "chosen" if s["step"] == chosen else ""] for s in scored])
+    return out + [""]
+
+
 def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Sequence[dict],
                  diagnosis: dict, hyperparameters: Sequence[tuple[str, Any, str]],
                  smoke: dict, step0: dict, validation: dict, gate: dict, cost: dict,
-                 prov: dict, params: dict, images: dict[str, str], confidence: float) -> str:
+                 prov: dict, params: dict, images: dict[str, str], confidence: float,
+                 selection: dict | None = None, alarms: dict | None = None) -> str:
     """The retrospective as markdown; `images` maps a name to a PNG path relative to the report
     (pass it to rlvr.render.to_html: only those images are inlined)."""
     e, v = md_escape, md_value  # every value from the inputs goes through one of these
@@ -64,6 +102,8 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
     out += ["## 2. Curves", "",
             f"{len(history)} GRPO steps; faint lines are per step, solid lines a moving average.",
             "", md_image("training curves", images["curves"]), ""]
+    if selection and selection.get("validation"):
+        out += selection_section(selection)
 
     # 3. KL / beta diagnosis
     out += ["## 3. KL / beta diagnosis", "",
@@ -77,6 +117,9 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
                 f"{v(dv['reward_end'])} (end), peak {v(dv['reward_peak'])}; KL max "
                 f"{v(dv['kl_max'])}, end {v(dv['kl_end'])}. Thresholds live in params.yaml "
                 "`report`.", ""]
+
+    if alarms is not None:
+        out += alarms_section(alarms)
 
     # 4. Hyperparameters
     out += ["## 4. Hyperparameters", ""]

@@ -24,7 +24,7 @@ from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
 from rlvr.stats import finite_mean
 from rlvr.training import (RUNNING_MEAN_FILE, LiveCurvesCallback, fingerprint, last_checkpoint,
-                           loggable, resumable_checkpoint, run_grpo)
+                           loggable, resumable_checkpoint, run_grpo, validation_entry)
 
 LIBRARY_DIR = Path(__file__).resolve().parent
 # The libraries whose versions a training run's fingerprint covers.
@@ -117,6 +117,42 @@ def run_metrics(history: list[dict], window: int = 10) -> dict:
     }
 
 
+def validation_history(log_history: list[dict]) -> list[dict]:
+    """The validation scores, one entry per scored step (step 0 first).
+
+    >>> validation_history([{"eval_mean_reward": 0.2, "step": 0}, {"loss": 0.1, "step": 1},
+    ...                     {"eval_mean_reward": 0.3, "eval_greedy_success": 0.5, "step": 2}])
+    [{'step': 0, 'mean_reward': 0.2}, {'step': 2, 'mean_reward': 0.3, 'greedy_success': 0.5}]
+    """
+    return [{"step": entry["step"], **validation_entry(entry)} for entry in log_history
+            if validation_entry(entry)]
+
+
+def selection_record(params: Params, state) -> dict:
+    """Which step's weights became the final model, and why (the train summary and the report)."""
+    train = params.train
+    scored = validation_history(state.log_history)
+    record = {"select": train.select, "last_step": state.global_step,
+              "max_steps": train.max_steps, "validation": scored,
+              "stopped_early": state.global_step < train.max_steps}
+    best = state.best_global_step if train.select == "best_val" else None
+    final = params.paths.final_model
+    if best and state.best_model_checkpoint:
+        record.update(chosen_step=best, best_mean_reward=state.best_metric,
+                      reason=f"{final} is step {best}: the best validation mean reward "
+                             f"({state.best_metric:.3f}) of the {len(scored) - 1} checkpoints "
+                             f"scored (train.select best_val; the earliest of equals)"
+                             + (f"; stopped early at step {state.global_step} after "
+                                f"{train.patience} validations without a new best"
+                                if record["stopped_early"] else ""))
+    else:
+        why = ("train.select last" if train.select == "last"
+               else "train.select best_val, but no scored checkpoint was kept")
+        record.update(chosen_step=state.global_step,
+                      reason=f"{final} is the last step, {state.global_step} ({why})")
+    return record
+
+
 def train_run(params: Params, paths: PathsParams) -> dict | None:
     """The full run: resume from a checkpoint of this very run if there is one, train, then
     write the final model, the history, the curves; return the metrics and the lines to print
@@ -125,6 +161,7 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
 
     require_smoke(paths.smoke_checks)
     rows = read_rows(params.data.train_path)
+    val_rows = read_rows(params.data.val_path) if params.train.eval_steps else None
     policy = policy_path(paths.base_model)
     final_dir, checkpoint_dir = paths.final_model, paths.checkpoints
     # What the run depends on: params, data, base model, the library's code and versions. A
@@ -135,7 +172,9 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
     run_id = fingerprint({"seed": params.seed, "train": train, "rewards": params.rewards,
                           "model": {"chat_template": model.chat_template, "lora": model.lora},
                           "versions": library_versions(TRAINING_LIBRARIES)},
-                         Path(params.data.train_path), Path(paths.base_model), LIBRARY_DIR,
+                         Path(params.data.train_path),
+                         *([Path(params.data.val_path)] if val_rows else []),
+                         Path(paths.base_model), LIBRARY_DIR,
                          *filter(None, [accelerate_config_file(train.accelerate_config)]))
     own_state = [RUNNING_MEAN_FILE] if params.train.advantage == "running_mean" else []
     # The main process sorts the checkpoints out (deletes another run's); the others then read.
@@ -147,8 +186,9 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
         print(f"train: resuming from {resume}")
     trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
                        save_steps=params.train.save_steps, resume_from=resume,
-                       callbacks=[LiveCurvesCallback(paths.train_live)])
+                       callbacks=[LiveCurvesCallback(paths.train_live)], val_rows=val_rows)
     history = step_history(trainer.state.log_history)
+    selection = selection_record(params, trainer.state)
 
     # One staging folder every rank agrees on: save_model must run on every rank (FSDP and
     # DeepSpeed gather the weights), and only the main process writes.
@@ -171,12 +211,20 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
     write_text_atomic(paths.train_history,
                       "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in history))
     plot_curves(history, paths.train_curves,
-                title=f"GRPO: {len(history)} steps, beta {params.train.beta_schedule.kind}")
-    summary = run_metrics(history)
+                title=f"GRPO: {len(history)} steps, beta {params.train.beta_schedule.kind}",
+                validation=selection["validation"], chosen_step=selection["chosen_step"])
+    summary = {**run_metrics(history), "selection": selection}
     final = summary["final"]
     lines = [f"train: {summary['steps']} steps; reward {summary['first10_mean_reward']:.3f} "
              f"(first 10) -> {summary['last10_mean_reward']:.3f} (last 10); final KL "
-             f"{final.get('kl', float('nan')):.4f}; model -> {final_dir}"]
+             f"{final.get('kl', float('nan')):.4f}; model -> {final_dir}",
+             f"train: {selection['reason']}"]
+    if val_rows:
+        runtime = next((e["train_runtime"] for e in reversed(trainer.state.log_history)
+                        if "train_runtime" in e), None)
+        if runtime:
+            lines.append(f"train: scoring the validation rows took {trainer.validation_seconds:.1f}"
+                         f" s of {runtime:.1f} s ({trainer.validation_seconds / runtime:.1%})")
     if resume:
         lines.append(f"train: resumed from {resume}")
     return {"summary": summary, "lines": lines}

@@ -9,7 +9,9 @@
   restored from the checkpoint, so an interrupted run ends with the same files as an
   uninterrupted one.
 - `PipelineGRPOTrainer` records, for every generated batch, the group sizes and whether the
-  advantages are finite and zero-mean per group (the smoke checks read them).
+  advantages are finite and zero-mean per group (the smoke checks read them), and scores the
+  validation rows in the Trainer's evaluation loop (step 0, every train.eval_steps), which also
+  keeps the best checkpoint (train.select: best_val) and stops early (train.patience).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import json
 import math
 import shutil
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
@@ -31,6 +34,7 @@ from rlvr.config import BetaScheduleParams, GRPOParams, ModelParams
 from rlvr.console import use_console_progress
 from rlvr.distributed import world_size
 from rlvr.errors import PipelineError
+from rlvr.evaluation import VALIDATION_PREFIX
 from rlvr.rewards.registry import RewardFunction, normalized_weights
 from rlvr.stats import finite_mean
 
@@ -51,9 +55,13 @@ class NonFiniteMetric(PipelineError):
 
 def grpo_config(grpo: GRPOParams, *, output_dir: str | Path, max_steps: int, seed: int,
                 reward_weights: Sequence[float], save_steps: int | None = None,
-                beta: float | None = None) -> GRPOConfig:
+                beta: float | None = None, eval_steps: int = 0,
+                select_best: bool = False) -> GRPOConfig:
     """GRPOConfig from params.yaml's train.grpo (TRL names), plus what the pipeline fixes:
-    log every step, report through our own callbacks, checkpoint every save_steps (or never)."""
+    log every step, report through our own callbacks, checkpoint every save_steps (or never),
+    and with eval_steps > 0 score the validation rows at step 0 and every eval_steps steps
+    (the Trainer's own evaluation loop, PipelineGRPOTrainer.evaluate); select_best: at the end
+    the Trainer loads the checkpoint with the best validation mean reward (the first of equals)."""
     fields = {name: getattr(grpo, name) for name in GRPOParams.__dataclass_fields__
               if name != "extra"}
     known = set(GRPOConfig.__dataclass_fields__)
@@ -70,6 +78,12 @@ def grpo_config(grpo: GRPOParams, *, output_dir: str | Path, max_steps: int, see
     # Several processes: every trained weight takes part in each forward pass, so DDP need not
     # search for unused ones (an extra autograd traversal per step, and a warning per rank).
     fields.setdefault("ddp_find_unused_parameters", False)
+    if eval_steps:
+        fields.update(eval_strategy="steps", eval_steps=eval_steps, eval_on_start=True,
+                      # TRL's divisibility check; our evaluation batches on its own
+                      per_device_eval_batch_size=grpo.num_generations,
+                      metric_for_best_model=VALIDATION_PREFIX + "mean_reward",
+                      greater_is_better=True, load_best_model_at_end=select_best)
     return GRPOConfig(
         output_dir=str(output_dir),
         max_steps=max_steps,
@@ -214,6 +228,21 @@ def loggable(logs: dict[str, Any]) -> dict[str, float]:
             and k not in TIMING_KEYS and k not in ("step", "epoch")}
 
 
+def validation_entry(logs: dict[str, Any]) -> dict[str, float]:
+    """The validation scores of a log entry (PipelineGRPOTrainer.evaluate's), without the
+    prefix; {} for a training entry.
+
+    >>> validation_entry({"eval_mean_reward": 0.5, "eval_greedy_success": 0.25, "step": 50})
+    {'mean_reward': 0.5, 'greedy_success': 0.25}
+    >>> validation_entry({"loss": 0.1, "reward": 0.4})
+    {}
+    """
+    if VALIDATION_PREFIX + "mean_reward" not in logs:
+        return {}
+    return {key[len(VALIDATION_PREFIX):]: float(value) for key, value in logs.items()
+            if key.startswith(VALIDATION_PREFIX)}
+
+
 class LiveCurvesCallback(TrainerCallback):
     """Training curves with DVCLive, one point per logged step (step = global step)."""
 
@@ -223,7 +252,10 @@ class LiveCurvesCallback(TrainerCallback):
 
     def _log(self, step: int, logs: dict[str, Any]) -> None:
         values = loggable(logs)
-        if not values or "loss" not in logs:
+        validation = validation_entry(logs)
+        if validation:  # the validation rows' curves: val/mean_reward, val/greedy_success, ...
+            values = {f"val/{key}": value for key, value in validation.items()}
+        elif not values or "loss" not in logs:
             return
         self.live.step = step
         for key, value in sorted(values.items()):  # sorted: a replayed history keeps one order
@@ -334,12 +366,32 @@ class PipelineGRPOTrainer(GRPOTrainer):
     """GRPOTrainer that logs the beta in force, records per-batch group diagnostics and, for the
     no-group-norm ablation, replaces TRL's group advantages by a running-mean baseline."""
 
-    def __init__(self, *args, running_mean: RunningMeanBaseline | None = None, **kwargs) -> None:
+    def __init__(self, *args, running_mean: RunningMeanBaseline | None = None,
+                 validation: Callable[[Any, Any], dict[str, float]] | None = None,
+                 **kwargs) -> None:
         self._epoch_sampler: EpochReplaySampler | None = None  # set while super() builds it
         super().__init__(*args, **kwargs)
         self.batch_checks: list[dict] = []
         self.running_mean = running_mean
+        self.validation = validation
+        self.validation_seconds = 0.0
         self._last_rewards_per_func = None
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        """The validation rows scored as the evaluate stage scores a split (seeded samples and
+        greedy: rlvr.evaluation.validation_scores), not TRL's evaluation loss. Every rank scores
+        the same rows with the same weights and seed, so the best step and an early stop are the
+        same on all of them."""
+        if self.validation is None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        started = time.perf_counter()
+        scores = self.validation(self.accelerator.unwrap_model(self.model), self.processing_class)
+        self.validation_seconds += time.perf_counter() - started
+        metrics = {f"{metric_key_prefix}_{key}": value for key, value in scores.items()}
+        Trainer.log(self, metrics)  # not TRL's log: that would fold in its training metrics
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control,
+                                                         metrics)
+        return metrics
 
     def _get_train_sampler(self, dataset=None):
         sampler = super()._get_train_sampler(dataset)
@@ -410,7 +462,9 @@ class PipelineGRPOTrainer(GRPOTrainer):
 def build_trainer(policy: str, train_dataset, reward_funcs: Sequence[RewardFunction],
                   config: GRPOConfig, model: ModelParams, callbacks: Sequence[TrainerCallback],
                   beta_schedule: BetaSchedule | None = None,
-                  running_mean: RunningMeanBaseline | None = None) -> PipelineGRPOTrainer:
+                  running_mean: RunningMeanBaseline | None = None,
+                  validation: Callable[[Any, Any], dict[str, float]] | None = None,
+                  eval_dataset=None) -> PipelineGRPOTrainer:
     """The trainer, with the beta schedule bound to it."""
     callbacks = list(callbacks)
     schedule_callback = BetaScheduleCallback(beta_schedule) if beta_schedule else None
@@ -418,7 +472,8 @@ def build_trainer(policy: str, train_dataset, reward_funcs: Sequence[RewardFunct
         callbacks.insert(0, schedule_callback)
     trainer = PipelineGRPOTrainer(model=policy, reward_funcs=list(reward_funcs), args=config,
                                   train_dataset=train_dataset, callbacks=callbacks,
-                                  peft_config=peft_config(model), running_mean=running_mean)
+                                  peft_config=peft_config(model), running_mean=running_mean,
+                                  validation=validation, eval_dataset=eval_dataset)
     if schedule_callback:
         schedule_callback.trainer = trainer
         trainer.beta = beta_schedule.value(0)
@@ -565,28 +620,49 @@ def resumable_checkpoint(folder: str | Path, run_fingerprint: str,
 def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
              save_steps: int | None = None, callbacks: Sequence[TrainerCallback] = (),
              resume_from: str | None = None, reward_funcs: Sequence[RewardFunction] | None = None,
-             label: str = "train") -> PipelineGRPOTrainer:
+             label: str = "train", val_rows=None) -> PipelineGRPOTrainer:
     """Train `policy` with GRPO on `rows` for max_steps (resuming from a checkpoint if given); the
-    console shows a progress bar and one line every train.log_every steps, starting `label:`."""
-    from transformers import set_seed
+    console shows a progress bar and one line every train.log_every steps, starting `label:`.
+    With `val_rows` and train.eval_steps, the validation rows are scored at step 0 and every
+    eval_steps steps; train.select and train.patience then pick the final weights and stop."""
+    from transformers import EarlyStoppingCallback, set_seed
 
     from rlvr.data import to_hf_dataset
-    from rlvr.rewards.registry import build_reward_funcs
+    from rlvr.evaluation import rollout_settings, validation_scores
+    from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 
     set_seed(params.seed)
     train = params.train
+    eval_steps = train.eval_steps if val_rows else 0
     schedule = BetaSchedule(train.beta_schedule, train.grpo.beta)
     config = grpo_config(train.grpo, output_dir=output_dir, max_steps=max_steps, seed=params.seed,
-                         reward_weights=params.rewards.weights, save_steps=save_steps)
+                         reward_weights=params.rewards.weights, save_steps=save_steps,
+                         eval_steps=eval_steps,
+                         select_best=bool(eval_steps) and train.select == "best_val")
     funcs = list(reward_funcs) if reward_funcs is not None else build_reward_funcs(params.rewards)
     dataset = to_hf_dataset(rows, conversational=params.model.chat_template)
+    validation = eval_dataset = None
+    if eval_steps:
+        # the evaluate stage's sampling: its k and seed, GRPO's temperature and length
+        sampled = rollout_settings(params, n=params.evaluate.samples, seed=params.evaluate.seed)
+        weights = normalized_weights(params.rewards.weights)
+        val_funcs = build_reward_funcs(params.rewards)  # its own: training's failure counts stay
+
+        def validation(model, tokenizer):
+            return validation_scores(model, tokenizer, val_rows, val_funcs, weights, sampled,
+                                     params.model.chat_template)
+
+        eval_dataset = to_hf_dataset(val_rows, conversational=params.model.chat_template)
+        if train.patience:
+            callbacks = [*callbacks, EarlyStoppingCallback(early_stopping_patience=train.patience)]
     running_mean = (RunningMeanBaseline(train.running_mean_momentum)
                     if train.advantage == "running_mean" else None)
     if running_mean is not None and resume_from:
         running_mean.value = json.loads((Path(resume_from) / RUNNING_MEAN_FILE).read_text())["value"]
     trainer = build_trainer(policy, dataset, funcs, config, params.model,
                             [FiniteGuardCallback(output_dir if save_steps else None), *callbacks],
-                            beta_schedule=schedule, running_mean=running_mean)
+                            beta_schedule=schedule, running_mean=running_mean,
+                            validation=validation, eval_dataset=eval_dataset)
     use_console_progress(trainer, label, train.log_every)
     trainer.train(resume_from_checkpoint=resume_from)
     return trainer

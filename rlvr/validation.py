@@ -54,7 +54,7 @@ _SHOWN_CHARS = 80
 
 # Columns that explain a failing row; each rule names the one it prints (Rule.detail).
 _DETAIL_COLUMNS = ["line_detail", "text_detail", "fields_detail", "bounds_detail", "regex_detail",
-                   "countdown_detail", "exact_match_detail"]
+                   "countdown_detail", "exact_match_detail", "split_detail"]
 _RESULT_FORMAT = {"result_format": "COMPLETE",
                   "unexpected_index_column_names": ["line", "id", *_DETAIL_COLUMNS]}
 
@@ -259,8 +259,11 @@ def lines_frame(lines: Sequence[Line]) -> pd.DataFrame:
     }, columns=["line", "id", "is_text", "length_ok", "is_json_object", *_DETAIL_COLUMNS])
 
 
-def rows_frame(lines: Sequence[Line]) -> pd.DataFrame:
-    """One row per JSON object, with the flags the custom rules need and the text explaining them."""
+def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None = None
+               ) -> pd.DataFrame:
+    """One row per JSON object, with the flags the custom rules need and the text explaining them.
+    `other_prompts` (file -> its prompts) names, per row, the other files holding its prompt."""
+    other_prompts = other_prompts or {}
     records = []
     for line in lines:
         if line.obj is None:
@@ -294,6 +297,8 @@ def rows_frame(lines: Sequence[Line]) -> pd.DataFrame:
             "regex_detail": regex_detail,
             "countdown_detail": solve_detail,
             "exact_match_detail": answer_detail,
+            "split_detail": ", ".join(f"also in {path}" for path, prompts in other_prompts.items()
+                                      if obj.get("prompt") in prompts),
         })
     columns = ["line", "id", "prompt", "verifier_type", "text_ok", "verifier_fields_ok",
                "verifier_bounds_ok", "regex_compiles", "countdown_searched", "countdown_solvable",
@@ -319,8 +324,9 @@ def line_rules() -> list[Rule]:
 
 
 def row_rules(expected_rows: int | None, max_prompt_chars: int,
-              other_prompts: Sequence[str], other_name: str) -> list[Rule]:
-    """The contract for one file's rows. `expected_rows` None: any non-zero count."""
+              other_prompts: dict[str, set[str]]) -> list[Rule]:
+    """The contract for one file's rows. `expected_rows` None: any non-zero count.
+    `other_prompts`: the other splits' prompts by file; no prompt may be in two files."""
     import great_expectations as gx
 
     E = gx.expectations
@@ -370,8 +376,12 @@ def row_rules(expected_rows: int | None, max_prompt_chars: int,
         Rule("exact_match_answerable", "exact_match target can never be matched",
              E.ExpectColumnValuesToBeInSet(column="exact_match_answerable", value_set=[True]),
              detail="exact_match_detail"),
-        Rule("prompt_not_in_other_split", f"prompt also appears in {other_name}",
-             E.ExpectColumnValuesToNotBeInSet(column="prompt", value_set=sorted(set(other_prompts)))),
+        Rule("prompt_not_in_other_split",
+             f"prompt is in another split (train, validation and test share no prompt; "
+             f"checked against {', '.join(other_prompts)})",
+             E.ExpectColumnValuesToNotBeInSet(
+                 column="prompt", value_set=sorted(set().union(*other_prompts.values()))),
+             detail="split_detail"),
     ]
     return rules
 
@@ -447,34 +457,40 @@ def _problem_lines(path: str, rule: Rule, result: Any) -> list[str]:
 
 
 def validate_files(train_path: str, eval_path: str, train_rows: int, max_prompt_chars: int,
-                   docs_dir: str | Path | None = None) -> list[FileReport]:
-    """Validate the training and held-out files against the contract.
+                   docs_dir: str | Path | None = None, val_path: str | None = None
+                   ) -> list[FileReport]:
+    """Validate the training, validation (when given) and held-out test files against the
+    contract: the same rules for each, `train_rows` rows in the training file, and no prompt in
+    two of the files. Reports come in that order.
 
     Data Docs HTML is written to `docs_dir` (replaced whole, only once every file was validated).
     They are a view for people, not a DVC output: GX stamps them with the run time, so their bytes
-    differ on every run; summary() is the record. Each page's run name carries the md5 of both
-    files (`data-<train md5>-<eval md5>`, 8 hex digits each) so it says which data it shows.
+    differ on every run; summary() is the record. Each page's run name carries the md5 of every
+    file (`data-<train md5>-[<val md5>-]<eval md5>`, 8 hex digits each) so it says which data it
+    shows.
     """
     from rlvr.provenance import file_md5
 
+    paths = [train_path, *([val_path] if val_path else []), eval_path]
     # Read first: a file that cannot be read raises DataError (one line) before anything else.
-    parsed = {path: read_lines(path) for path in (train_path, eval_path)}
+    parsed = {path: read_lines(path) for path in paths}
     staging = Path(tempfile.mkdtemp(prefix="data_docs.")) if docs_dir is not None else None
     try:
-        run_name = "data-" + "-".join(file_md5(p)[:8] for p in (train_path, eval_path))
+        run_name = "data-" + "-".join(file_md5(p)[:8] for p in paths)
         runner = _Runner(staging, run_name)
-        prompts = {path: [line.obj.get("prompt") for line in lines if line.obj is not None
-                          and isinstance(line.obj.get("prompt"), str)]
+        prompts = {path: {line.obj.get("prompt") for line in lines if line.obj is not None
+                          and isinstance(line.obj.get("prompt"), str)}
                    for path, lines in parsed.items()}
         reports = []
-        for path, other, expected in ((train_path, eval_path, train_rows),
-                                      (eval_path, train_path, None)):
+        for path in paths:
             lines = parsed[path]
+            others = {other: prompts[other] for other in paths if other != path}
             stem = Path(path).stem.replace("_", "-")
             checks = runner.run(f"{stem}-lines", lines_frame(lines), line_rules())
-            rows = rows_frame(lines)
+            rows = rows_frame(lines, others)
+            expected = train_rows if path == train_path else None
             checks += runner.run(f"{stem}-rows", rows,
-                                 row_rules(expected, max_prompt_chars, prompts[other], other))
+                                 row_rules(expected, max_prompt_chars, others))
             problems = [p for rule, result in checks for p in _problem_lines(path, rule, result)]
             results = [{"rule": rule.name, "success": bool(result.success),
                         "unexpected_count": int(result.result.get("unexpected_count") or 0)}

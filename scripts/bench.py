@@ -503,6 +503,21 @@ def say(message: str) -> None:
 
 
 STAGE_DONE = ("done in ", "FAILED in ")  # the line each stage prints last (rlvr/stage.py)
+VALIDATION_COST = "scoring the validation rows took"  # the train stage's line (rlvr/runs.py)
+
+
+def validation_share(output: str) -> float | None:
+    """The share of train time spent scoring the validation rows, from the train stage's line.
+
+    >>> validation_share("train: scoring the validation rows took 4.2 s of 60.0 s (7.0%)")
+    0.07
+    >>> validation_share("train: 400 steps") is None
+    True
+    """
+    import re
+
+    found = re.search(VALIDATION_COST + r" ([\d.]+) s of ([\d.]+) s", output)
+    return round(float(found[1]) / float(found[2]), 6) if found else None
 
 
 class Bench:
@@ -575,8 +590,8 @@ class Bench:
         project = make_project_copy(self.scratch / "project", self.overrides)
         budget = "tests/helpers.py SMALL_RUN" if self.overrides else "the default params.yaml"
         say(f"cold: `dvc repro` of {budget} in a fresh copy, {project}")
-        seconds, _ = self.run(["dvc", "repro"], project, self.project_env(project),
-                              echo=STAGE_DONE)
+        seconds, output = self.run(["dvc", "repro"], project, self.project_env(project),
+                                   echo=STAGE_DONE + (VALIDATION_COST,))
         timing = project / self.params.paths.timing
         stages = {}
         for stage in dvc_stages(project / "dvc.yaml"):
@@ -589,6 +604,11 @@ class Bench:
                    for stage, s in stages.items()))
         self.details["cold"] = {"params": budget, "seconds": round(seconds, 1),
                                 "stages": stages}
+        share = validation_share(output)
+        if share is not None:
+            self.add(Figure("cold.validation_share", "scoring the validation rows, share of "
+                            "train time", "%", [100 * share], Target("<=", 15.0),
+                            note="the train stage's own line: validation seconds / train_runtime"))
         return project
 
     def base_model(self) -> str:

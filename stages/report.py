@@ -13,7 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from rlvr.config import PARAMS_FILE, Params
+from rlvr.config import PARAMS_FILE, Params, data_files, test_file_reader
+from rlvr.alarms import AlarmThresholds, check_alarms
 from rlvr.data import write_text_atomic
 from rlvr.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost
 from rlvr.plots import plot_per_prompt
@@ -41,19 +42,26 @@ def main(params: Params) -> int:
     config = json.loads((base / "config.json").read_text()) if base.is_dir() else {}
     cost = ppo_cost(count_parameters(base) or 0, config.get("hidden_size", 0),
                     params.train.grpo.num_generations)
+    selection = _json(paths.train_summary).get("selection") or {}
+    report = params.report
+    kl_thresholds = {k: v for k, v in dataclasses.asdict(report).items() if k != "alarms"}
     report_dir = Path(paths.retrospective_md).parent
     images = {name: os.path.relpath(path, report_dir) for name, path in
               (("curves", paths.train_curves), ("per_prompt", paths.per_prompt_figure))}
     markdown = build_report(
         evaluation=_json(paths.eval_summary), per_prompt=per_prompt, history=history,
-        diagnosis=diagnose_kl(history, KLThresholds(**dataclasses.asdict(params.report))),
+        diagnosis=diagnose_kl(history, KLThresholds(**kl_thresholds)),
+        alarms=check_alarms(history, selection.get("validation", []),
+                            AlarmThresholds(window=report.window,
+                                            **dataclasses.asdict(report.alarms))),
         hyperparameters=hyperparameter_table(PARAMS_FILE, params),
         smoke=_json(paths.smoke_checks), step0=_json(paths.step0),
         validation=_json(paths.validation_summary), gate=_json(paths.gate_verdict),
         cost=cost, params=dataclasses.asdict(params),
-        prov=provenance([params.data.train_path, params.data.eval_path],
-                        [paths.base_model, paths.final_model], current_stage="report"),
-        images=images, confidence=params.evaluate.confidence)
+        prov=provenance(data_files(params), [paths.base_model, paths.final_model],
+                        current_stage="report", read_by=test_file_reader(params)),
+        images=images, confidence=params.evaluate.confidence,
+        selection=selection)
     write_text_atomic(paths.retrospective_md, markdown)
     # only the report's own figures are read and inlined, never an image named by the data
     write_text_atomic(paths.retrospective_html, to_html(markdown, report_dir, images=images))

@@ -1,4 +1,4 @@
-"""Stage validate: check the training and held-out rows against the data contract (Great Expectations).
+"""Stage validate: check the training, validation and test rows against the data contract (Great Expectations).
 
     dvc repro validate              (or: python -m stages.validate)
 
@@ -18,9 +18,10 @@ from rlvr.validation import summary, validate_files
 
 def main(params: Params) -> int:
     data, paths = params.data, params.paths
-    print(f"validate: checking {data.train_path} and {data.eval_path}")
+    print(f"validate: checking {data.train_path}, {data.val_path} and {data.eval_path}")
     reports = validate_files(data.train_path, data.eval_path, data.train_rows,
-                             data.max_prompt_chars, docs_dir=paths.data_docs)
+                             data.max_prompt_chars, docs_dir=paths.data_docs,
+                             val_path=data.val_path)
     result = summary(reports)
     write_json(paths.validation_summary, result)
     write_json(paths.validation_metrics, validation_metrics(result))

@@ -48,6 +48,10 @@ BAD_VALUES = [
     ({"data": {"train_path": ""}}, "data.train_path = '': must not be empty"),
     ({"data": {"eval_path": "data/grpo_train.jsonl"}},
      "data.eval_path = 'data/grpo_train.jsonl': must differ from data.train_path"),
+    ({"data": {"val_path": "data/grpo_eval.jsonl"}},
+     "data.val_path = 'data/grpo_eval.jsonl': must differ from data.train_path and "
+     "data.eval_path"),
+    ({"data": {"val_path": ""}}, "data.val_path = '': must not be empty"),
     # rewards
     ({"rewards": {"weights": [0, 0]}}, "rewards.weights = [0.0, 0.0]: must sum to more than 0"),
     ({"rewards": {"weights": [1, -1]}}, "rewards.weights[1] = -1.0: must be >= 0"),

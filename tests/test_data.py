@@ -1,4 +1,5 @@
-"""The default dataset: generated deterministically, 64 + 64 rows, no problem shared across splits."""
+"""The default dataset: generated deterministically, 64 train + 64 test + 64 validation rows, no
+problem shared across splits."""
 
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import pytest
 
 from rlvr.data import DataError, read_lines, read_rows, to_hf_dataset
 from rlvr.rewards import countdown_solution
-from rlvr.tasks.countdown import CountdownSpec, generate_rows
+from rlvr.tasks.countdown import CountdownSpec, generate_rows, generate_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_committed_files_are_what_the_generator_writes(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "data" / "make_countdown.py"), "--out-dir",
                     str(tmp_path)], check=True, capture_output=True)
-    for name in ("grpo_train.jsonl", "grpo_eval.jsonl"):
+    for name in ("grpo_train.jsonl", "grpo_eval.jsonl", "grpo_val.jsonl"):
         assert (tmp_path / name).read_bytes() == (ROOT / "data" / name).read_bytes(), name
 
 
@@ -29,6 +30,17 @@ def test_splits_share_no_problem_and_every_target_is_reachable():
         v = row["verifier"]
         assert countdown_solution(v["numbers"], v["target"]) is not None
         assert v["target"] not in v["numbers"]
+
+
+def test_the_validation_split_shares_no_problem_and_leaves_train_and_test_unchanged():
+    splits = generate_splits({"train": 64, "eval": 64, "val": 64}, CountdownSpec(), seed=0)
+    assert [len(rows) for rows in splits.values()] == [64, 64, 64]
+    key = lambda row: (tuple(sorted(row["verifier"]["numbers"])), row["verifier"]["target"])  # noqa: E731
+    keys = {name: {key(r) for r in rows} for name, rows in splits.items()}
+    assert all(len(k) == 64 for k in keys.values())
+    assert not keys["val"] & (keys["train"] | keys["eval"])
+    assert (splits["train"], splits["eval"]) == generate_rows(64, 64, CountdownSpec(), seed=0)
+    assert all(row["id"].startswith("cd-val-") for row in splits["val"])
 
 
 def test_other_seeds_and_sizes_give_other_rows():

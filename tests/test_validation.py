@@ -182,6 +182,28 @@ def test_corruption_is_rejected_naming_row_and_rule(kind, files):
     assert summary([train_report, eval_report])["passed"] is False
 
 
+def test_three_files_pass_and_a_prompt_in_two_of_them_is_named_in_both(files, tmp_path):
+    train, held_out = files
+    val = tmp_path / "val.jsonl"
+    shutil.copy(DATA / "grpo_val.jsonl", val)
+    reports = validate_files(str(train), str(held_out), ROWS, MAX_PROMPT, val_path=str(val))
+    assert [r.path for r in reports] == [str(train), str(val), str(held_out)]
+    assert [r.problems for r in reports] == [[], [], []]
+    assert [r.rows for r in reports] == [64, 64, 64]
+    # a validation prompt copied into the test file: both files say so, naming the other one
+    shared = json.loads(_lines(val)[2])["prompt"]
+    _edit_row(held_out, 6, _set("prompt", shared))
+    train_report, val_report, test_report = validate_files(
+        str(train), str(held_out), ROWS, MAX_PROMPT, val_path=str(val))
+    assert train_report.problems == []
+    (in_val,) = val_report.problems
+    assert in_val.startswith(f"{val}: row cd-val-003 (line 3): prompt is in another split")
+    assert in_val.endswith(f"also in {held_out} [prompt_not_in_other_split]")
+    (in_test,) = test_report.problems
+    assert in_test.startswith(f"{held_out}: row cd-eval-007 (line 7): ")
+    assert in_test.endswith(f"also in {val} [prompt_not_in_other_split]")
+
+
 def test_the_problem_lines_explain_the_rule():
     assert len(CORRUPTIONS) >= 12
     assert len({rule for _, _, _, rule in CORRUPTIONS.values()}) >= 12
@@ -270,7 +292,7 @@ def test_the_validate_stage_prints_one_line_and_exits_1(files, tmp_path, monkeyp
     directory.mkdir()
     params = SimpleNamespace(
         data=SimpleNamespace(train_path=str(directory), eval_path=str(files[1]), train_rows=ROWS,
-                             max_prompt_chars=MAX_PROMPT),
+                             val_path=str(DATA / "grpo_val.jsonl"), max_prompt_chars=MAX_PROMPT),
         paths=SimpleNamespace(data_docs=str(tmp_path / "docs"),
                               validation_summary=str(tmp_path / "summary.json"),
                               validation_metrics=str(tmp_path / "metrics.json")))

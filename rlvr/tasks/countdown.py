@@ -70,21 +70,28 @@ def _draw(rng: random.Random, spec: CountdownSpec) -> tuple[list[int], int]:
             return numbers, value
 
 
-def generate_rows(n_train: int, n_eval: int, spec: CountdownSpec = CountdownSpec(),
-                  seed: int = 0, id_prefix: str = "cd") -> tuple[list[dict], list[dict]]:
-    """Train and held-out rows with no (numbers, target) problem in common, deterministic in seed.
+def generate_splits(sizes: dict[str, int], spec: CountdownSpec = CountdownSpec(), seed: int = 0,
+                    id_prefix: str = "cd") -> dict[str, list[dict]]:
+    """Rows for each named split (`{"train": 64, "eval": 64, "val": 64}`), drawn in that order,
+    with no (numbers, target) problem in two splits; deterministic in seed. A split added at the
+    end leaves the earlier splits' rows unchanged.
 
     Problems are compared with their numbers sorted, so '3 and 5 -> 15' in train keeps
-    '5 and 3 -> 15' out of the held-out set.
+    '5 and 3 -> 15' out of the other splits.
+
+    >>> splits = generate_splits({"train": 3, "val": 2}, seed=0)
+    >>> [row["id"] for row in splits["val"]]
+    ['cd-val-001', 'cd-val-002']
     """
+    total = sum(sizes.values())
     rng = random.Random(seed)
     seen: set[tuple] = set()
-    rows: list[dict] = []
+    rows: list[tuple[str, dict]] = []
     attempts = 0
-    while len(rows) < n_train + n_eval:
+    while len(rows) < total:
         attempts += 1
-        if attempts > 1000 * (n_train + n_eval):
-            raise ValueError(f"cannot draw {n_train + n_eval} distinct problems from {spec}")
+        if attempts > 1000 * total:
+            raise ValueError(f"cannot draw {total} distinct problems from {spec}")
         numbers, target = _draw(rng, spec)
         key = (tuple(sorted(numbers)), target)
         if key in seen:
@@ -95,11 +102,20 @@ def generate_rows(n_train: int, n_eval: int, spec: CountdownSpec = CountdownSpec
         verifier = {"type": "countdown", "numbers": numbers, "target": target}
         rows.append((make_prompt(numbers, target, spec.ops, spec.style), verifier))
 
-    def split(part: list[tuple[str, dict]], name: str) -> list[dict]:
-        return [{"id": f"{id_prefix}-{name}-{i:03d}", "prompt": prompt, "verifier": verifier}
-                for i, (prompt, verifier) in enumerate(part, start=1)]
+    splits, start = {}, 0
+    for name, size in sizes.items():
+        splits[name] = [{"id": f"{id_prefix}-{name}-{i:03d}", "prompt": prompt,
+                         "verifier": verifier}
+                        for i, (prompt, verifier) in enumerate(rows[start:start + size], start=1)]
+        start += size
+    return splits
 
-    return split(rows[:n_train], "train"), split(rows[n_train:], "eval")
+
+def generate_rows(n_train: int, n_eval: int, spec: CountdownSpec = CountdownSpec(),
+                  seed: int = 0, id_prefix: str = "cd") -> tuple[list[dict], list[dict]]:
+    """Train and held-out rows with no problem in common (generate_splits with two splits)."""
+    splits = generate_splits({"train": n_train, "eval": n_eval}, spec, seed, id_prefix)
+    return splits["train"], splits["eval"]
 
 
 def well_formed_expressions(numbers: list[int], rng: random.Random, k: int,

@@ -1,0 +1,132 @@
+"""Reward-hacking and overfitting alarms: explicit rules over a run's history and its validation
+scores, with the value each rule saw and its threshold (params.yaml `report.alarms`). Pure
+functions of the train stage's outputs, tested offline on synthetic histories.
+
+- format up, correctness flat: the policy learns to look right, not to be right;
+- completion length inflating: padding the answer games a length-blind reward;
+- KL spike: one step jumps far from the run's recent KL (an unstable update);
+- overfitting: the training reward still rises while the validation reward falls from its peak;
+- no learning signal: most groups have no reward spread, so most rollouts carry no gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlvr.stats import window_mean
+
+
+@dataclass(frozen=True)
+class AlarmThresholds:
+    window: int                  # steps in each moving average (report.window)
+    format_rise: float           # format reward gains more than this ...
+    correctness_flat: float      # ... while correctness gains less than this
+    length_growth: float         # smoothed completion length ends this many times its start
+    kl_spike_ratio: float        # a step's KL above this many times the previous window's mean
+    kl_spike_min: float          # ... and above this absolute value (tiny KLs are noise)
+    overfit_drop: float          # validation reward ends this far below its peak ...
+    zero_spread_share: float     # smoothed share of groups with no reward spread ends above this
+
+
+def _points(history: Sequence[dict], key: str) -> list[tuple[int, float]]:
+    """(step, value) for every entry with a finite `key`."""
+    return [(e["step"], float(e[key])) for e in history if e.get(key) is not None
+            and math.isfinite(float(e[key]))]
+
+
+def _series(history: Sequence[dict], key: str) -> list[float]:
+    return [value for _, value in _points(history, key)]
+
+
+def _gain(values: Sequence[float], window: int) -> float:
+    """Smoothed end minus smoothed start (nan without values)."""
+    n = len(values)
+    return window_mean(values, n - window, n) - window_mean(values, 0, window)
+
+
+def kl_spike(kls: Sequence[float], window: int, minimum: float) -> tuple[float, int | None]:
+    """The largest ratio of a step's KL to the mean of the `window` steps before it, among
+    steps whose KL is above `minimum`; with the index where it happened.
+
+    >>> kl_spike([0.01] * 10 + [0.5] + [0.01] * 5, window=5, minimum=0.05)
+    (50.0, 10)
+    >>> kl_spike([0.01] * 10, window=5, minimum=0.05)
+    (0.0, None)
+    """
+    best, where = 0.0, None
+    for i in range(1, len(kls)):
+        before = kls[max(0, i - window):i]
+        mean = sum(before) / len(before)
+        if kls[i] > minimum and mean > 0 and kls[i] / mean > best:
+            best, where = kls[i] / mean, i
+    return round(best, 6), where
+
+
+def check_alarms(history: Sequence[dict], validation: Sequence[dict],
+                 t: AlarmThresholds) -> dict:
+    """Every rule with the value it saw, its threshold, whether it fired and what to do.
+    `history`: one entry per training step; `validation`: the validation scores by step
+    ({"step", "mean_reward", ...}, step 0 first), empty when none were taken."""
+    w = t.window
+    fmt, correct = _series(history, "rewards/format/mean"), _series(history,
+                                                                      "rewards/correctness/mean")
+    lengths = _series(history, "completions/mean_length")
+    kl_points = _points(history, "kl")
+    kls = [value for _, value in kl_points]
+    spread = _series(history, "frac_reward_zero_std")
+    reward_points = _points(history, "reward")
+
+    format_gain, correct_gain = _gain(fmt, w), _gain(correct, w)
+    length_ratio = (window_mean(lengths, len(lengths) - w, len(lengths))
+                    / window_mean(lengths, 0, w)) if lengths and window_mean(lengths, 0, w) > 0 \
+        else math.nan
+    spike, spike_at = kl_spike(kls, w, t.kl_spike_min)
+    zero_spread = window_mean(spread, len(spread) - w, len(spread))
+
+    val_drop = train_rise = math.nan
+    peak_step = None
+    if len(validation) >= 2:
+        peak = max(validation, key=lambda s: s["mean_reward"])  # the first of equals
+        peak_step = peak["step"]
+        val_drop = peak["mean_reward"] - validation[-1]["mean_reward"]
+        after = [r for s, r in reward_points if s > peak_step]
+        upto = [r for s, r in reward_points if s <= peak_step]
+        if after and upto:
+            train_rise = window_mean(after, len(after) - w, len(after)) - \
+                window_mean(upto, len(upto) - w, len(upto))
+
+    rules = [
+        {"rule": "format reward up while correctness is flat",
+         "value": f"format {format_gain:+.3f}, correctness {correct_gain:+.3f}",
+         "threshold": f"format > +{t.format_rise}, correctness < +{t.correctness_flat}",
+         "fired": format_gain > t.format_rise and correct_gain < t.correctness_flat,
+         "advice": "the policy learns the answer's shape, not the answer: lower the format "
+                   "weight or check the correctness verifier"},
+        {"rule": "completion length inflating (smoothed end / start)", "value": length_ratio,
+         "threshold": f"> {t.length_growth}", "fired": length_ratio > t.length_growth,
+         "advice": "longer answers may be gaming the reward: add the length reward or lower "
+                   "max_completion_length"},
+        {"rule": "KL spike (a step's KL / the previous window's mean)",
+         "value": spike if spike_at is None else f"{spike:.1f} at step {kl_points[spike_at][0]}",
+         "threshold": f"> {t.kl_spike_ratio} (and KL > {t.kl_spike_min})",
+         "fired": spike > t.kl_spike_ratio,
+         "advice": "an unstable update: lower the learning rate or max_grad_norm, or raise beta"},
+        {"rule": "overfitting: training reward up while validation falls from its peak",
+         "value": ("no validation scores" if peak_step is None
+                   else f"validation peaks at the last scored step, {peak_step}"
+                   if math.isnan(train_rise)
+                   else f"validation {-val_drop:+.3f} since its peak at step {peak_step}, "
+                        f"training {train_rise:+.3f}"),
+         "threshold": f"validation drop > {t.overfit_drop} and training rise > 0",
+         "fired": val_drop > t.overfit_drop and train_rise > 0,
+         "advice": "keep the best validation checkpoint (train.select: best_val), stop earlier "
+                   "(train.patience) or add training rows"},
+        {"rule": "no learning signal: groups with no reward spread (smoothed, at the end)",
+         "value": zero_spread, "threshold": f"> {t.zero_spread_share}",
+         "fired": zero_spread > t.zero_spread_share,
+         "advice": "most rollouts carry no gradient: harder or more varied prompts, more "
+                   "generations per prompt, or dynamic sampling"},
+    ]
+    return {"rules": rules, "fired": [r["rule"] for r in rules if r["fired"]]}
