@@ -369,6 +369,14 @@ class TrainParams:
                         rule=one_of("last", "best_val"), default="last")
     patience: int = _help("best_val only: stop after this many validations in a row without a "
                           "new best. 0: never stop early.", rule=at_least(0), default=0)
+    dynamic_sampling: bool = _help("DAPO's dynamic sampling: fill each training batch only with "
+                                   "groups whose G rewards are not all equal (the others carry "
+                                   "no gradient), sampling more prompts for up to "
+                                   "max_sampling_rounds rounds; the loss sees only the kept "
+                                   "groups. Logs dynamic_sampling/{rounds,kept_share,"
+                                   "oversampling}.", default=False)
+    max_sampling_rounds: int = _help("dynamic_sampling: generation rounds per step at most (1 = "
+                                     "filter only, never resample).", rule=COUNT, default=3)
     grpo: GRPOParams = _help("GRPOConfig fields (shared with the smoke run).",
                              default_factory=GRPOParams)
     beta_schedule: BetaScheduleParams = _help("How beta moves during training.",
@@ -383,6 +391,10 @@ class TrainParams:
                      self.save_steps, f"must be a multiple of train.eval_steps "
                      f"({self.eval_steps}) with train.select = 'best_val': the best step must "
                      "have a checkpoint")
+        if self.dynamic_sampling:
+            _require(self.advantage == "group", "train.dynamic_sampling", True,
+                     "needs train.advantage = 'group' (it drops the groups whose rewards are all "
+                     "equal, which only group baselines leave without a gradient)")
         _require(self.patience == 0 or self.select == "best_val", "train.patience",
                  self.patience, "needs train.select = 'best_val' (early stopping keeps the "
                  "best checkpoint); set it to 0 or select best_val")
@@ -411,6 +423,11 @@ class TrainParams:
                                   f"num_iterations x steps_per_generation / "
                                   f"gradient_accumulation_steps ({grpo.num_iterations} x "
                                   f"{per_generation} / {grpo.gradient_accumulation_steps})")
+        if self.dynamic_sampling:
+            _require(per_generation == 1, "train.dynamic_sampling", True,
+                     f"needs one optimizer micro-batch per generation (steps_per_generation "
+                     f"{per_generation}): a batch left short of kept groups cannot be split; "
+                     "set gradient_accumulation_steps and extra.steps_per_generation to 1")
 
 
 @dataclass

@@ -186,7 +186,9 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
         print(f"train: resuming from {resume}")
     trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
                        save_steps=params.train.save_steps, resume_from=resume,
-                       callbacks=[LiveCurvesCallback(paths.train_live)], val_rows=val_rows)
+                       callbacks=[LiveCurvesCallback(paths.train_live)], val_rows=val_rows,
+                       max_sampling_rounds=(params.train.max_sampling_rounds
+                                            if params.train.dynamic_sampling else 0))
     history = step_history(trainer.state.log_history)
     selection = selection_record(params, trainer.state)
 

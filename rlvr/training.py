@@ -362,15 +362,70 @@ class EpochReplaySampler(RepeatSampler):
         yield from super().__iter__()
 
 
+def local_group_spread(totals, local_size: int, num_generations: int, rank: int) -> list[bool]:
+    """For each group of this rank's `local_size` completions (groups of `num_generations`,
+    consecutive), whether its rewards differ. `totals` holds every rank's rewards in rank order;
+    NaN (unscorable) rewards are ignored.
+
+    >>> import torch
+    >>> totals = torch.tensor([1., 1., 0., 1., 5., 5., float("nan"), 2.])
+    >>> local_group_spread(totals, 4, 2, rank=0), local_group_spread(totals, 4, 2, rank=1)
+    ([False, True], [False, False])
+    """
+    import torch
+
+    mine = totals[rank * local_size:(rank + 1) * local_size].view(-1, num_generations)
+    finite = torch.isfinite(mine)
+    high = torch.where(finite, mine, torch.full_like(mine, -math.inf)).max(dim=1).values
+    low = torch.where(finite, mine, torch.full_like(mine, math.inf)).min(dim=1).values
+    return ((high - low) > 1e-6).tolist()
+
+
+def select_groups(output: dict, groups: Sequence[int], num_generations: int) -> dict:
+    """The scored batch `output` (TRL's dict of per-completion tensors) cut down to `groups`."""
+    import torch
+
+    rows = torch.tensor([g * num_generations + j for g in groups for j in range(num_generations)])
+    size = len(output["advantages"])
+    return {key: value.index_select(0, rows.to(value.device))
+            if hasattr(value, "dim") and value.dim() > 0 and len(value) == size else value
+            for key, value in output.items()}
+
+
+def merge_groups(parts: Sequence[dict], pad_token_id: int) -> dict:
+    """Scored batches concatenated: per-token tensors padded to the widest, prompts on the left
+    (as TRL pads them), completions and their per-token values on the right; pad ids for the
+    token ids, 0 elsewhere. num_items_in_batch is left to the caller (it must be recounted)."""
+    import torch
+
+    merged = {}
+    for key, first in parts[0].items():
+        if not hasattr(first, "dim") or first.dim() == 0:
+            merged[key] = first
+            continue
+        values = [part[key] for part in parts]
+        if first.dim() > 1:
+            width = max(v.shape[1] for v in values)
+            fill = pad_token_id if key.endswith("_ids") else 0
+            padded = []
+            for v in values:
+                pad = v.new_full((v.shape[0], width - v.shape[1], *v.shape[2:]), fill)
+                padded.append(torch.cat([pad, v] if key.startswith("prompt_") else [v, pad], 1))
+            values = padded
+        merged[key] = torch.cat(values)
+    return merged
+
+
 class PipelineGRPOTrainer(GRPOTrainer):
     """GRPOTrainer that logs the beta in force, records per-batch group diagnostics and, for the
     no-group-norm ablation, replaces TRL's group advantages by a running-mean baseline."""
 
     def __init__(self, *args, running_mean: RunningMeanBaseline | None = None,
                  validation: Callable[[Any, Any], dict[str, float]] | None = None,
-                 **kwargs) -> None:
+                 max_sampling_rounds: int = 0, **kwargs) -> None:
         self._epoch_sampler: EpochReplaySampler | None = None  # set while super() builds it
         super().__init__(*args, **kwargs)
+        self.max_sampling_rounds = max_sampling_rounds  # 0: no dynamic sampling
         self.batch_checks: list[dict] = []
         self.running_mean = running_mean
         self.validation = validation
@@ -417,15 +472,86 @@ class PipelineGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
+    def _reward_totals(self):
+        """The weighted reward of every completion of the last scored batch, over all ranks
+        (TRL gathers them); NaN where every reward function returned None."""
+        import torch
+
+        per_func = self._last_rewards_per_func
+        weights = self.reward_weights.to(per_func.device).unsqueeze(0)
+        totals = (per_func * weights).nansum(dim=1)
+        totals[torch.isnan(per_func).all(dim=1)] = torch.nan
+        return totals
+
     def _generate_and_score_completions(self, inputs):
+        if self.max_sampling_rounds and self.model.training:
+            return self._dynamically_sampled(inputs)
+        return self._score_batch(inputs)
+
+    def _dynamically_sampled(self, inputs):
+        """DAPO's dynamic sampling: fill the batch only with groups whose G rewards are not all
+        equal (the others give no gradient), sampling more prompts for up to
+        max_sampling_rounds rounds; if it stays short, the loss sees the kept groups only. With
+        several processes every rank runs the same number of rounds (generation gathers the
+        rewards across ranks): the loop stops when no rank is short; then every rank keeps as
+        many groups as the one that kept fewest."""
+        import torch
+
+        G = self.num_generations
+        needed = len(inputs) // G
+        parts, kept, generated, batch, first = [], 0, 0, inputs, None
+        rounds = 0
+        for rounds in range(1, self.max_sampling_rounds + 1):
+            output = self._score_batch(batch)
+            first = first if first is not None else output
+            spread = local_group_spread(self._reward_totals(), len(batch), G,
+                                        self.accelerator.process_index)
+            generated += len(spread)
+            chosen = [g for g, has in enumerate(spread) if has][:needed - kept]
+            if chosen:
+                parts.append(select_groups(output, chosen, G))
+                kept += len(chosen)
+            short = torch.tensor([needed - kept], device=self.accelerator.device)
+            if self.accelerator.gather(short).sum().item() == 0 \
+                    or rounds == self.max_sampling_rounds:
+                break
+            batch = self._more_prompts(needed, rounds)
+        # Every rank trains on as many groups as the rank that kept fewest (TRL's loss gathers
+        # per-completion values, which needs equal batches); none kept anywhere: the first
+        # batch, as without dynamic sampling.
+        common = int(self.accelerator.gather(
+            torch.tensor([kept], device=self.accelerator.device)).min().item())
+        if common:
+            merged = select_groups(merge_groups(parts, self.processing_class.pad_token_id),
+                                   range(common), G)
+        else:
+            merged = first
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/rounds"].append(float(rounds))
+        metrics["dynamic_sampling/kept_share"].append(common / generated)
+        metrics["dynamic_sampling/oversampling"].append(generated / needed)
+        mask = merged["completion_mask"]
+        if "tool_mask" in merged:
+            mask = mask * merged["tool_mask"]
+        merged["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        return merged
+
+    def _more_prompts(self, count: int, round_: int) -> list[dict]:
+        """`count` training rows, each repeated G times, drawn by a generator seeded by the seed,
+        the step, the rank and the round: the same rows after a resume, with no state to save."""
+        import random
+
+        rng = random.Random(f"{self.args.seed}-{self.state.global_step}-"
+                            f"{self.accelerator.process_index}-{round_}")
+        rows = rng.sample(range(len(self.train_dataset)), min(count, len(self.train_dataset)))
+        return [self.train_dataset[i] for i in rows for _ in range(self.num_generations)]
+
+    def _score_batch(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         if self.running_mean is not None:
             import torch
 
-            per_func = self._last_rewards_per_func
-            weights = self.reward_weights.to(per_func.device).unsqueeze(0)
-            totals = (per_func * weights).nansum(dim=1)
-            totals[torch.isnan(per_func).all(dim=1)] = torch.nan
+            totals = self._reward_totals()
             advantages = self.running_mean.advantages(totals.tolist())
             n = len(inputs)
             local = advantages[self.accelerator.process_index * n:
@@ -464,7 +590,7 @@ def build_trainer(policy: str, train_dataset, reward_funcs: Sequence[RewardFunct
                   beta_schedule: BetaSchedule | None = None,
                   running_mean: RunningMeanBaseline | None = None,
                   validation: Callable[[Any, Any], dict[str, float]] | None = None,
-                  eval_dataset=None) -> PipelineGRPOTrainer:
+                  eval_dataset=None, max_sampling_rounds: int = 0) -> PipelineGRPOTrainer:
     """The trainer, with the beta schedule bound to it."""
     callbacks = list(callbacks)
     schedule_callback = BetaScheduleCallback(beta_schedule) if beta_schedule else None
@@ -473,7 +599,8 @@ def build_trainer(policy: str, train_dataset, reward_funcs: Sequence[RewardFunct
     trainer = PipelineGRPOTrainer(model=policy, reward_funcs=list(reward_funcs), args=config,
                                   train_dataset=train_dataset, callbacks=callbacks,
                                   peft_config=peft_config(model), running_mean=running_mean,
-                                  validation=validation, eval_dataset=eval_dataset)
+                                  validation=validation, eval_dataset=eval_dataset,
+                                  max_sampling_rounds=max_sampling_rounds)
     if schedule_callback:
         schedule_callback.trainer = trainer
         trainer.beta = beta_schedule.value(0)
@@ -620,7 +747,8 @@ def resumable_checkpoint(folder: str | Path, run_fingerprint: str,
 def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
              save_steps: int | None = None, callbacks: Sequence[TrainerCallback] = (),
              resume_from: str | None = None, reward_funcs: Sequence[RewardFunction] | None = None,
-             label: str = "train", val_rows=None) -> PipelineGRPOTrainer:
+             label: str = "train", val_rows=None,
+             max_sampling_rounds: int = 0) -> PipelineGRPOTrainer:
     """Train `policy` with GRPO on `rows` for max_steps (resuming from a checkpoint if given); the
     console shows a progress bar and one line every train.log_every steps, starting `label:`.
     With `val_rows` and train.eval_steps, the validation rows are scored at step 0 and every
@@ -662,7 +790,8 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
     trainer = build_trainer(policy, dataset, funcs, config, params.model,
                             [FiniteGuardCallback(output_dir if save_steps else None), *callbacks],
                             beta_schedule=schedule, running_mean=running_mean,
-                            validation=validation, eval_dataset=eval_dataset)
+                            validation=validation, eval_dataset=eval_dataset,
+                            max_sampling_rounds=max_sampling_rounds)
     use_console_progress(trainer, label, train.log_every)
     trainer.train(resume_from_checkpoint=resume_from)
     return trainer

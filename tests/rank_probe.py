@@ -1,9 +1,10 @@
 """Run in every rank by tests/test_multiprocess.py (under `accelerate launch`, 2 CPU processes): a
 short GRPO run of the pipeline's own trainer that records, per rank and step, what steers training
 (the beta in force, the running-mean baseline and the rewards it was computed from) and the reward
-failure counts, into OUT/rank<N>.json.
+failure counts, into OUT/rank<N>.json. With `dynamic`: a run with dynamic sampling in which rank 1
+needs more rounds than rank 0, recording each rank's rounds and kept share per step.
 
-    accelerate launch --multi_gpu --num_processes 2 tests/rank_probe.py OUT POLICY
+    accelerate launch --multi_gpu --num_processes 2 tests/rank_probe.py OUT POLICY [dynamic]
 """
 
 import json
@@ -42,6 +43,20 @@ class Recorder(TrainerCallback):
                            "rewards_seen": len(trainer._last_rewards_per_func)})
 
 
+def bound(recorder):
+    """The recorder, given the trainer that run_grpo builds next (it reads the trainer's state)."""
+    import rlvr.training as training
+
+    build = training.build_trainer
+
+    def build_and_bind(*args, **kwargs):
+        recorder.trainer = build(*args, **kwargs)
+        return recorder.trainer
+
+    training.build_trainer = build_and_bind
+    return recorder
+
+
 def flaky(text, verifier, n_tokens):
     """Raises on a third of the rows; elsewhere the completion's length, so that even an untrained
     policy's rewards differ from rank to rank (a baseline computed per rank would show it)."""
@@ -56,16 +71,7 @@ def main(out: str, policy: str) -> None:
     rows = read_rows(ROOT / "data" / "grpo_train.jsonl")[:16]
     funcs = [*build_reward_funcs(params.rewards), RewardFunction("flaky", flaky)]
     params.rewards.weights = [1.0, 0.2, 1.0]  # one weight per function, the flaky one included
-    recorder = Recorder()
-    import rlvr.training as training
-
-    build = training.build_trainer
-
-    def build_and_bind(*args, **kwargs):
-        recorder.trainer = build(*args, **kwargs)
-        return recorder.trainer
-
-    training.build_trainer = build_and_bind
+    recorder = bound(Recorder())
     trainer = run_grpo(params, rows, policy, Path(out) / f"scratch{rank()}", STEPS,
                        reward_funcs=funcs, callbacks=[recorder])
     logged = [e.get("rewards/flaky/failures") for e in trainer.state.log_history if "loss" in e]
@@ -76,5 +82,40 @@ def main(out: str, policy: str) -> None:
         "logged_failures": logged, "num_processes": trainer.accelerator.num_processes}))
 
 
+class DynamicRecorder(TrainerCallback):
+    """Per step: this rank's dynamic-sampling rounds and kept share (before the log clears them)."""
+
+    def __init__(self) -> None:
+        self.trainer = None
+        self.steps: list[dict] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        metrics = self.trainer._metrics["train"]
+        self.steps.append({"step": state.global_step,
+                           "rounds": list(metrics["dynamic_sampling/rounds"]),
+                           "kept_share": list(metrics["dynamic_sampling/kept_share"])})
+
+
+def main_dynamic(out: str, policy: str) -> None:
+    start_rank("probe", use_cpu=True)
+    params = parse_params({"train": {"grpo": PARAMS["train"]["grpo"]}})
+    params.rewards.weights = [1.0]
+    rows = read_rows(ROOT / "data" / "grpo_train.jsonl")[:16]
+    calls = iter(range(10**9))
+
+    def uneven(text, verifier, n_tokens):
+        """Spread in every group on rank 0; on rank 1 only for rows with an odd target."""
+        return float(next(calls) % 2) if rank() == 0 or verifier["target"] % 2 else 0.5
+
+    recorder = bound(DynamicRecorder())
+    run_grpo(params, rows, policy, Path(out) / f"scratch{rank()}", STEPS,
+             reward_funcs=[RewardFunction("uneven", uneven)], callbacks=[recorder],
+             max_sampling_rounds=4)
+    (Path(out) / f"rank{rank()}.json").write_text(json.dumps({"steps": recorder.steps}))
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if sys.argv[3:] == ["dynamic"]:
+        main_dynamic(*sys.argv[1:3])
+    else:
+        main(*sys.argv[1:])

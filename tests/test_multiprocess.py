@@ -86,6 +86,23 @@ def test_what_steers_training_is_global_and_identical_on_every_rank(tiny_policy_
     assert sum(ranks[0]["logged_failures"]) == sum(local)
 
 
+def test_dynamic_sampling_runs_the_same_rounds_on_every_rank(tiny_policy_dir, tmp_path):
+    """Generation gathers rewards across ranks, so a rank that stopped resampling while another
+    went on would hang both: every rank runs the rounds the shortest-served rank needs."""
+    command = [sys.executable, "-m", "accelerate.commands.launch",
+               *launch_args("x", 2, use_cpu=True, port=0)[:-2],
+               str(ROOT / "tests/rank_probe.py"), str(tmp_path), str(tiny_policy_dir), "dynamic"]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text())["steps"] for r in (0, 1)]
+    assert len(ranks[0]) == 6
+    assert [s["rounds"] for s in ranks[0]] == [s["rounds"] for s in ranks[1]]
+    # rank 0 kept every group at once, rank 1 did not: the extra rounds were rank 1's
+    assert any(s["rounds"][0] > 1 for s in ranks[0])
+    assert {s["kept_share"][0] for s in ranks[0] if s["rounds"][0] == 1} <= {1.0}
+    assert any(s["kept_share"][0] < 1 for s in ranks[1])
+
+
 def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_run):
     project, output = two_process_run
     for stage in ("smoke", "train"):

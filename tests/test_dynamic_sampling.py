@@ -1,0 +1,148 @@
+"""DAPO's dynamic sampling in PipelineGRPOTrainer, on the real trainer and the tiny policy: a batch
+of all-equal groups triggers resampling, the round cap holds, and what reaches the loss is the
+kept groups only."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr.config import ParamsError, parse_params
+from rlvr.data import read_rows, to_hf_dataset
+from rlvr.rewards.registry import RewardFunction
+from rlvr.training import BetaSchedule, build_trainer, grpo_config, merge_groups, run_grpo
+
+ROOT = Path(__file__).resolve().parents[1]
+G = 4
+SMALL = {"train": {"grpo": {"num_generations": G, "per_device_train_batch_size": 2 * G,
+                            "max_completion_length": 6}}}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return read_rows(ROOT / "data" / "grpo_train.jsonl")[:16]
+
+
+def spread_if_odd():
+    """Rewards that differ within every group of a row with an odd target (0, 1, 0, 1 in the
+    order TRL scores the completions) and are all equal (0.5) for an even target."""
+    calls = iter(range(10**9))
+
+    def score(text, verifier, n_tokens):
+        return float(next(calls) % 2) if verifier["target"] % 2 else 0.5
+    return score
+
+
+def _trainer(tiny_policy_dir, rows, tmp_path, rounds, reward=None):
+    params = parse_params(SMALL)
+    config = grpo_config(params.train.grpo, output_dir=tmp_path, max_steps=1, seed=0,
+                         reward_weights=[1.0])
+    trainer = build_trainer(str(tiny_policy_dir), to_hf_dataset(rows),
+                            [RewardFunction("spread_if_odd", reward or spread_if_odd())], config,
+                            params.model, [],
+                            beta_schedule=BetaSchedule(params.train.beta_schedule, 0.05),
+                            max_sampling_rounds=rounds)
+    trainer.model.train()
+    return trainer
+
+
+def _batch(rows):
+    return [{"id": r.id, "prompt": r.prompt, "verifier": __import__("json").dumps(r.verifier)}
+            for r in rows for _ in range(G)]
+
+
+def _prompts(trainer, output):
+    """The prompt text of each group in a scored batch."""
+    ids, mask = output["prompt_ids"], output["prompt_mask"]
+    return [trainer.processing_class.decode(ids[i][mask[i] == 1])
+            for i in range(0, len(ids), G)]
+
+
+def _metric(trainer, name):
+    return trainer._metrics["train"][f"dynamic_sampling/{name}"]
+
+
+def test_a_batch_of_all_equal_groups_is_resampled_until_full(tiny_policy_dir, rows, tmp_path):
+    even = [r for r in rows if r.verifier["target"] % 2 == 0][:2]
+    odd = [r for r in rows if r.verifier["target"] % 2]
+    assert len(odd) >= 4
+    odd_prompts = {r.prompt for r in odd}
+    trainer = _trainer(tiny_policy_dir, even + odd, tmp_path, rounds=6)
+    output = trainer._generate_and_score_completions(_batch(even))
+    assert _metric(trainer, "rounds")[0] >= 2  # the first round kept nothing
+    assert len(output["advantages"]) == 2 * G  # full again
+    # the loss sees only groups with a reward spread: odd-target prompts, some advantage != 0
+    assert set(_prompts(trainer, output)) <= odd_prompts
+    for group in output["advantages"].view(-1, G):
+        assert group.abs().max() > 0
+    assert output["num_items_in_batch"] == output["completion_mask"].sum()
+    share = _metric(trainer, "kept_share")[0]
+    assert 0 < share < 1
+    assert _metric(trainer, "oversampling")[0] == pytest.approx(1 / share)  # full: kept = wanted
+
+
+def test_the_round_cap_holds_and_no_spread_trains_on_the_first_batch(tiny_policy_dir, rows,
+                                                                     tmp_path):
+    trainer = _trainer(tiny_policy_dir, rows, tmp_path, rounds=3,
+                       reward=lambda text, verifier, n: 0.5)
+    batch = _batch(rows[:2])
+    output = trainer._generate_and_score_completions(batch)
+    assert _metric(trainer, "rounds") == [3.0]
+    assert _metric(trainer, "kept_share") == [0.0]
+    assert _metric(trainer, "oversampling") == [3.0]  # 3 rounds of 2 groups for 2 wanted
+    assert len(output["advantages"]) == 2 * G and not output["advantages"].abs().any()
+
+
+def test_one_round_filters_and_the_loss_sees_the_short_batch(tiny_policy_dir, rows, tmp_path):
+    odd = next(r for r in rows if r.verifier["target"] % 2)
+    even = next(r for r in rows if r.verifier["target"] % 2 == 0)
+    trainer = _trainer(tiny_policy_dir, rows, tmp_path, rounds=1)
+    output = trainer._generate_and_score_completions(_batch([even, odd]))
+    assert _prompts(trainer, output) == [odd.prompt]
+    assert len(output["completion_ids"]) == G
+    trainer.current_gradient_accumulation_steps = 1  # what the training loop sets
+    loss = trainer.compute_loss(trainer.model, output)
+    assert math.isfinite(loss.item())
+
+
+def test_merged_groups_are_padded_like_trl(tiny_policy_dir):
+    a = {"prompt_ids": torch.tensor([[7, 8]]), "prompt_mask": torch.tensor([[1, 1]]),
+         "completion_ids": torch.tensor([[1, 2, 3]]), "completion_mask": torch.tensor([[1, 1, 1]]),
+         "advantages": torch.tensor([0.5]), "num_items_in_batch": torch.tensor(3)}
+    b = {"prompt_ids": torch.tensor([[9]]), "prompt_mask": torch.tensor([[1]]),
+         "completion_ids": torch.tensor([[4]]), "completion_mask": torch.tensor([[1]]),
+         "advantages": torch.tensor([-0.5]), "num_items_in_batch": torch.tensor(1)}
+    merged = merge_groups([a, b], pad_token_id=0)
+    assert merged["prompt_ids"].tolist() == [[7, 8], [0, 9]]      # prompts: left
+    assert merged["prompt_mask"].tolist() == [[1, 1], [0, 1]]
+    assert merged["completion_ids"].tolist() == [[1, 2, 3], [4, 0, 0]]  # completions: right
+    assert merged["completion_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert merged["advantages"].tolist() == [0.5, -0.5]
+
+
+def test_a_run_with_dynamic_sampling_logs_it_and_stays_finite(tiny_policy_dir, rows, tmp_path):
+    params = parse_params(SMALL)
+    params.rewards.weights = [1.0]
+    trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=3,
+                       reward_funcs=[RewardFunction("spread_if_odd", spread_if_odd())],
+                       max_sampling_rounds=3)
+    steps = [e for e in trainer.state.log_history if "loss" in e]
+    assert len(steps) == 3
+    for entry in steps:
+        assert math.isfinite(entry["loss"])
+        assert 1 <= entry["dynamic_sampling/rounds"] <= 3
+        assert 0 <= entry["dynamic_sampling/kept_share"] <= 1
+
+
+@pytest.mark.parametrize("train,message", [
+    ({"dynamic_sampling": True, "advantage": "running_mean"},
+     "train.dynamic_sampling = True: needs train.advantage = 'group'"),
+    ({"dynamic_sampling": True, "grpo": {"gradient_accumulation_steps": 2}, "save_steps": 50},
+     "train.dynamic_sampling = True: needs one optimizer micro-batch per generation"),
+    ({"max_sampling_rounds": 0}, "train.max_sampling_rounds = 0: must be >= 1"),
+])
+def test_dynamic_sampling_params_are_checked(train, message):
+    with pytest.raises(ParamsError) as error:
+        parse_params({"train": train})
+    assert message in str(error.value)
