@@ -1,6 +1,7 @@
 """Prefect flow: the ablations and the beta sweep as DVC experiments, and their comparison.
 
-    python -m flows.experiments
+    python -m flows.experiments                 the ablations and the sweep
+    python -m flows.experiments --grid NAME     instead, every combination of orchestration.grids.NAME
 
 Queues `orchestration.ablations` (name -> `-S` overrides) and the `orchestration.sweep` grid with
 `dvc exp run --queue`, runs the queue (`dvc exp run --run-all --jobs N`, N from
@@ -20,8 +21,8 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from rlvr.config import load_params
-from rlvr.experiments import (compare, comparison_rows, queue_commands, queued_runs,
-                              run_queue_env)
+from rlvr.experiments import (compare, comparison_rows, grid_command, grid_runs, queue_commands,
+                              queued_runs, run_queue_env)
 from rlvr.orchestration import StageFailed, provenance_line, run_dvc
 
 
@@ -33,8 +34,14 @@ def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:
 
 
 @task(cache_policy=NO_CACHE)
-def queue_experiments(root: str) -> int:
+def queue_experiments(root: str, grid: str | None = None) -> int:
     orchestration = load_params(Path(root) / "params.yaml").orchestration
+    if grid is not None:
+        if grid not in orchestration.grids:
+            raise StageFailed(f"--grid {grid}: params.yaml orchestration.grids has no such grid "
+                              f"(it has: {', '.join(orchestration.grids) or 'none'})")
+        _dvc(root, *grid_command(orchestration.grids[grid]))
+        return grid_runs(orchestration.grids[grid])
     for args in queue_commands(orchestration):
         _dvc(root, *args)
     return queued_runs(orchestration)
@@ -57,13 +64,20 @@ def publish_comparison(root: str) -> list[list]:
 
 
 @flow(name="grpo-experiments", log_prints=True)
-def experiments(root: str = str(ROOT)) -> list[list]:
-    queued = queue_experiments(root)
+def experiments(root: str = str(ROOT), grid: str | None = None) -> list[list]:
+    queued = queue_experiments(root, grid)
     print(f"experiments: {queued} queued")
     run_queue(root)
     return publish_comparison(root)
 
 
 if __name__ == "__main__":
-    for row in experiments():
-        print(row)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", help="queue and run only orchestration.grids.GRID")
+    try:
+        for row in experiments(grid=parser.parse_args().grid):
+            print(row)
+    except StageFailed as error:
+        raise SystemExit(f"experiments: {error}") from None

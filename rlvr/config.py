@@ -513,6 +513,9 @@ class OrchestrationParams:
                       default=1)
     sweep: dict = _help("Experiments flow: param -> values, queued as a grid.",
                         default_factory=lambda: {"train.grpo.beta": [0.01, 0.1]})
+    grids: dict = _help("Experiments flow, only when named (`python -m flows.experiments --grid "
+                        "NAME`): name -> {param: values}; every combination is queued (DVC's "
+                        "grid of `-S` lists).", default_factory=dict)
 
     def __post_init__(self) -> None:
         for stage in self.timeouts:
@@ -532,6 +535,16 @@ class OrchestrationParams:
             _require_param_key(str(key), "orchestration.sweep")
             _require(isinstance(values, list) and bool(values), f"orchestration.sweep.{key}",
                      values, "must be a non-empty list of values")
+        for name, grid in self.grids.items():
+            _require(bool(_EXPERIMENT_NAME.fullmatch(str(name))), "orchestration.grids", name,
+                     "must be a name of letters, digits, '-' and '_'")
+            _require(isinstance(grid, dict) and bool(grid), f"orchestration.grids.{name}", grid,
+                     "must map params to lists of values, e.g. {seed: [0, 1]}")
+            for key, values in grid.items():
+                _require_param_key(str(key), f"orchestration.grids.{name}")
+                _require(isinstance(values, list) and bool(values),
+                         f"orchestration.grids.{name}.{key}", values,
+                         "must be a non-empty list of values")
 
 
 @dataclass
@@ -750,11 +763,22 @@ def apply_overrides(path: str | Path, overrides: list[str], where: str) -> Param
                           f"{str(error).removeprefix('params.yaml: ')}") from None
 
 
+def override_value(value: Any) -> str:
+    """A value as a `-S` override spells it (YAML's true / false for booleans).
+
+    >>> override_value(False), override_value(0.1), override_value("best_val")
+    ('false', '0.1', 'best_val')
+    """
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def experiment_params(path: str | Path = PARAMS_FILE) -> Iterator[tuple[str, list[str], Params]]:
-    """Every params.yaml the experiments flow would run: each ablation's and each sweep value's
+    """Every params.yaml the experiments flow would run: each ablation's, each sweep value's and
+    each grid combination's
     `-S` overrides applied to a copy of `path` by DVC's own code (Hydra's grammar; a key that is
     not in params.yaml is an error, as in `dvc exp run`), checked like params.yaml itself.
     Yields (where, overrides, params); raises ParamsError naming the experiment."""
+    import itertools
     import shutil
     import tempfile
 
@@ -763,6 +787,11 @@ def experiment_params(path: str | Path = PARAMS_FILE) -> Iterator[tuple[str, lis
             for name, overrides in orchestration.ablations.items()]
     runs += [(f"orchestration.sweep.{key}", [f"{key}={value}"])  # as flows/experiments queues them
              for key, values in orchestration.sweep.items() for value in values]
+    for name, grid in orchestration.grids.items():  # every combination DVC would queue
+        for combination in itertools.product(*grid.values()):
+            runs.append((f"orchestration.grids.{name}",
+                         [f"{key}={override_value(value)}"
+                          for key, value in zip(grid, combination)]))
     with tempfile.TemporaryDirectory() as scratch:
         for where, overrides in runs:
             copy = Path(scratch) / "params.yaml"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import PathsParams
+from rlvr.config import PathsParams, override_value
 
 def queue_commands(orchestration) -> list[list[str]]:
     """The `dvc` argument lists that queue params.yaml's ablations and sweep grid, one per call.
@@ -30,6 +30,29 @@ def queue_commands(orchestration) -> list[list[str]]:
     commands += [["exp", "run", "--queue", "-S", f"{key}={','.join(map(str, values))}"]
                  for key, values in orchestration.sweep.items()]
     return commands
+
+
+def grid_command(grid: dict[str, list]) -> list[str]:
+    """The `dvc` arguments that queue every combination of a grid (DVC's `-S` lists).
+
+    >>> " ".join(grid_command({"seed": [0, 1], "train.dynamic_sampling": [False, True]}))
+    'exp run --queue -S seed=0,1 -S train.dynamic_sampling=false,true'
+    """
+    return ["exp", "run", "--queue",
+            *[a for key, values in grid.items()
+              for a in ("-S", f"{key}={','.join(map(override_value, values))}")]]
+
+
+
+def grid_runs(grid: dict[str, list]) -> int:
+    """How many experiments a grid queues: the product of its lists' lengths.
+
+    >>> grid_runs({"seed": [0, 1, 2, 3], "train.select": ["last", "best_val"]})
+    8
+    """
+    import math
+
+    return math.prod(len(values) for values in grid.values())
 
 
 def queued_runs(orchestration) -> int:

@@ -230,6 +230,14 @@ def _params_file(tmp_path, changes: dict) -> Path:
      "params.yaml: rewards.funcs = ['correctness', 'vibes']: unknown reward function(s)"),
     ({"rewards": {"funcs": ["correctness", "vibes"]}},
      "rewards.funcs = ['correctness', 'vibes']: unknown reward function(s) ['vibes']"),
+    # a grid: every combination is checked, here one that two rules forbid together
+    ({"orchestration": {"grids": {"ds": {"train.advantage": ["group", "running_mean"],
+                                         "train.dynamic_sampling": [False, True]}}}},
+     "orchestration.grids.ds = ['train.advantage=running_mean', "
+     "'train.dynamic_sampling=true']: gives a bad params.yaml: train.dynamic_sampling = True: "
+     "needs train.advantage = 'group'"),
+    ({"orchestration": {"grids": {"g": {"train.nope": [1]}}}},
+     "orchestration.grids.g = 'train.nope': names no params.yaml field"),
 ])
 def test_check_params_checks_every_experiment_the_flow_would_run(tmp_path, changes, message):
     from rlvr.checks import check_params_file
@@ -245,9 +253,23 @@ def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
     runs = [(where, params) for where, _, params in experiment_params(ROOT / "params.yaml")]
     assert [where for where, _ in runs] == [
         "orchestration.ablations.no-kl", "orchestration.ablations.no-group-norm",
-        "orchestration.sweep.train.grpo.beta", "orchestration.sweep.train.grpo.beta"]
+        "orchestration.sweep.train.grpo.beta", "orchestration.sweep.train.grpo.beta",
+        *["orchestration.grids.step8"] * 16]
     assert runs[0][1].train.grpo.beta == 0 and runs[1][1].train.advantage == "running_mean"
-    assert [params.train.grpo.beta for _, params in runs[2:]] == [0.01, 0.1]
+    assert [params.train.grpo.beta for _, params in runs[2:4]] == [0.01, 0.1]
+    # the grid: every combination, each applied (booleans spelled as YAML's, as DVC queues them)
+    grid = {(p.seed, p.train.select, p.train.dynamic_sampling) for _, p in runs[4:]}
+    assert grid == {(seed, select, dynamic) for seed in range(4)
+                    for select in ("last", "best_val") for dynamic in (False, True)}
+
+
+def test_an_unknown_grid_is_one_line_naming_the_grids():
+    from flows.experiments import queue_experiments
+    from rlvr.orchestration import StageFailed
+
+    with pytest.raises(StageFailed, match=r"--grid nope: params.yaml orchestration.grids has no "
+                                          r"such grid \(it has: step8\)"):
+        queue_experiments.fn(str(ROOT), "nope")
 
 
 def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
