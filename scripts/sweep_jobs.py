@@ -24,7 +24,7 @@ from ruamel.yaml import YAML
 ROOT = Path(__file__).resolve().parents[1]
 # the pipeline in about a minute: the plumbing, not the learning (tests/conftest.py small_budget)
 SMALL_BUDGET = {"model": {"warm_start": {"steps": 30}}, "smoke": {"max_steps": 3},
-                "train": {"max_steps": 6, "save_steps": 3,
+                "train": {"max_steps": 6, "save_steps": 3, "eval_steps": 3,
                           "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
                 "evaluate": {"samples": 2, "n_resamples": 500}}
 

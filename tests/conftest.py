@@ -68,7 +68,7 @@ def small_budget():
     few GRPO steps, few evaluation samples): for tests of the plumbing, not of learning."""
     return {"model": {"warm_start": {"steps": 30}},
             "smoke": {"max_steps": 3},
-            "train": {"max_steps": 6, "save_steps": 3,
+            "train": {"max_steps": 6, "save_steps": 3, "eval_steps": 3,
                       "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
             "evaluate": {"samples": 2, "n_resamples": 500}}
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # pass over them), with a checkpoint every 4 steps.
 SMALL_RUN = {"model": {"warm_start": {"steps": 30}},
              "smoke": {"max_steps": 3},
-             "train": {"max_steps": 24, "save_steps": 4, "log_every": 8,
+             "train": {"max_steps": 24, "save_steps": 4, "eval_steps": 4, "log_every": 8,
                        "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
              "evaluate": {"samples": 2, "n_resamples": 500}}
 

@@ -25,7 +25,7 @@ LOCAL_LLM_RUN = {
     "rewards": {"funcs": ["correctness", "format", "length"], "weights": [1.0, 0.2, 1.0]},
     # still, most groups have no spread, which the smoke run would otherwise (rightly) stop on
     "smoke": {"max_steps": 3, "min_spread_share": 0.0},
-    "train": {"max_steps": 6, "save_steps": 3, "log_every": 3,
+    "train": {"max_steps": 6, "save_steps": 3, "eval_steps": 3, "log_every": 3,
               "grpo": {"num_generations": 4, "per_device_train_batch_size": 16,
                        "max_completion_length": 16}},
     "evaluate": {"samples": 2, "n_resamples": 500},
