@@ -50,25 +50,15 @@ def train_metrics(summary: dict) -> dict:
     """The training run's headline: steps, and the reward and KL it ended at (means over the last
     10 steps, rlvr.runs.run_metrics; correctness and the rest stay in the summary).
 
-    With validation during training: the step models/final holds and its validation mean reward.
+    (Which step became models/final, and the validation scores, stay in the summary's
+    `selection`: `dvc exp show` has a column per metric, and the table must fit.)
 
     >>> train_metrics({"steps": 400, "last10_mean_reward": 0.84, "last10_mean_correctness": 0.8,
     ...                "last10_mean_kl": 0.3, "first10_mean_reward": 0.4})
     {'steps': 400, 'reward': 0.84, 'kl': 0.3}
-    >>> train_metrics({"steps": 400, "last10_mean_reward": 0.84, "last10_mean_kl": 0.3,
-    ...                "selection": {"chosen_step": 200, "validation": [
-    ...                    {"step": 0, "mean_reward": 0.3}, {"step": 200, "mean_reward": 0.5}]}})
-    {'steps': 400, 'reward': 0.84, 'kl': 0.3, 'chosen_step': 200, 'val_reward': 0.5}
     """
-    metrics = {"steps": summary["steps"], "reward": summary["last10_mean_reward"],
-               "kl": summary["last10_mean_kl"]}
-    selection = summary.get("selection") or {}
-    if selection.get("validation"):
-        chosen = selection["chosen_step"]
-        metrics["chosen_step"] = chosen
-        metrics["val_reward"] = next((s["mean_reward"] for s in selection["validation"]
-                                      if s["step"] == chosen), None)
-    return metrics
+    return {"steps": summary["steps"], "reward": summary["last10_mean_reward"],
+            "kl": summary["last10_mean_kl"]}
 
 
 def eval_metrics(summary: dict) -> dict:

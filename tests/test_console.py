@@ -14,7 +14,17 @@ pytestmark = pytest.mark.slow
 def test_a_cold_run_prints_a_short_readable_console(cold_run):
     log = (cold_run.parent / "repro.log").read_text()
     lines = log.splitlines()  # a progress bar redraws itself with \r: one line each
-    assert len(lines) < 150, len(lines)
+    # one validation line at step 0 and every train.eval_steps (and the last step), no other
+    every_eval, last = SMALL_RUN["train"]["eval_steps"], SMALL_RUN["train"]["max_steps"]
+    scored = [int(n) for n in re.findall(r"train: step (\d+)/\d+ \| validation: mean reward ",
+                                         log)]
+    assert scored == list(range(0, last + 1, every_eval)), scored
+    assert "train: models/final is the last step, 24 (train.select last)" in log
+    assert re.search(r"train: scoring the validation rows took [\d.]+ s of [\d.]+ s", log)
+    # the rest stays as short as before validation came: each validation line costs 3 lines
+    # (itself, and the blank and redrawn bar of tqdm.write, which splitlines() sees), and the
+    # train stage's end says in 2 more which step became models/final and what scoring cost
+    assert len(lines) - 3 * len(scored) - 2 < 150, len(lines)
     for stage in ("check_params", "reward_tests", "validate", "prepare_model", "smoke", "train",
                   "evaluate", "report"):
         assert f"Running stage '{stage}'" in log and f"{stage}: done in " in log
