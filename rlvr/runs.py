@@ -122,7 +122,7 @@ def validation_history(log_history: list[dict]) -> list[dict]:
 
     >>> validation_history([{"eval_mean_reward": 0.2, "step": 0}, {"loss": 0.1, "step": 1},
     ...                     {"eval_mean_reward": 0.3, "eval_greedy_success": 0.5, "step": 2}])
-    [{'step': 0, 'mean_reward': 0.2}, {'step': 2, 'mean_reward': 0.3, 'greedy_success': 0.5}]
+    [{'step': 0, 'mean_reward': 0.2}, {'step': 2, 'greedy_success': 0.5, 'mean_reward': 0.3}]
     """
     return [{"step": entry["step"], **validation_entry(entry)} for entry in log_history
             if validation_entry(entry)]

@@ -233,14 +233,14 @@ def validation_entry(logs: dict[str, Any]) -> dict[str, float]:
     prefix; {} for a training entry.
 
     >>> validation_entry({"eval_mean_reward": 0.5, "eval_greedy_success": 0.25, "step": 50})
-    {'mean_reward': 0.5, 'greedy_success': 0.25}
+    {'greedy_success': 0.25, 'mean_reward': 0.5}
     >>> validation_entry({"loss": 0.1, "reward": 0.4})
     {}
     """
     if VALIDATION_PREFIX + "mean_reward" not in logs:
         return {}
-    return {key[len(VALIDATION_PREFIX):]: float(value) for key, value in logs.items()
-            if key.startswith(VALIDATION_PREFIX)}
+    return {key[len(VALIDATION_PREFIX):]: float(value) for key, value in sorted(logs.items())
+            if key.startswith(VALIDATION_PREFIX)}  # sorted: as a restored history has them
 
 
 class LiveCurvesCallback(TrainerCallback):
@@ -439,6 +439,11 @@ class PipelineGRPOTrainer(GRPOTrainer):
         same on all of them."""
         if self.validation is None:
             return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        step = self.state.global_step
+        scored = next((e for e in self.state.log_history
+                       if e.get("step") == step and validation_entry(e)), None)
+        if scored is not None:  # a resumed run's eval_on_start: scored before the checkpoint
+            return {k: v for k, v in scored.items() if k.startswith(metric_key_prefix + "_")}
         started = time.perf_counter()
         scores = self.validation(self.accelerator.unwrap_model(self.model), self.processing_class)
         self.validation_seconds += time.perf_counter() - started

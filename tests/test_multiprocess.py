@@ -115,9 +115,12 @@ def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_
     assert [entry["step"] for entry in _history(project)] == steps
     curves = sorted((project / LIVE).rglob("*.tsv"))
     assert len(curves) > 20
+    scored = list(range(0, 25, 4))  # the validation curves: step 0 and every train.eval_steps
     for curve in curves:
         rows = curve.read_text().splitlines()
-        assert [int(row.split("\t")[0]) for row in rows[1:]] == steps, curve
+        expected = scored if curve.parent.name == "val" else steps
+        assert [int(row.split("\t")[0]) for row in rows[1:]] == expected, curve
+    assert len([c for c in curves if c.parent.name == "val"]) == 4
     # The logged keys are a single-process run's.
     assert set(_history(project)[-1]) == set(_history(cold_run)[-1])
     assert json.loads((project / "reports/smoke/checks.json").read_text())["passed"]

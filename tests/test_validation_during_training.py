@@ -151,3 +151,24 @@ def test_selection_params_are_checked(train, message):
     with pytest.raises(ParamsError, match=None) as error:
         parse_params({"train": train})
     assert message in str(error.value)
+
+
+def test_a_resumed_run_scores_the_same_steps_once(tiny_policy_dir, rows, val_rows, tmp_path):
+    from tests.test_resume import KeepCheckpoints
+
+    params = parse_params({**SMALL, "train": {**SMALL["train"], "eval_steps": 2}})
+    params.rewards.weights = [1.0, 0.2, 0.5]
+
+    def funcs():
+        odd = RewardFunction("odd_text", lambda text, verifier, n: float(sum(map(ord, text)) % 2))
+        return [*build_reward_funcs(params.rewards), odd]
+
+    full = run_grpo(params, rows, str(tiny_policy_dir), tmp_path / "full", max_steps=6,
+                    save_steps=2, val_rows=val_rows, reward_funcs=funcs(),
+                    callbacks=[KeepCheckpoints(tmp_path / "kept")])
+    resumed = run_grpo(params, rows, str(tiny_policy_dir), tmp_path / "resumed", max_steps=6,
+                       save_steps=2, val_rows=val_rows, reward_funcs=funcs(),
+                       resume_from=str(tmp_path / "kept" / "checkpoint-4"))
+    expected = validation_history(full.state.log_history)
+    assert [h["step"] for h in expected] == [0, 2, 4, 6]
+    assert validation_history(resumed.state.log_history) == expected  # step 0 not scored again
