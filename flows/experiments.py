@@ -20,7 +20,7 @@ from prefect import flow, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from rlvr.config import load_params
+from rlvr.config import ParamsError, check_queued_runs, load_params
 from rlvr.experiments import (compare, comparison_rows, grid_command, grid_runs, queue_commands,
                               queued_runs, run_queue_env)
 from rlvr.orchestration import StageFailed, provenance_line, run_dvc
@@ -36,10 +36,14 @@ def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:
 @task(cache_policy=NO_CACHE)
 def queue_experiments(root: str, grid: str | None = None) -> int:
     orchestration = load_params(Path(root) / "params.yaml").orchestration
+    if grid is not None and grid not in orchestration.grids:
+        raise StageFailed(f"--grid {grid}: params.yaml orchestration.grids has no such grid "
+                          f"(it has: {', '.join(orchestration.grids) or 'none'})")
+    try:  # what each run's own check_params will check, before anything is queued
+        check_queued_runs(Path(root) / "params.yaml", grid)
+    except ParamsError as error:
+        raise StageFailed(str(error)) from None
     if grid is not None:
-        if grid not in orchestration.grids:
-            raise StageFailed(f"--grid {grid}: params.yaml orchestration.grids has no such grid "
-                              f"(it has: {', '.join(orchestration.grids) or 'none'})")
         _dvc(root, *grid_command(orchestration.grids[grid]))
         return grid_runs(orchestration.grids[grid])
     for args in queue_commands(orchestration):

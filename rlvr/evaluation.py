@@ -37,6 +37,16 @@ def rollout_settings(params, n: int | None = None, seed: int | None = None) -> S
                           seed=params.seed if seed is None else seed)
 
 
+def greedy_settings(sampled: SampleSettings) -> SampleSettings:
+    """One greedy completion per prompt, with the sampled settings' length, seed and batching.
+
+    >>> greedy_settings(SampleSettings(n=8, max_new_tokens=12, seed=3))
+    SampleSettings(n=1, do_sample=False, temperature=1.0, top_p=1.0, max_new_tokens=12, seed=3, batch_prompts=64)
+    """
+    return SampleSettings(n=1, do_sample=False, max_new_tokens=sampled.max_new_tokens,
+                          seed=sampled.seed, batch_prompts=sampled.batch_prompts)
+
+
 @dataclass
 class ScoredRow:
     """One row's completions and what every reward function gave them."""
@@ -175,8 +185,7 @@ def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weigh
     """
     import torch
 
-    greedy = SampleSettings(n=1, do_sample=False, max_new_tokens=sampled.max_new_tokens,
-                            seed=sampled.seed, batch_prompts=sampled.batch_prompts)
+    greedy = greedy_settings(sampled)
     was_training = model.training
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     try:
@@ -252,8 +261,7 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
     (per split: both policies' stats and the paired delta of mean reward with its bootstrap CI;
     the verdict follows the held-out CI) and one record per prompt.
     """
-    greedy = SampleSettings(n=1, do_sample=False, max_new_tokens=sampled.max_new_tokens,
-                            seed=sampled.seed)
+    greedy = greedy_settings(sampled)
     metrics: dict = {}
     per_prompt: list[dict] = []
     for split, rows in splits.items():

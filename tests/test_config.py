@@ -272,6 +272,38 @@ def test_an_unknown_grid_is_one_line_naming_the_grids():
         queue_experiments.fn(str(ROOT), "nope")
 
 
+def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
+    """A grid value can make an ablation invalid inside the grid's runs (their check_params
+    checks the ablations on their own params.yaml): the flow says so before queueing."""
+    from flows.experiments import queue_experiments
+    from rlvr.config import check_queued_runs
+    from rlvr.orchestration import StageFailed
+
+    path = _params_file(tmp_path, {"orchestration": {
+        "ablations": {"no-group-norm": ["train.advantage=running_mean"]},
+        "grids": {"ds": {"seed": [0, 1], "train.dynamic_sampling": [False, True],
+                         "train.advantage": ["group"]}}}})  # pinned, as the step8 grid does
+    check_queued_runs(path)  # the ablations and sweep on the workspace's params: valid
+    message = ("orchestration.grids.ds = ['seed=0', 'train.dynamic_sampling=true', "
+               "'train.advantage=group']: its own "
+               "check_params would fail: orchestration.ablations.no-group-norm = "
+               "['train.advantage=running_mean']: gives a bad params.yaml: "
+               "train.dynamic_sampling = True: needs train.advantage = 'group'")
+    with pytest.raises(ParamsError, match=re.escape(message)):
+        check_queued_runs(path, "ds")
+    with pytest.raises(StageFailed, match=re.escape(message)):  # before any `dvc exp run`
+        queue_experiments.fn(str(tmp_path), "ds")
+    assert not (tmp_path / ".dvc").exists()
+
+
+@pytest.mark.slow
+def test_every_run_of_the_committed_grid_passes_its_own_check_params():
+    from rlvr.config import check_queued_runs
+
+    assert check_queued_runs(ROOT / "params.yaml", "step8") == 16
+    assert check_queued_runs(ROOT / "params.yaml") == 4
+
+
 def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
     import ast
     import inspect
