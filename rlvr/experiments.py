@@ -7,6 +7,8 @@ history.
 from __future__ import annotations
 
 import json
+import re
+import statistics
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -87,6 +89,8 @@ class Experiment:
     evaluation: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
     eval_summary: dict = field(default_factory=dict)  # the evaluate stage's detail
+    train_summary: dict = field(default_factory=dict)  # the train stage's (selection included)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # stages it ran (queue log)
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -149,6 +153,28 @@ def read_json(rev: str, cwd: str | Path, path: str) -> dict:
     return json.loads(text) if text else {}
 
 
+# The line every stage ends with (rlvr.stage), in the log `dvc queue logs` keeps of a queued run.
+_STAGE_DONE = re.compile(r"^(\w+): done in ([0-9.]+) s$", re.MULTILINE)
+
+
+def stage_seconds(log: str) -> dict[str, float]:
+    """Wall time of each stage a run ran, from its `NAME: done in S s` lines (a stage DVC skipped
+    or restored from its run cache has none).
+
+    >>> stage_seconds("Stage 'smoke' didn't change, skipping\\ntrain: done in 59.2 s\\n")
+    {'train': 59.2}
+    """
+    return {name: float(seconds) for name, seconds in _STAGE_DONE.findall(log)}
+
+
+def queue_log(name: str, cwd: str | Path = ".") -> str:
+    """What a queued experiment printed (`dvc queue logs`; empty once the queue forgot it)."""
+    from rlvr.orchestration import run_dvc
+
+    run = run_dvc(cwd, "queue", "logs", name)
+    return run.stdout if run.returncode == 0 else ""
+
+
 def differing_params(experiments: Sequence[Experiment]) -> list[str]:
     keys = sorted({k for e in experiments for k in e.params})
     return [k for k in keys if len({json.dumps(e.params.get(k)) for e in experiments}) > 1]
@@ -169,6 +195,47 @@ def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[
     return header, rows
 
 
+def setting_rows(experiments: Sequence[Experiment], over: str = "seed", timed: str = "train"
+                 ) -> tuple[list[str], list[list[Any]]]:
+    """The experiments (not the baseline commit) grouped by the params they differ in other than
+    `over`: per setting, the mean over its runs of the test-file mean-reward delta, the lowest
+    CI low and how many runs have it above 0, greedy success, the step each final model is from,
+    and the mean wall time of stage `timed` over the runs that ran it (not those DVC restored
+    from its cache). Only settings with more than one run (no rows where nothing was repeated)."""
+    runs = [e for e in experiments if not e.name.startswith("baseline (")]
+    keys = [k for k in differing_params(runs) if k != over]
+    groups: dict[str, list[Experiment]] = {}
+    for e in runs:
+        groups.setdefault(json.dumps([e.params.get(k) for k in keys]), []).append(e)
+
+    def mean(values: list) -> float | None:
+        values = [v for v in values if v is not None]
+        return statistics.fmean(values) if values else None
+
+    header = [*keys, f"runs ({over})", "test delta mean reward (mean)", "lowest CI low",
+              "runs with CI low > 0", "greedy success step 0 → final (mean)",
+              "chosen steps", f"{timed} stage wall time, s (mean)"]
+    rows = []
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        group.sort(key=lambda e: json.dumps(e.params.get(over)))
+        lows = [e.evaluation.get("ci_low") for e in group]
+        known = [low for low in lows if low is not None]
+        greedy0, greedy = (mean([e.evaluation.get(k) for e in group]) for k in ("greedy0", "greedy"))
+        rows.append([
+            *[group[0].params.get(k) for k in keys],
+            ", ".join(str(e.params.get(over)) for e in group),
+            mean([e.evaluation.get("delta") for e in group]),
+            min(known) if known else None,
+            f"{sum(low > 0 for low in known)}/{len(group)}",
+            f"{greedy0:.3f} → {greedy:.3f}" if greedy0 is not None and greedy is not None else None,
+            ", ".join(str(e.train_summary.get("selection", {}).get("chosen_step", "?"))
+                      for e in group),
+            mean([e.stage_seconds.get(timed) for e in group])])
+    return header, rows
+
+
 def comparison_markdown(experiments: Sequence[Experiment], image: str) -> str:
     from rlvr.render import md_image, md_table
 
@@ -178,6 +245,15 @@ def comparison_markdown(experiments: Sequence[Experiment], image: str) -> str:
              "(`dvc exp show`). Columns between the name and the results are the params that "
              "differ.", ""]
     lines += md_table(header, rows)
+    header, rows = setting_rows(experiments)
+    if rows:
+        lines += ["", "## Settings over seeds", "",
+                  "Runs that differ only by seed, as one row per setting: the test-file "
+                  "(held-out) mean-reward delta step 0 -> final with its 95% bootstrap CI per run, "
+                  "greedy success, the step `models/final` holds, and the train stage's wall "
+                  "time (`dvc queue logs`; runs whose training DVC restored from its cache are "
+                  "left out of that mean).", ""]
+        lines += md_table(header, rows)
     lines += ["", md_image("reward and KL curves", image), ""]
     return "\n".join(lines)
 
@@ -194,6 +270,9 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports") -> list[Expe
     for e in experiments:
         e.history = read_history(e.rev, cwd, paths.train_history)
         e.eval_summary = read_json(e.rev, cwd, paths.eval_summary)
+        e.train_summary = read_json(e.rev, cwd, paths.train_summary)
+        if not e.name.startswith("baseline ("):
+            e.stage_seconds = stage_seconds(queue_log(e.name, cwd))
     out = Path(cwd) / out_dir
     plot_overlay({e.name: e.history for e in experiments}, out / "figures" / "experiments.png")
     figure = "figures/experiments.png"

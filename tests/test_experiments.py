@@ -5,7 +5,8 @@ import subprocess
 
 import pytest
 
-from rlvr.experiments import Experiment, comparison_rows, differing_params, parse_exp_show
+from rlvr.experiments import (Experiment, comparison_markdown, comparison_rows, differing_params,
+                              parse_exp_show, setting_rows)
 from tests.helpers import run_in_terminal
 
 
@@ -36,6 +37,35 @@ def test_missing_metrics_leave_blanks_not_errors():
     assert table == [["x", None, None, None, None, None, None]]
 
 
+def test_runs_that_differ_by_seed_are_one_row_per_setting():
+    def run(name, seed, select, delta, ci_low, greedy, chosen, seconds):
+        return Experiment(name, name, {"seed": seed, "train.select": select, "train.beta": 0.05},
+                          evaluation={"delta": delta, "ci_low": ci_low, "greedy0": 0.25,
+                                      "greedy": greedy},
+                          train_summary={"selection": {"chosen_step": chosen}},
+                          stage_seconds={"train": seconds} if seconds else {"report": 1.5})
+
+    experiments = [Experiment("baseline (abc1234)", "abc", {"seed": 0, "train.select": "last",
+                                                            "train.beta": 0.05},
+                              evaluation={"delta": 9.0, "ci_low": 9.0}),  # not a setting's run
+                   run("a", 1, "last", 0.10, -0.01, 0.375, 400, 100.0),
+                   run("b", 0, "last", 0.20, 0.05, 0.5, 400, 110.0),
+                   run("c", 0, "best_val", 0.30, 0.10, 0.5, 200, 120.0),
+                   run("d", 1, "best_val", 0.20, 0.02, 0.625, 250, None),  # train restored
+                   run("e", 2, "alone", 0.9, 0.5, 1.0, 50, 1.0)]  # one run: not a comparison
+    header, rows = setting_rows(experiments)
+    assert header[:2] == ["train.select", "runs (seed)"]
+    assert rows[0][:5] == ["last", "0, 1", pytest.approx(0.15), -0.01, "1/2"]
+    assert rows[0][5:] == ["0.250 → 0.438", "400, 400", pytest.approx(105.0)]
+    assert rows[1][:5] == ["best_val", "0, 1", pytest.approx(0.25), 0.02, "2/2"]
+    assert rows[1][5:] == ["0.250 → 0.562", "200, 250", pytest.approx(120.0)]
+    assert len(rows) == 2
+    markdown = comparison_markdown(experiments, "figures/experiments.png")
+    assert "## Settings over seeds" in markdown and "| best\\_val | 0, 1 | 0.250 |" in markdown
+    # nothing repeated: no section
+    assert "## Settings over seeds" not in comparison_markdown(experiments[:2], "x.png")
+
+
 @pytest.mark.slow
 def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
         small_budget, project_copy, dvc_env, prefect_harness, artifact_versions):
@@ -63,6 +93,11 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     assert all(row[-1] in ("improved", "no significant change", "regressed") for row in rows)
     assert (project / "reports" / "figures" / "experiments.png").stat().st_size > 10_000
     assert "data:image/png;base64," in (project / "reports" / "experiments.html").read_text()
+    from rlvr.experiments import compare
+
+    timed = {e.name: e.stage_seconds for e in compare(project)}  # from each run's queue log
+    assert len(timed) == 5 and all(seconds.get("train", 0) > 1 for name, seconds in timed.items()
+                                   if not name.startswith("baseline (")), timed
     (artifact,) = artifact_versions("experiments-comparison")
     assert "no-group-norm" in str(artifact.data) and "git " in artifact.description
 
