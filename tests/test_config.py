@@ -279,7 +279,7 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
     from rlvr.config import check_queued_runs
     from rlvr.orchestration import StageFailed
 
-    path = _params_file(tmp_path, {"orchestration": {
+    path = _params_file(tmp_path, {"train": {"dynamic_sampling": False}, "orchestration": {
         "ablations": {"no-group-norm": ["train.advantage=running_mean"]},
         "grids": {"ds": {"seed": [0, 1], "train.dynamic_sampling": [False, True],
                          "train.advantage": ["group"]}}}})  # pinned, as the step8 grid does

@@ -47,7 +47,7 @@ def test_a_run_killed_at_any_checkpoint_resumes_to_the_same_end(step, copy_run, 
 
 def test_the_running_mean_ablation_resumes_with_its_baseline(copy_run):
     project = copy_run("ablation")
-    set_params(project, {"train": {"advantage": "running_mean"}})
+    set_params(project, {"train": {"advantage": "running_mean", "dynamic_sampling": False}})
     dvc(project, "repro", "train")  # the uninterrupted ablation run (smoke reruns too)
     uninterrupted = _results(project)
     assert '"running_mean_baseline"' in uninterrupted["reports/train/history.jsonl"]
