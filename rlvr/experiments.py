@@ -80,6 +80,9 @@ def run_queue_env(jobs: int, cpus: int | None = None) -> dict[str, str]:
 DEFAULT_PATHS = PathsParams()
 
 
+BASELINE = "baseline ("  # how parse_exp_show names the commit's own run: "baseline (abc1234)"
+
+
 @dataclass
 class Experiment:
     name: str
@@ -91,6 +94,11 @@ class Experiment:
     eval_summary: dict = field(default_factory=dict)  # the evaluate stage's detail
     train_summary: dict = field(default_factory=dict)  # the train stage's (selection included)
     stage_seconds: dict[str, float] = field(default_factory=dict)  # stages it ran (queue log)
+
+    @property
+    def is_baseline(self) -> bool:
+        """The commit's own run, not one of its DVC experiments (see parse_exp_show)."""
+        return self.name.startswith(BASELINE)
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -117,7 +125,7 @@ def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> 
     for row in rows:
         if row.get("rev") == "workspace" or not row.get("data"):
             continue
-        found.append(_entry(f"baseline ({row['rev'][:7]})", row["data"], paths))
+        found.append(_entry(f"{BASELINE}{row['rev'][:7]})", row["data"], paths))
         for experiment in row.get("experiments") or []:
             for rev in experiment.get("revs", []):
                 if rev.get("data"):
@@ -202,7 +210,7 @@ def setting_rows(experiments: Sequence[Experiment], over: str = "seed", timed: s
     CI low and how many runs have it above 0, greedy success, the step each final model is from,
     and the mean wall time of stage `timed` over the runs that ran it (not those DVC restored
     from its cache). Only settings with more than one run (no rows where nothing was repeated)."""
-    runs = [e for e in experiments if not e.name.startswith("baseline (")]
+    runs = [e for e in experiments if not e.is_baseline]
     keys = [k for k in differing_params(runs) if k != over]
     groups: dict[str, list[Experiment]] = {}
     for e in runs:
@@ -220,8 +228,7 @@ def setting_rows(experiments: Sequence[Experiment], over: str = "seed", timed: s
         if len(group) < 2:
             continue
         group.sort(key=lambda e: json.dumps(e.params.get(over)))
-        lows = [e.evaluation.get("ci_low") for e in group]
-        known = [low for low in lows if low is not None]
+        known = [e.evaluation["ci_low"] for e in group if e.evaluation.get("ci_low") is not None]
         greedy0, greedy = (mean([e.evaluation.get(k) for e in group]) for k in ("greedy0", "greedy"))
         rows.append([
             *[group[0].params.get(k) for k in keys],
@@ -271,7 +278,7 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports") -> list[Expe
         e.history = read_history(e.rev, cwd, paths.train_history)
         e.eval_summary = read_json(e.rev, cwd, paths.eval_summary)
         e.train_summary = read_json(e.rev, cwd, paths.train_summary)
-        if not e.name.startswith("baseline ("):
+        if not e.is_baseline:
             e.stage_seconds = stage_seconds(queue_log(e.name, cwd))
     out = Path(cwd) / out_dir
     plot_overlay({e.name: e.history for e in experiments}, out / "figures" / "experiments.png")
