@@ -6,16 +6,19 @@ functions of the train stage's outputs, tested offline on synthetic histories.
 - completion length inflating: padding the answer games a length-blind reward;
 - KL spike: one step jumps far from the run's recent KL (an unstable update);
 - overfitting: the training reward still rises while the validation reward falls from its peak;
-- no learning signal: most groups have no reward spread, so most rollouts carry no gradient.
+- no learning signal: most groups have no reward spread, so most rollouts carry no gradient
+  (under dynamic sampling: the batch stays mostly empty after every sampling round).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rlvr.stats import window_mean
+from rlvr.stats import drift_kl, window_mean
+
+_KEPT, _OVERSAMPLING = "dynamic_sampling/kept_share", "dynamic_sampling/oversampling"
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,12 @@ class AlarmThresholds:
     zero_spread_share: float     # smoothed share of groups with no reward spread ends above this
 
 
-def _points(history: Sequence[dict], key: str) -> list[tuple[int, float]]:
-    """(step, value) for every entry with a finite `key`."""
-    return [(e["step"], float(e[key])) for e in history if e.get(key) is not None
-            and math.isfinite(float(e[key]))]
+def _points(history: Sequence[dict], key: str | Callable[[dict], float | None]
+            ) -> list[tuple[int, float]]:
+    """(step, value) for every entry with a finite `key` (a name, or a function of the entry)."""
+    read = key if callable(key) else (lambda e: e.get(key))
+    return [(e["step"], float(read(e))) for e in history if read(e) is not None
+            and math.isfinite(float(read(e)))]
 
 
 def _series(history: Sequence[dict], key: str) -> list[float]:
@@ -73,9 +78,15 @@ def check_alarms(history: Sequence[dict], validation: Sequence[dict],
     fmt, correct = _series(history, "rewards/format/mean"), _series(history,
                                                                       "rewards/correctness/mean")
     lengths = _series(history, "completions/mean_length")
-    kl_points = _points(history, "kl")
+    kl_points = _points(history, drift_kl)  # under dynamic sampling: every generated group
     kls = [value for _, value in kl_points]
-    spread = _series(history, "frac_reward_zero_std")
+    # Without dynamic sampling the loss sees every group, so its share with no spread is the
+    # share that carries no gradient. With it, those groups are dropped and the loss sees what
+    # filled the batch: the empty share is 1 - kept share x oversampling (kept / needed).
+    sampled = any(_KEPT in e for e in history)
+    spread = [1.0 - kept * over for kept, over in zip(_series(history, _KEPT),
+                                                       _series(history, _OVERSAMPLING))] \
+        if sampled else _series(history, "frac_reward_zero_std")
     reward_points = _points(history, "reward")
 
     format_gain, correct_gain = _gain(fmt, w), _gain(correct, w)
@@ -123,10 +134,15 @@ def check_alarms(history: Sequence[dict], validation: Sequence[dict],
          "fired": val_drop > t.overfit_drop and train_rise > 0,
          "advice": "keep the best validation checkpoint (train.select: best_val), stop earlier "
                    "(train.patience) or add training rows"},
-        {"rule": "no learning signal: groups with no reward spread (smoothed, at the end)",
+        {"rule": ("no learning signal: share of the batch dynamic sampling left empty "
+                  "(smoothed, at the end)") if sampled else
+                 "no learning signal: groups with no reward spread (smoothed, at the end)",
          "value": zero_spread, "threshold": f"> {t.zero_spread_share}",
          "fired": zero_spread > t.zero_spread_share,
-         "advice": "most rollouts carry no gradient: harder or more varied prompts, more "
-                   "generations per prompt, or dynamic sampling"},
+         "advice": ("the training prompts are (nearly) all solved or all failed: each step "
+                    "trains on a few groups; more or harder training rows, or more "
+                    "train.max_sampling_rounds") if sampled else
+                   ("most rollouts carry no gradient: harder or more varied prompts, more "
+                    "generations per prompt, or dynamic sampling (train.dynamic_sampling)")},
     ]
     return {"rules": rules, "fired": [r["rule"] for r in rules if r["fired"]]}

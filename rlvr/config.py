@@ -374,7 +374,10 @@ class TrainParams:
                                    "no gradient), sampling more prompts for up to "
                                    "max_sampling_rounds rounds; the loss sees only the kept "
                                    "groups. Logs dynamic_sampling/{rounds,kept_share,"
-                                   "oversampling}.", default=False)
+                                   "oversampling} and kl_generated, the KL over every "
+                                   "generated group (TRL's kl covers the kept ones only), which "
+                                   "the KL diagnosis, the alarms and the adaptive beta read.",
+                                   default=False)
     max_sampling_rounds: int = _help("dynamic_sampling: generation rounds per step at most (1 = "
                                      "filter only, never resample).", rule=COUNT, default=3)
     grpo: GRPOParams = _help("GRPOConfig fields (shared with the smoke run).",
@@ -775,12 +778,14 @@ def override_value(value: Any) -> str:
 def experiment_runs(orchestration: OrchestrationParams, grid: str | None = None
                     ) -> list[tuple[str, list[str]]]:
     """(where, `-S` overrides) of every run the experiments flow queues: the ablations and the
-    sweep, or, given `grid`, only that grid's combinations."""
+    sweep, or, given `grid`, only that grid's combinations. (The flow queues them with
+    rlvr.experiments.queue_commands / grid_command; a test expands those with DVC's own sweep
+    code and checks they are these runs.)"""
     if grid is not None:
         return _grid_runs(grid, orchestration.grids[grid])
     runs = [(f"orchestration.ablations.{name}", list(overrides))
             for name, overrides in orchestration.ablations.items()]
-    runs += [(f"orchestration.sweep.{key}", [f"{key}={value}"])  # as flows/experiments queues them
+    runs += [(f"orchestration.sweep.{key}", [f"{key}={override_value(value)}"])
              for key, values in orchestration.sweep.items() for value in values]
     return runs
 

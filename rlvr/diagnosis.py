@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr.stats import moving_average, window_mean
+from rlvr.stats import drift_kl, kl_source, moving_average, window_mean
 
 
 # --------------------------------------------------------------------------- KL / beta diagnosis
@@ -30,9 +30,11 @@ def diagnose_kl(history: Sequence[dict], t: KLThresholds) -> dict:
     too loose: KL keeps climbing OR KL ends high OR reward rises then collapses -> raise beta or
                use a schedule
     healthy:   neither, and the reward rose
+
+    The KL read is stats.drift_kl: under dynamic sampling, the KL over every generated group.
     """
     rewards = [float(e["reward"]) for e in history if "reward" in e]
-    kls = [float(e["kl"]) for e in history if "kl" in e]
+    kls = [kl for kl in map(drift_kl, history) if kl is not None]
     n = len(rewards)
     smooth_reward = moving_average(rewards, t.window)
     smooth_kl = moving_average(kls, t.window) if kls else []
@@ -46,6 +48,7 @@ def diagnose_kl(history: Sequence[dict], t: KLThresholds) -> dict:
         "kl_q3": window_mean(kls, len(kls) // 2, 3 * len(kls) // 4),
         "kl_q4": window_mean(kls, 3 * len(kls) // 4, len(kls)),
         "kl_end": window_mean(kls, len(kls) - t.window, len(kls)),
+        "kl_over": kl_source(history),
     }
     gain_second_half = values["reward_end"] - values["reward_mid"]
     drop = values["reward_peak"] - values["reward_end"]

@@ -29,7 +29,7 @@ def queue_commands(orchestration) -> list[list[str]]:
     """
     commands = [["exp", "run", "--queue", "-n", name, *[a for o in overrides for a in ("-S", o)]]
                 for name, overrides in orchestration.ablations.items()]
-    commands += [["exp", "run", "--queue", "-S", f"{key}={','.join(map(str, values))}"]
+    commands += [["exp", "run", "--queue", "-S", f"{key}={','.join(map(override_value, values))}"]
                  for key, values in orchestration.sweep.items()]
     return commands
 

@@ -5,18 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rlvr.stats import moving_average
+from rlvr.stats import GENERATED_KL, drift_kl, moving_average
 
 PANELS = [
     ("Reward", ["reward", "rewards/correctness/mean", "rewards/format/mean",
                 "rewards/length/mean"]),
-    ("KL to reference (k3)", ["kl"]),
+    ("KL to reference (k3)", ["kl", GENERATED_KL]),  # the latter: every generated group
     ("Loss", ["loss"]),
     ("Beta in force", ["beta"]),
     ("Completion length (tokens)", ["completions/mean_length"]),
     ("Grad norm", ["grad_norm"]),
     ("Entropy", ["entropy"]),
     ("Groups with no reward spread", ["frac_reward_zero_std"]),
+    ("Dynamic sampling: kept share of generated groups", ["dynamic_sampling/kept_share"]),
 ]
 
 
@@ -92,7 +93,8 @@ def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO tr
             color = f"C{i}"
             ax.plot(steps, values, color=color, alpha=0.25, linewidth=0.8)
             ax.plot(steps, moving_average(values, window), color=color, linewidth=1.6,
-                    label=key.replace("rewards/", "").replace("/mean", ""))
+                    label=key.replace("rewards/", "").replace("/mean", "")
+                    .replace("dynamic_sampling/", ""))
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=8)
@@ -132,8 +134,8 @@ def plot_overlay(histories: Mapping[str, Sequence[dict]], path: str | Path) -> P
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for i, (name, history) in enumerate(histories.items()):
-        for ax, key in zip(axes, ("reward", "kl")):
-            points = [(h["step"], h[key]) for h in history if key in h]
+        for ax, read in zip(axes, (lambda e: e.get("reward"), drift_kl)):
+            points = [(h["step"], read(h)) for h in history if read(h) is not None]
             if points:
                 steps, values = zip(*points)
                 ax.plot(steps, moving_average(values, max(1, len(values) // 20)),

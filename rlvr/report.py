@@ -115,8 +115,8 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
     out += ["", f"Moving averages over {v(params['report']['window'])} steps: reward "
                 f"{v(dv['reward_start'])} (start) -> {v(dv['reward_mid'])} (middle) -> "
                 f"{v(dv['reward_end'])} (end), peak {v(dv['reward_peak'])}; KL max "
-                f"{v(dv['kl_max'])}, end {v(dv['kl_end'])}. Thresholds live in params.yaml "
-                "`report`.", ""]
+                f"{v(dv['kl_max'])}, end {v(dv['kl_end'])}, over {e(dv.get('kl_over', '?'))}. "
+                "Thresholds live in params.yaml `report`.", ""]
 
     if alarms is not None:
         out += alarms_section(alarms)

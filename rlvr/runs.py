@@ -22,7 +22,7 @@ from rlvr.policy import load_policy, policy_path
 from rlvr.provenance import library_versions
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
-from rlvr.stats import finite_mean
+from rlvr.stats import drift_kl, finite_mean, kl_source
 from rlvr.training import (RUNNING_MEAN_FILE, LiveCurvesCallback, fingerprint, last_checkpoint,
                            loggable, resumable_checkpoint, run_grpo, validation_entry)
 
@@ -104,16 +104,19 @@ def run_metrics(history: list[dict], window: int = 10) -> dict:
     """What a run ended at (history.jsonl has every step): the final KL and beta, and first vs
     last `window` steps' means."""
     last = history[-1] if history else {}
+    final = {"kl": drift_kl(last), "beta": last.get("beta")}
     return {
         "steps": len(history),
-        "final": {key: last[key] for key in ("kl", "beta") if key in last},
+        "final": {key: value for key, value in final.items() if value is not None},
         f"first{window}_mean_reward": finite_mean(e["reward"] for e in history[:window]),
         f"last{window}_mean_reward": finite_mean(e["reward"] for e in history[-window:]),
         f"last{window}_mean_correctness": finite_mean(
             e["rewards/correctness/mean"] for e in history[-window:]
             if "rewards/correctness/mean" in e),
-        f"last{window}_mean_kl": finite_mean(e["kl"] for e in history[-window:] if "kl" in e),
-        "max_kl": max((e["kl"] for e in history if "kl" in e), default=None),
+        # drift_kl: the KL a run without dynamic sampling would log, so settings compare
+        f"last{window}_mean_kl": finite_mean(drift_kl(e) for e in history[-window:]),
+        "max_kl": max((drift_kl(e) for e in history if drift_kl(e) is not None), default=None),
+        "kl_over": kl_source(history),
     }
 
 

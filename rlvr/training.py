@@ -36,7 +36,7 @@ from rlvr.distributed import world_size
 from rlvr.errors import PipelineError
 from rlvr.evaluation import VALIDATION_PREFIX
 from rlvr.rewards.registry import RewardFunction, normalized_weights
-from rlvr.stats import finite_mean
+from rlvr.stats import GENERATED_KL, drift_kl, finite_mean
 
 # Logged keys that measure time or throughput: kept out of the metric files, which must be
 # identical between two runs with the same seed.
@@ -191,16 +191,17 @@ class BetaScheduleCallback(TrainerCallback):
         # observing the restored history's KLs again, in order (the same arithmetic as before).
         self.schedule.reset()
         for entry in state.log_history:
-            if "kl" in entry:
-                self.schedule.observe_kl(float(entry["kl"]))
+            if "loss" in entry and drift_kl(entry) is not None:
+                self.schedule.observe_kl(drift_kl(entry))
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.trainer is not None:
             self.trainer.beta = self.schedule.value(state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "kl" in logs:
-            self.schedule.observe_kl(float(logs["kl"]))
+        # drift_kl: under dynamic sampling, the KL over every generated group, not the kept ones
+        if logs and "loss" in logs and drift_kl(logs) is not None:
+            self.schedule.observe_kl(drift_kl(logs))
 
 
 # --------------------------------------------------------------------------- guards and curves
@@ -505,10 +506,12 @@ class PipelineGRPOTrainer(GRPOTrainer):
         G = self.num_generations
         needed = len(inputs) // G
         parts, kept, generated, batch, first = [], 0, 0, inputs, None
-        rounds = 0
+        rounds, kl_sums = 0, None
         for rounds in range(1, self.max_sampling_rounds + 1):
             output = self._score_batch(batch)
             first = first if first is not None else output
+            sums = self._generated_kl_sums(output)
+            kl_sums = sums if kl_sums is None else kl_sums + sums
             spread = local_group_spread(self._reward_totals(), len(batch), G,
                                         self.accelerator.process_index)
             generated += len(spread)
@@ -535,11 +538,38 @@ class PipelineGRPOTrainer(GRPOTrainer):
         metrics["dynamic_sampling/rounds"].append(float(rounds))
         metrics["dynamic_sampling/kept_share"].append(common / generated)
         metrics["dynamic_sampling/oversampling"].append(generated / needed)
+        if kl_sums is not None:  # every rank ran the same rounds with the same beta
+            kl_sums = self.accelerator.reduce(kl_sums, reduction="sum")
+            metrics[GENERATED_KL].append((kl_sums[0] / kl_sums[1].clamp(min=1.0)).item())
         mask = merged["completion_mask"]
         if "tool_mask" in merged:
             mask = mask * merged["tool_mask"]
         merged["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
         return merged
+
+    def _generated_kl_sums(self, output):
+        """This rank's (sum, token count) of the per-token k3 KL, current policy to reference,
+        over every completion of a scored batch, kept or not (stats.drift_kl says why); None
+        when beta is 0 in force, as TRL then computes no reference log-probs and logs no KL.
+        A forward pass without gradients: it draws no random numbers, so training is the same."""
+        import torch
+
+        ref = output.get("ref_per_token_logps")
+        if ref is None:
+            return None
+        logps = output.get("old_per_token_logps")  # TRL's, when it computed them: the same
+        if logps is None:
+            completion = output["completion_ids"]
+            with torch.no_grad():
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, torch.cat([output["prompt_ids"], completion], dim=1),
+                    torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
+                    completion.size(1), batch_size=self.args.per_device_train_batch_size)
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        kl = torch.exp(ref - logps) - (ref - logps) - 1
+        return torch.stack([(kl * mask).sum(), mask.sum().float()])
 
     def _more_prompts(self, count: int, round_: int) -> list[dict]:
         """`count` training rows, each repeated G times, drawn by a generator seeded by the seed,

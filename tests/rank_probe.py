@@ -83,7 +83,8 @@ def main(out: str, policy: str) -> None:
 
 
 class DynamicRecorder(TrainerCallback):
-    """Per step: this rank's dynamic-sampling rounds and kept share (before the log clears them)."""
+    """Per step: this rank's dynamic-sampling rounds, kept share and KL over every generated group
+    (before the log clears them)."""
 
     def __init__(self) -> None:
         self.trainer = None
@@ -93,7 +94,8 @@ class DynamicRecorder(TrainerCallback):
         metrics = self.trainer._metrics["train"]
         self.steps.append({"step": state.global_step,
                            "rounds": list(metrics["dynamic_sampling/rounds"]),
-                           "kept_share": list(metrics["dynamic_sampling/kept_share"])})
+                           "kept_share": list(metrics["dynamic_sampling/kept_share"]),
+                           "kl_generated": list(metrics["dynamic_sampling/kl_generated"])})
 
 
 def main_dynamic(out: str, policy: str) -> None:

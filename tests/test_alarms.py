@@ -111,3 +111,47 @@ def test_every_rule_reports_its_value_and_threshold():
     assert spike["fired"] and spike["value"].endswith("at step 300")
     assert "validation -0.200 since its peak at step 200" in rules[3]["value"]
     assert all(r["threshold"] and r["advice"] for r in rules)
+
+
+# --------------------------------------------------------------------------- dynamic sampling
+
+EMPTY_BATCH = ("no learning signal: share of the batch dynamic sampling left empty "
+               "(smoothed, at the end)")
+
+
+def _sampled(kept_share, oversampling=3.0):
+    """A dynamically sampled run: most generated groups have no spread (they are dropped), TRL's
+    KL over the kept groups is high and jumpy, the KL over every generated group is not."""
+    def change(entry, x):
+        entry.update({"frac_reward_zero_std": 0.9, "kl": 5.0 if entry["step"] == 300 else 0.5,
+                      "dynamic_sampling/kl_generated": entry["kl"],
+                      "dynamic_sampling/kept_share": kept_share(x),
+                      "dynamic_sampling/oversampling": oversampling})
+    return history(change)
+
+
+def test_under_dynamic_sampling_the_no_signal_rule_reads_the_empty_share_of_the_batch():
+    # 90% of groups have no spread, but three rounds keep a third of them: the batch is full
+    full = _sampled(lambda x: 1 / 3)
+    assert fired(full) == []
+    rule = check_alarms(full, RISING_VALIDATION, T)["rules"][-1]
+    assert rule["rule"] == EMPTY_BATCH and rule["value"] == pytest.approx(0.0)
+    # the kept share falls to 0.05 of 3 rounds: most of the batch stays empty at the end
+    starving = _sampled(lambda x: 0.3 - 0.25 * x)
+    assert fired(starving) == [EMPTY_BATCH]
+    rule = check_alarms(starving, RISING_VALIDATION, T)["rules"][-1]
+    last = [0.3 - 0.25 * s / STEPS for s in range(STEPS - T.window + 1, STEPS + 1)]
+    assert rule["value"] == pytest.approx(1 - 3 * sum(last) / len(last))  # ~0.80
+    assert "dynamic sampling" not in rule["advice"] and "max_sampling_rounds" in rule["advice"]
+    # without dynamic sampling the rule and its advice are the old ones
+    plain = check_alarms(history(_flat_groups), RISING_VALIDATION, T)["rules"][-1]
+    assert plain["rule"] == NO_SIGNAL and "train.dynamic_sampling" in plain["advice"]
+
+
+def test_under_dynamic_sampling_the_kl_spike_reads_the_kl_over_every_generated_group():
+    # TRL's kl jumps 10x at step 300 on the kept groups only; the generated-group KL is flat
+    assert SPIKE not in fired(_sampled(lambda x: 1 / 3))
+    # and a spike of the generated-group KL fires
+    spiking = _sampled(lambda x: 1 / 3)
+    spiking[299]["dynamic_sampling/kl_generated"] = 5.0
+    assert fired(spiking) == [SPIKE]

@@ -2,6 +2,7 @@
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,40 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     diff = subprocess.run(["dvc", "metrics", "diff", "HEAD", sweep[0][0]], cwd=project, env=env,
                           capture_output=True, text=True, check=True).stdout
     assert 5 <= len(diff.strip().splitlines()) <= 25, diff
+
+
+def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
+    """flows.experiments queues with queue_commands / grid_command (DVC's `-S` lists, one call
+    for several runs) and checks experiment_runs first (one entry per run): DVC's own sweep
+    expansion of the commands gives those runs, no more, no fewer."""
+    from dvc.utils.hydra import get_hydra_sweeps, to_hydra_overrides
+
+    from rlvr.config import OrchestrationParams, experiment_runs, load_params
+    from rlvr.experiments import grid_command, queue_commands
+
+    def meaning(overrides):  # (key, parsed value): 'x=false' and DVC's 'x=False' are one run
+        return sorted((o.key_or_group, repr(o.value())) for o in to_hydra_overrides(overrides))
+
+    def queued(commands):
+        runs = []
+        for args in commands:
+            overrides = [args[i + 1] for i, a in enumerate(args) if a == "-S"]
+            runs += [meaning(sweep["params.yaml"])
+                     for sweep in get_hydra_sweeps({"params.yaml": overrides})]
+        return sorted(runs)
+
+    def checked(runs):
+        return sorted(meaning(overrides) for _, overrides in runs)
+
+    committed = load_params(Path(__file__).resolve().parents[1] / "params.yaml").orchestration
+    made_up = OrchestrationParams(ablations={"a": ["train.grpo.beta=0", "seed=3"]},
+                                  sweep={"train.dynamic_sampling": [False, True],
+                                         "train.grpo.beta": [0.01, 0.1, 0.2]},
+                                  grids={"g": {"seed": [0, 1], "train.select": ["last", "best_val"],
+                                               "train.eval_steps": [50]}})
+    for orchestration in (committed, made_up):
+        assert queued(queue_commands(orchestration)) == checked(experiment_runs(orchestration))
+        for name, grid in orchestration.grids.items():
+            assert queued([grid_command(grid)]) == checked(experiment_runs(orchestration, name))
+    assert len(checked(experiment_runs(made_up))) == 6 and len(queued([grid_command(
+        made_up.grids["g"])])) == 4

@@ -10,6 +10,8 @@ from rlvr.config import load_params
 from rlvr.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost, prompt_audit
 from rlvr.render import to_html
 from rlvr.report import hyperparameter_table
+from rlvr.runs import run_metrics
+from rlvr.stats import GENERATED_KL
 
 ROOT = Path(__file__).resolve().parents[1]
 T = KLThresholds(kl_tiny=0.01, plateau_gain=0.02, kl_high=1.0, kl_rising_ratio=1.5,
@@ -50,6 +52,28 @@ def test_too_loose_reward_rises_then_collapses():
 def test_beta_zero_has_only_reward_rules():
     result = diagnose_kl(_history(lambda s: 0.3 + 0.5 * s / 200), T)
     assert result["label"] == "healthy" and "no KL was measured" in result["advice"]
+
+
+def test_under_dynamic_sampling_the_diagnosis_reads_the_kl_over_every_generated_group():
+    # TRL's kl over the kept groups reads 3-7 (the unsolved prompts); over every generated group
+    # the policy sits as near the reference as a healthy run: healthy, not "raise beta"
+    history = _history(lambda s: 0.3 + 0.5 * s / 200, lambda s: 3.0 + 4.0 * s / 200)
+    for entry in history:
+        entry[GENERATED_KL] = min(0.2, entry["step"] / 500)
+    result = diagnose_kl(history, T)
+    assert result["label"] == "healthy" and result["values"]["kl_end"] == pytest.approx(0.2)
+    assert result["values"]["kl_over"] == "every generated group (dynamic sampling)"
+    # and a generated-group KL that climbs is still too loose
+    for entry in history:
+        entry[GENERATED_KL] = 0.01 * math.exp(entry["step"] / 40)
+    assert diagnose_kl(history, T)["label"] == "too loose"
+    # the run's headline KL is the same figure, so settings with and without it compare
+    metrics = run_metrics(history)
+    assert metrics["last10_mean_kl"] == pytest.approx(
+        sum(e[GENERATED_KL] for e in history[-10:]) / 10)
+    assert metrics["final"]["kl"] == history[-1][GENERATED_KL]
+    assert metrics["kl_over"] == "every generated group (dynamic sampling)"
+    assert run_metrics(_history(lambda s: 0.5, lambda s: 0.3))["kl_over"] == "the trained batch"
 
 
 def test_prompt_audit():
