@@ -78,7 +78,7 @@ def check_alarms(history: Sequence[dict], validation: Sequence[dict],
     fmt, correct = _series(history, "rewards/format/mean"), _series(history,
                                                                       "rewards/correctness/mean")
     lengths = _series(history, "completions/mean_length")
-    kl_points = _points(history, drift_kl)  # under dynamic sampling: every generated group
+    kl_points = _points(history, drift_kl)  # under dynamic sampling: the first batch
     kls = [value for _, value in kl_points]
     # Without dynamic sampling the loss sees every group, so its share with no spread is the
     # share that carries no gradient. With it, those groups are dropped and the loss sees what

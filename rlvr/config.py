@@ -374,9 +374,10 @@ class TrainParams:
                                    "no gradient), sampling more prompts for up to "
                                    "max_sampling_rounds rounds; the loss sees only the kept "
                                    "groups. Logs dynamic_sampling/{rounds,kept_share,"
-                                   "oversampling} and kl_generated, the KL over every "
-                                   "generated group (TRL's kl covers the kept ones only), which "
-                                   "the KL diagnosis, the alarms and the adaptive beta read.",
+                                   "oversampling} and kl_first_batch, the KL over each step's "
+                                   "first batch, every group (TRL's kl covers the kept ones "
+                                   "only), which the KL diagnosis, the alarms and the adaptive "
+                                   "beta read.",
                                    default=False)
     max_sampling_rounds: int = _help("dynamic_sampling: generation rounds per step at most (1 = "
                                      "filter only, never resample).", rule=COUNT, default=3)

@@ -10,6 +10,8 @@ from typing import Any
 
 from transformers import PrinterCallback, ProgressCallback
 
+from rlvr.stats import FIRST_BATCH_KL, drift_kl
+
 # What the console shows of a GRPO log line (every key still goes to history.jsonl and DVCLive).
 CONSOLE_KEYS = (("reward", "reward"), ("rewards/correctness/mean", "correctness"), ("kl", "kl"),
                 ("beta", "beta"))
@@ -22,12 +24,24 @@ def compact_line(label: str, step: int, max_steps: int, logs: dict[str, Any],
     >>> compact_line("train", 25, 400, {"reward": 0.5, "kl": 0.01234, "beta": 0.05, "loss": 0.1},
     ...              CONSOLE_KEYS, 0.162)
     'train: step 25/400 | reward 0.500 | kl 0.0123 | beta 0.05 | 0.16 s/step'
+
+    Under dynamic sampling `kl` is the KL over the step's first batch, every group
+    (stats.drift_kl: TRL's is over the kept groups only), followed by the share of generated
+    groups kept:
+
+    >>> compact_line("train", 25, 400, {"reward": 0.5, "kl": 6.2, FIRST_BATCH_KL: 0.17,
+    ...              "dynamic_sampling/kept_share": 0.05}, CONSOLE_KEYS, None)
+    'train: step 25/400 | reward 0.500 | kl 0.170 | kept 0.05 of generated groups'
     """
+    if FIRST_BATCH_KL in logs:
+        logs = {**logs, "kl": drift_kl(logs)}
     parts = [f"{label}: step {step}/{max_steps}"]
     for key, name in keys:
         value = logs.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             parts.append(f"{name} {value:.3g}" if 0 < abs(value) < 0.1 else f"{name} {value:.3f}")
+    if "dynamic_sampling/kept_share" in logs:
+        parts.append(f"kept {logs['dynamic_sampling/kept_share']:.2f} of generated groups")
     if seconds_per_step is not None:
         parts.append(f"{seconds_per_step:.2f} s/step")
     return " | ".join(parts)

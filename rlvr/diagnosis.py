@@ -31,7 +31,8 @@ def diagnose_kl(history: Sequence[dict], t: KLThresholds) -> dict:
                use a schedule
     healthy:   neither, and the reward rose
 
-    The KL read is stats.drift_kl: under dynamic sampling, the KL over every generated group.
+    The KL read is stats.drift_kl: under dynamic sampling, the KL over each step's
+    first batch, every group kept or dropped.
     """
     rewards = [float(e["reward"]) for e in history if "reward" in e]
     kls = [kl for kl in map(drift_kl, history) if kl is not None]

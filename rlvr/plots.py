@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rlvr.stats import GENERATED_KL, drift_kl, moving_average
+from rlvr.stats import FIRST_BATCH_KL, drift_kl, moving_average
 
 PANELS = [
     ("Reward", ["reward", "rewards/correctness/mean", "rewards/format/mean",
                 "rewards/length/mean"]),
-    ("KL to reference (k3)", ["kl", GENERATED_KL]),  # the latter: every generated group
+    ("KL to reference (k3)", ["kl"]),
     ("Loss", ["loss"]),
     ("Beta in force", ["beta"]),
     ("Completion length (tokens)", ["completions/mean_length"]),
@@ -19,6 +19,10 @@ PANELS = [
     ("Groups with no reward spread", ["frac_reward_zero_std"]),
     ("Dynamic sampling: kept share of generated groups", ["dynamic_sampling/kept_share"]),
 ]
+# Under dynamic sampling TRL's kl covers the kept groups only and reads far higher than the KL
+# over each step's first batch (stats.drift_kl): two panels, so neither squashes the other.
+SAMPLED_KL_PANELS = [("KL to reference (k3), each step's first batch", [FIRST_BATCH_KL]),
+                     ("KL over the kept groups only (TRL's kl)", ["kl"])]
 
 
 def pyplot():
@@ -66,14 +70,31 @@ def _validation_panel(ax, history: Sequence[dict], validation: Sequence[dict],
     ax.legend(fontsize=7)
 
 
+def panel_layout(history: Sequence[dict]) -> list[tuple[str, list[str]]]:
+    """(title, logged keys) of each panel plot_curves draws: those with data in `history`.
+
+    >>> [name for name, _ in panel_layout([{"step": 1, "reward": 0.5, "kl": 0.1}])]
+    ['Reward', 'KL to reference (k3)']
+    >>> [name for name, _ in panel_layout([{"step": 1, "reward": 0.5, "kl": 4.0,
+    ...     FIRST_BATCH_KL: 0.1, "dynamic_sampling/kept_share": 0.2}])]  # doctest: +NORMALIZE_WHITESPACE
+    ['Reward', "KL to reference (k3), each step's first batch",
+     "KL over the kept groups only (TRL's kl)", 'Dynamic sampling: kept share of generated groups']
+    """
+    layout = PANELS
+    if any(FIRST_BATCH_KL in e for e in history):
+        at = next(i for i, (_, keys) in enumerate(PANELS) if keys == ["kl"])
+        layout = [*PANELS[:at], *SAMPLED_KL_PANELS, *PANELS[at + 1:]]
+    panels = [(name, [k for k in keys if any(k in e for e in history)]) for name, keys in layout]
+    return [(name, keys) for name, keys in panels if keys]
+
+
 def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO training",
                 validation: Sequence[dict] = (), chosen_step: int | None = None) -> Path:
     """One figure, one panel per quantity; raw values faint, a moving average on top. With
     `validation` (scores per scored step), a first panel sets it against the training reward
     and marks `chosen_step`, the step models/final holds."""
     plt = pyplot()
-    panels = [(name, [k for k in keys if any(k in e for e in history)]) for name, keys in PANELS]
-    panels = [(name, keys) for name, keys in panels if keys]
+    panels = panel_layout(history)
     if validation:
         panels.insert(0, (VALIDATION_PANEL, []))
     cols = 4

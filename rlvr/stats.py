@@ -37,7 +37,7 @@ def moving_average(values: Sequence[float | None], window: int) -> list[float]:
 
 # --------------------------------------------------------------------------- which KL to read
 
-GENERATED_KL = "dynamic_sampling/kl_generated"
+FIRST_BATCH_KL = "dynamic_sampling/kl_first_batch"
 
 
 def drift_kl(entry: dict) -> float | None:
@@ -45,24 +45,24 @@ def drift_kl(entry: dict) -> float | None:
 
     TRL's `kl` is the mean over the batch the loss sees. Under dynamic sampling that batch holds
     only the groups with reward spread: the prompts the policy is least sure of, where it moved
-    most, and late in a run a handful of them. So the trainer also logs the KL over every
-    generated group, kept or dropped (GENERATED_KL); that is the figure comparable with a run
-    without dynamic sampling, and the diagnosis, the alarms, the adaptive beta and the headline
-    read it when it is there.
+    most, and late in a run a handful of them. So the trainer also logs the KL over the step's
+    first batch, every group kept or dropped (FIRST_BATCH_KL): the batch a run without dynamic
+    sampling trains on, so the figure compares with its `kl`; the diagnosis, the alarms, the
+    adaptive beta and the headline read it when it is there.
 
-    >>> drift_kl({"kl": 5.0, GENERATED_KL: 0.3}), drift_kl({"kl": 0.2}), drift_kl({"loss": 1.0})
+    >>> drift_kl({"kl": 5.0, FIRST_BATCH_KL: 0.3}), drift_kl({"kl": 0.2}), drift_kl({"loss": 1.0})
     (0.3, 0.2, None)
     """
-    value = entry.get(GENERATED_KL, entry.get("kl"))
+    value = entry.get(FIRST_BATCH_KL, entry.get("kl"))
     return None if value is None else float(value)
 
 
 def kl_source(history: Sequence[dict]) -> str:
     """What drift_kl read in this history, in words for the report and the summary.
 
-    >>> kl_source([{"kl": 5.0, GENERATED_KL: 0.3}]), kl_source([{"kl": 0.2}])
-    ('every generated group (dynamic sampling)', 'the trained batch')
+    >>> kl_source([{"kl": 5.0, FIRST_BATCH_KL: 0.3}]), kl_source([{"kl": 0.2}])
+    ('the first batch of each step, every group (dynamic sampling)', 'the trained batch')
     """
-    if any(GENERATED_KL in e for e in history):
-        return "every generated group (dynamic sampling)"
+    if any(FIRST_BATCH_KL in e for e in history):
+        return "the first batch of each step, every group (dynamic sampling)"
     return "the trained batch"

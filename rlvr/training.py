@@ -36,7 +36,7 @@ from rlvr.distributed import world_size
 from rlvr.errors import PipelineError
 from rlvr.evaluation import VALIDATION_PREFIX
 from rlvr.rewards.registry import RewardFunction, normalized_weights
-from rlvr.stats import GENERATED_KL, drift_kl, finite_mean
+from rlvr.stats import FIRST_BATCH_KL, drift_kl, finite_mean
 
 # Logged keys that measure time or throughput: kept out of the metric files, which must be
 # identical between two runs with the same seed.
@@ -199,7 +199,7 @@ class BetaScheduleCallback(TrainerCallback):
             self.trainer.beta = self.schedule.value(state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        # drift_kl: under dynamic sampling, the KL over every generated group, not the kept ones
+        # drift_kl: under dynamic sampling, the KL over the first batch, not the kept groups
         if logs and "loss" in logs and drift_kl(logs) is not None:
             self.schedule.observe_kl(drift_kl(logs))
 
@@ -506,12 +506,10 @@ class PipelineGRPOTrainer(GRPOTrainer):
         G = self.num_generations
         needed = len(inputs) // G
         parts, kept, generated, batch, first = [], 0, 0, inputs, None
-        rounds, kl_sums = 0, None
+        rounds = 0
         for rounds in range(1, self.max_sampling_rounds + 1):
             output = self._score_batch(batch)
             first = first if first is not None else output
-            sums = self._generated_kl_sums(output)
-            kl_sums = sums if kl_sums is None else kl_sums + sums
             spread = local_group_spread(self._reward_totals(), len(batch), G,
                                         self.accelerator.process_index)
             generated += len(spread)
@@ -538,20 +536,23 @@ class PipelineGRPOTrainer(GRPOTrainer):
         metrics["dynamic_sampling/rounds"].append(float(rounds))
         metrics["dynamic_sampling/kept_share"].append(common / generated)
         metrics["dynamic_sampling/oversampling"].append(generated / needed)
-        if kl_sums is not None:  # every rank ran the same rounds with the same beta
+        kl_sums = self._first_batch_kl_sums(first)
+        if kl_sums is not None:  # the same beta on every rank: all of them reduce, or none
             kl_sums = self.accelerator.reduce(kl_sums, reduction="sum")
-            metrics[GENERATED_KL].append((kl_sums[0] / kl_sums[1].clamp(min=1.0)).item())
+            metrics[FIRST_BATCH_KL].append((kl_sums[0] / kl_sums[1].clamp(min=1.0)).item())
         mask = merged["completion_mask"]
         if "tool_mask" in merged:
             mask = mask * merged["tool_mask"]
         merged["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
         return merged
 
-    def _generated_kl_sums(self, output):
+    def _first_batch_kl_sums(self, output):
         """This rank's (sum, token count) of the per-token k3 KL, current policy to reference,
-        over every completion of a scored batch, kept or not (stats.drift_kl says why); None
-        when beta is 0 in force, as TRL then computes no reference log-probs and logs no KL.
-        A forward pass without gradients: it draws no random numbers, so training is the same."""
+        over every completion of the step's first scored batch, its groups kept or dropped: the
+        batch a run without dynamic sampling trains on and measures TRL's kl over (stats.drift_kl
+        says why). The later rounds' prompts add cost, not a truer figure. None when beta is 0 in
+        force, as TRL then computes no reference log-probs and logs no KL. A forward pass without
+        gradients: it draws no random numbers, so training is the same."""
         import torch
 
         ref = output.get("ref_per_token_logps")

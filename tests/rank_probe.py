@@ -83,7 +83,7 @@ def main(out: str, policy: str) -> None:
 
 
 class DynamicRecorder(TrainerCallback):
-    """Per step: this rank's dynamic-sampling rounds, kept share and KL over every generated group
+    """Per step: this rank's dynamic-sampling rounds, kept share and KL over the first batch
     (before the log clears them)."""
 
     def __init__(self) -> None:
@@ -95,7 +95,7 @@ class DynamicRecorder(TrainerCallback):
         self.steps.append({"step": state.global_step,
                            "rounds": list(metrics["dynamic_sampling/rounds"]),
                            "kept_share": list(metrics["dynamic_sampling/kept_share"]),
-                           "kl_generated": list(metrics["dynamic_sampling/kl_generated"])})
+                           "kl_first_batch": list(metrics["dynamic_sampling/kl_first_batch"])})
 
 
 def main_dynamic(out: str, policy: str) -> None:

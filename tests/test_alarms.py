@@ -121,10 +121,10 @@ EMPTY_BATCH = ("no learning signal: share of the batch dynamic sampling left emp
 
 def _sampled(kept_share, oversampling=3.0):
     """A dynamically sampled run: most generated groups have no spread (they are dropped), TRL's
-    KL over the kept groups is high and jumpy, the KL over every generated group is not."""
+    KL over the kept groups is high and jumpy, the KL over each step's first batch is not."""
     def change(entry, x):
         entry.update({"frac_reward_zero_std": 0.9, "kl": 5.0 if entry["step"] == 300 else 0.5,
-                      "dynamic_sampling/kl_generated": entry["kl"],
+                      "dynamic_sampling/kl_first_batch": entry["kl"],
                       "dynamic_sampling/kept_share": kept_share(x),
                       "dynamic_sampling/oversampling": oversampling})
     return history(change)
@@ -148,10 +148,10 @@ def test_under_dynamic_sampling_the_no_signal_rule_reads_the_empty_share_of_the_
     assert plain["rule"] == NO_SIGNAL and "train.dynamic_sampling" in plain["advice"]
 
 
-def test_under_dynamic_sampling_the_kl_spike_reads_the_kl_over_every_generated_group():
-    # TRL's kl jumps 10x at step 300 on the kept groups only; the generated-group KL is flat
+def test_under_dynamic_sampling_the_kl_spike_reads_the_kl_over_the_first_batch():
+    # TRL's kl jumps 10x at step 300 on the kept groups only; the first-batch KL is flat
     assert SPIKE not in fired(_sampled(lambda x: 1 / 3))
-    # and a spike of the generated-group KL fires
+    # and a spike of the first-batch KL fires
     spiking = _sampled(lambda x: 1 / 3)
-    spiking[299]["dynamic_sampling/kl_generated"] = 5.0
+    spiking[299]["dynamic_sampling/kl_first_batch"] = 5.0
     assert fired(spiking) == [SPIKE]

@@ -11,7 +11,7 @@ import torch
 from rlvr.config import ParamsError, parse_params
 from rlvr.data import read_rows, to_hf_dataset
 from rlvr.rewards.registry import RewardFunction
-from rlvr.stats import GENERATED_KL
+from rlvr.stats import FIRST_BATCH_KL
 from rlvr.training import (BetaSchedule, PipelineGRPOTrainer, build_trainer, grpo_config,
                            merge_groups, run_grpo)
 
@@ -148,37 +148,39 @@ def _run(tiny_policy_dir, rows, tmp_path, reward, rounds=3, steps=3, learning_ra
     return [e for e in trainer.state.log_history if "loss" in e]
 
 
-def test_with_every_group_kept_the_generated_kl_is_trls_kl(tiny_policy_dir, rows, tmp_path):
+def test_with_every_group_kept_the_first_batch_kl_is_trls_kl(tiny_policy_dir, rows, tmp_path):
     calls = iter(range(10**9))
     steps = _run(tiny_policy_dir, rows, tmp_path, lambda text, verifier, n: float(next(calls) % 2),
                  rounds=1, learning_rate=1e-2)  # a high rate, so the policy moves at once
     assert [e["dynamic_sampling/kept_share"] for e in steps] == [1.0] * 3
     assert steps[-1]["kl"] > 1e-4
     for entry in steps:  # the same completions, weights and reference: the same figure
-        assert entry[GENERATED_KL] == pytest.approx(entry["kl"], rel=1e-4, abs=1e-7)
+        assert entry[FIRST_BATCH_KL] == pytest.approx(entry["kl"], rel=1e-4, abs=1e-7)
 
 
-def test_the_generated_kl_covers_the_dropped_groups(tiny_policy_dir, rows, tmp_path):
-    odd = next(r for r in rows if r.verifier["target"] % 2)
-    even = next(r for r in rows if r.verifier["target"] % 2 == 0)
-    trainer = _trainer(tiny_policy_dir, rows, tmp_path, rounds=1)
-    seen = []
-    measure = trainer._generated_kl_sums
-    trainer._generated_kl_sums = lambda output: seen.append(measure(output)) or seen[-1]
-    output = trainer._generate_and_score_completions(_batch([even, odd]))
-    assert len(output["completion_ids"]) == G  # the even group was dropped ...
-    (kl_sum, tokens), = seen
-    assert tokens > output["completion_mask"].sum()  # ... but its tokens were measured
-    assert math.isfinite(trainer._metrics["train"][GENERATED_KL][0]) and kl_sum >= 0
+def test_the_first_batch_kl_covers_its_dropped_groups_and_no_later_round(tiny_policy_dir, rows,
+                                                                        tmp_path):
+    odd = [r for r in rows if r.verifier["target"] % 2]
+    even = [r for r in rows if r.verifier["target"] % 2 == 0][:2]
+    trainer = _trainer(tiny_policy_dir, even + odd, tmp_path, rounds=3)
+    scored, seen = [], []
+    score, measure = trainer._score_batch, trainer._first_batch_kl_sums
+    trainer._score_batch = lambda batch: scored.append(score(batch)) or scored[-1]
+    trainer._first_batch_kl_sums = lambda output: seen.append(measure(output)) or seen[-1]
+    output = trainer._generate_and_score_completions(_batch(even))  # no spread: all dropped
+    assert len(scored) >= 2 and set(_prompts(trainer, output)) <= {r.prompt for r in odd}
+    (kl_sum, tokens), = seen  # measured once, on the first batch, whose groups were all dropped
+    assert tokens == scored[0]["completion_mask"].sum()
+    assert math.isfinite(trainer._metrics["train"][FIRST_BATCH_KL][0]) and kl_sum >= 0
 
 
-def test_measuring_the_generated_kl_leaves_training_unchanged(tiny_policy_dir, rows, tmp_path,
-                                                              monkeypatch):
+def test_measuring_the_first_batch_kl_leaves_training_unchanged(tiny_policy_dir, rows, tmp_path,
+                                                                monkeypatch):
     measured = _run(tiny_policy_dir, rows, tmp_path / "a", spread_if_odd())
-    monkeypatch.setattr(PipelineGRPOTrainer, "_generated_kl_sums", lambda self, output: None)
+    monkeypatch.setattr(PipelineGRPOTrainer, "_first_batch_kl_sums", lambda self, output: None)
     unmeasured = _run(tiny_policy_dir, rows, tmp_path / "b", spread_if_odd())
-    assert all(GENERATED_KL in e for e in measured)
-    assert not any(GENERATED_KL in e for e in unmeasured)
+    assert all(FIRST_BATCH_KL in e for e in measured)
+    assert not any(FIRST_BATCH_KL in e for e in unmeasured)
     for key in ("loss", "reward", "kl", "grad_norm", "dynamic_sampling/kept_share"):
         assert [e[key] for e in measured] == [e[key] for e in unmeasured], key
 

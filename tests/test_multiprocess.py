@@ -101,9 +101,9 @@ def test_dynamic_sampling_runs_the_same_rounds_on_every_rank(tiny_policy_dir, tm
     assert any(s["rounds"][0] > 1 for s in ranks[0])
     assert {s["kept_share"][0] for s in ranks[0] if s["rounds"][0] == 1} <= {1.0}
     assert any(s["kept_share"][0] < 1 for s in ranks[1])
-    # the KL over every generated group is summed over the ranks: one figure on both
-    assert [s["kl_generated"] for s in ranks[0]] == [s["kl_generated"] for s in ranks[1]]
-    assert all(len(s["kl_generated"]) == 1 for s in ranks[0])
+    # the KL over the first batch is summed over the ranks: one figure on both
+    assert [s["kl_first_batch"] for s in ranks[0]] == [s["kl_first_batch"] for s in ranks[1]]
+    assert all(len(s["kl_first_batch"]) == 1 for s in ranks[0])
 
 
 def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_run):

@@ -11,7 +11,7 @@ from rlvr.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost
 from rlvr.render import to_html
 from rlvr.report import hyperparameter_table
 from rlvr.runs import run_metrics
-from rlvr.stats import GENERATED_KL
+from rlvr.stats import FIRST_BATCH_KL
 
 ROOT = Path(__file__).resolve().parents[1]
 T = KLThresholds(kl_tiny=0.01, plateau_gain=0.02, kl_high=1.0, kl_rising_ratio=1.5,
@@ -54,25 +54,25 @@ def test_beta_zero_has_only_reward_rules():
     assert result["label"] == "healthy" and "no KL was measured" in result["advice"]
 
 
-def test_under_dynamic_sampling_the_diagnosis_reads_the_kl_over_every_generated_group():
-    # TRL's kl over the kept groups reads 3-7 (the unsolved prompts); over every generated group
+def test_under_dynamic_sampling_the_diagnosis_reads_the_kl_over_the_first_batch():
+    # TRL's kl over the kept groups reads 3-7 (the unsolved prompts); over each step's first batch
     # the policy sits as near the reference as a healthy run: healthy, not "raise beta"
     history = _history(lambda s: 0.3 + 0.5 * s / 200, lambda s: 3.0 + 4.0 * s / 200)
     for entry in history:
-        entry[GENERATED_KL] = min(0.2, entry["step"] / 500)
+        entry[FIRST_BATCH_KL] = min(0.2, entry["step"] / 500)
     result = diagnose_kl(history, T)
     assert result["label"] == "healthy" and result["values"]["kl_end"] == pytest.approx(0.2)
-    assert result["values"]["kl_over"] == "every generated group (dynamic sampling)"
-    # and a generated-group KL that climbs is still too loose
+    assert result["values"]["kl_over"] == "the first batch of each step, every group (dynamic sampling)"
+    # and a first-batch KL that climbs is still too loose
     for entry in history:
-        entry[GENERATED_KL] = 0.01 * math.exp(entry["step"] / 40)
+        entry[FIRST_BATCH_KL] = 0.01 * math.exp(entry["step"] / 40)
     assert diagnose_kl(history, T)["label"] == "too loose"
     # the run's headline KL is the same figure, so settings with and without it compare
     metrics = run_metrics(history)
     assert metrics["last10_mean_kl"] == pytest.approx(
-        sum(e[GENERATED_KL] for e in history[-10:]) / 10)
-    assert metrics["final"]["kl"] == history[-1][GENERATED_KL]
-    assert metrics["kl_over"] == "every generated group (dynamic sampling)"
+        sum(e[FIRST_BATCH_KL] for e in history[-10:]) / 10)
+    assert metrics["final"]["kl"] == history[-1][FIRST_BATCH_KL]
+    assert metrics["kl_over"] == "the first batch of each step, every group (dynamic sampling)"
     assert run_metrics(_history(lambda s: 0.5, lambda s: 0.3))["kl_over"] == "the trained batch"
 
 
