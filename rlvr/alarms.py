@@ -139,9 +139,10 @@ def check_alarms(history: Sequence[dict], validation: Sequence[dict],
                  "no learning signal: groups with no reward spread (smoothed, at the end)",
          "value": zero_spread, "threshold": f"> {t.zero_spread_share}",
          "fired": zero_spread > t.zero_spread_share,
-         "advice": ("the training prompts are (nearly) all solved or all failed: each step "
-                    "trains on a few groups; more or harder training rows, or more "
-                    "train.max_sampling_rounds") if sampled else
+         "advice": ("the training prompts are (nearly) all solved or all failed, so each step "
+                    "trains on a few groups: more or harder training rows (more "
+                    "train.max_sampling_rounds helps only while some prompts keep a spread)")
+         if sampled else
                    ("most rollouts carry no gradient: harder or more varied prompts, more "
                     "generations per prompt, or dynamic sampling (train.dynamic_sampling)")},
     ]

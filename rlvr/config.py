@@ -377,8 +377,8 @@ class TrainParams:
                                    "oversampling} and kl_first_batch, the KL over each step's "
                                    "first batch, every group (TRL's kl covers the kept ones "
                                    "only), which the KL diagnosis, the alarms and the adaptive "
-                                   "beta read.",
-                                   default=False)
+                                   "beta read. (params.yaml turns it on: the Step 8 "
+                                   "comparison.)", default=False)
     max_sampling_rounds: int = _help("dynamic_sampling: generation rounds per step at most (1 = "
                                      "filter only, never resample).", rule=COUNT, default=3)
     grpo: GRPOParams = _help("GRPOConfig fields (shared with the smoke run).",
@@ -432,6 +432,12 @@ class TrainParams:
                      f"needs one optimizer micro-batch per generation (steps_per_generation "
                      f"{per_generation}): a batch left short of kept groups cannot be split; "
                      "set gradient_accumulation_steps and extra.steps_per_generation to 1")
+            # its drift KL is measured when a batch is generated: with num_iterations > 1 most
+            # steps would log TRL's kept-group KL alone, and the KL series would mix the two
+            _require(grpo.num_iterations == 1, "train.dynamic_sampling", True,
+                     f"needs train.grpo.num_iterations = 1 (it is {grpo.num_iterations}): "
+                     "the KL the diagnosis reads is measured on each generated batch; set "
+                     "num_iterations to 1 or dynamic_sampling to false")
 
 
 @dataclass

@@ -42,7 +42,7 @@ from rlvr.stats import FIRST_BATCH_KL, drift_kl, finite_mean
 # identical between two runs with the same seed.
 TIMING_KEYS = ("step_time", "train_runtime", "train_samples_per_second",
                "train_steps_per_second", "total_flos")
-GUARDED_KEYS = ("loss", "kl", "grad_norm")
+GUARDED_KEYS = ("loss", "kl", FIRST_BATCH_KL, "grad_norm")
 FINGERPRINT_FILE = "fingerprint.json"
 RUNNING_MEAN_FILE = "running_mean.json"
 
@@ -552,8 +552,11 @@ class PipelineGRPOTrainer(GRPOTrainer):
         batch a run without dynamic sampling trains on and measures TRL's kl over (stats.drift_kl
         says why). The later rounds' prompts add cost, not a truer figure. None when beta is 0 in
         force, as TRL then computes no reference log-probs and logs no KL. A forward pass without
-        gradients: it draws no random numbers, so training is the same."""
+        gradients, in the model's train mode as TRL's own; torch's RNG state is restored after it
+        (dropout, e.g. LoRA's, would draw), so training samples the same rollouts with or
+        without it."""
         import torch
+        from trl.models.utils import disable_gradient_checkpointing
 
         ref = output.get("ref_per_token_logps")
         if ref is None:
@@ -561,7 +564,10 @@ class PipelineGRPOTrainer(GRPOTrainer):
         logps = output.get("old_per_token_logps")  # TRL's, when it computed them: the same
         if logps is None:
             completion = output["completion_ids"]
-            with torch.no_grad():
+            devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+            with torch.no_grad(), torch.random.fork_rng(devices=devices), \
+                    disable_gradient_checkpointing(self.model,
+                                                   self.args.gradient_checkpointing_kwargs):
                 logps, _, _ = self._get_per_token_logps_and_entropies(
                     self.model, torch.cat([output["prompt_ids"], completion], dim=1),
                     torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),

@@ -137,9 +137,12 @@ def test_a_run_with_dynamic_sampling_logs_it_and_stays_finite(tiny_policy_dir, r
         assert 0 <= entry["dynamic_sampling/kept_share"] <= 1
 
 
-def _run(tiny_policy_dir, rows, tmp_path, reward, rounds=3, steps=3, learning_rate=None):
+def _run(tiny_policy_dir, rows, tmp_path, reward, rounds=3, steps=3, learning_rate=None,
+         lora_dropout=None):
     params = parse_params(SMALL)
     params.rewards.weights = [1.0]
+    if lora_dropout is not None:
+        params.model.lora.enabled, params.model.lora.dropout = True, lora_dropout
     if learning_rate:
         params.train.grpo.learning_rate = learning_rate
     trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=steps,
@@ -174,11 +177,14 @@ def test_the_first_batch_kl_covers_its_dropped_groups_and_no_later_round(tiny_po
     assert math.isfinite(trainer._metrics["train"][FIRST_BATCH_KL][0]) and kl_sum >= 0
 
 
+@pytest.mark.parametrize("lora_dropout", [None, 0.5])  # LoRA's dropout draws random numbers
 def test_measuring_the_first_batch_kl_leaves_training_unchanged(tiny_policy_dir, rows, tmp_path,
-                                                                monkeypatch):
-    measured = _run(tiny_policy_dir, rows, tmp_path / "a", spread_if_odd())
+                                                                monkeypatch, lora_dropout):
+    measured = _run(tiny_policy_dir, rows, tmp_path / "a", spread_if_odd(),
+                    lora_dropout=lora_dropout)
     monkeypatch.setattr(PipelineGRPOTrainer, "_first_batch_kl_sums", lambda self, output: None)
-    unmeasured = _run(tiny_policy_dir, rows, tmp_path / "b", spread_if_odd())
+    unmeasured = _run(tiny_policy_dir, rows, tmp_path / "b", spread_if_odd(),
+                      lora_dropout=lora_dropout)
     assert all(FIRST_BATCH_KL in e for e in measured)
     assert not any(FIRST_BATCH_KL in e for e in unmeasured)
     for key in ("loss", "reward", "kl", "grad_norm", "dynamic_sampling/kept_share"):
@@ -191,6 +197,8 @@ def test_measuring_the_first_batch_kl_leaves_training_unchanged(tiny_policy_dir,
     ({"dynamic_sampling": True, "grpo": {"gradient_accumulation_steps": 2}, "save_steps": 50},
      "train.dynamic_sampling = True: needs one optimizer micro-batch per generation"),
     ({"max_sampling_rounds": 0}, "train.max_sampling_rounds = 0: must be >= 1"),
+    ({"dynamic_sampling": True, "grpo": {"num_iterations": 2}, "save_steps": 50},
+     "train.dynamic_sampling = True: needs train.grpo.num_iterations = 1 (it is 2)"),
 ])
 def test_dynamic_sampling_params_are_checked(train, message):
     with pytest.raises(ParamsError) as error:

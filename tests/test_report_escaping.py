@@ -138,3 +138,14 @@ def test_a_table_cell_shows_exactly_its_text(tmp_path, cell):
     page = to_html("\n".join(md_table(["h"], [[cell], [0.5]])), tmp_path, images=())
     (td, number) = re.findall(r"<td>(.*?)</td>", page, flags=re.S)
     assert "<" not in td and html.unescape(td) == shown(cell) and number == "0.500"
+
+
+def test_the_report_says_which_kl_the_diagnosis_read(figures):
+    from rlvr.stats import FIRST_BATCH_KL
+
+    inputs, _ = report_inputs(figures)
+    assert "over the trained batch." in build_report(**inputs)
+    history = [{**entry, FIRST_BATCH_KL: 0.05} for entry in inputs["history"]]
+    inputs.update(history=history, diagnosis=diagnose_kl(history, T))
+    assert "end 0.050, over the first batch of each step, every group (dynamic sampling)." \
+        in build_report(**inputs)
