@@ -121,9 +121,13 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     sweep = re.findall(r"[├└]── ([0-9a-f]{7}) \[([\w-]+)\]", table)
     assert len(sweep) == 2, table  # the two sweep experiments, by rev and name
     # dvc metrics diff between the baseline and a sweep experiment: one line per headline figure
-    diff = subprocess.run(["dvc", "metrics", "diff", "HEAD", sweep[0][0]], cwd=project, env=env,
-                          capture_output=True, text=True, check=True).stdout
-    assert 5 <= len(diff.strip().splitlines()) <= 25, diff
+    # (--all: a small-budget sweep may change only the KL, and DVC hides unchanged figures)
+    diff = subprocess.run(["dvc", "metrics", "diff", "--all", "HEAD", sweep[0][0]], cwd=project,
+                          env=env, capture_output=True, text=True, check=True).stdout
+    lines = diff.strip().splitlines()
+    assert 5 <= len(lines) <= 25, diff
+    assert {line.split()[0] for line in lines[1:]} == {
+        f"metrics/{name}.json" for name in ("data", "gate", "smoke", "train", "eval")}, diff
 
 
 def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
