@@ -35,6 +35,7 @@ from rlvr.console import use_console_progress
 from rlvr.distributed import world_size
 from rlvr.errors import PipelineError
 from rlvr.evaluation import VALIDATION_PREFIX
+from rlvr.grpo_math import k3_kl
 from rlvr.rewards.registry import RewardFunction, normalized_weights
 from rlvr.stats import FIRST_BATCH_KL, drift_kl, finite_mean
 
@@ -382,6 +383,12 @@ def local_group_spread(totals, local_size: int, num_generations: int, rank: int)
     return ((high - low) > 1e-6).tolist()
 
 
+def loss_mask(output: dict):
+    """The completion tokens TRL's loss counts in a scored batch (tool tokens left out)."""
+    mask = output["completion_mask"]
+    return mask * output["tool_mask"] if "tool_mask" in output else mask
+
+
 def select_groups(output: dict, groups: Sequence[int], num_generations: int) -> dict:
     """The scored batch `output` (TRL's dict of per-completion tensors) cut down to `groups`."""
     import torch
@@ -540,10 +547,7 @@ class PipelineGRPOTrainer(GRPOTrainer):
         if kl_sums is not None:  # the same beta on every rank: all of them reduce, or none
             kl_sums = self.accelerator.reduce(kl_sums, reduction="sum")
             metrics[FIRST_BATCH_KL].append((kl_sums[0] / kl_sums[1].clamp(min=1.0)).item())
-        mask = merged["completion_mask"]
-        if "tool_mask" in merged:
-            mask = mask * merged["tool_mask"]
-        merged["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        merged["num_items_in_batch"] = self.accelerator.gather(loss_mask(merged).sum()).sum()
         return merged
 
     def _first_batch_kl_sums(self, output):
@@ -572,11 +576,8 @@ class PipelineGRPOTrainer(GRPOTrainer):
                     self.model, torch.cat([output["prompt_ids"], completion], dim=1),
                     torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
                     completion.size(1), batch_size=self.args.per_device_train_batch_size)
-        mask = output["completion_mask"]
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"]
-        kl = torch.exp(ref - logps) - (ref - logps) - 1
-        return torch.stack([(kl * mask).sum(), mask.sum().float()])
+        mask = loss_mask(output)
+        return torch.stack([(k3_kl(logps, ref) * mask).sum(), mask.sum().float()])
 
     def _more_prompts(self, count: int, round_: int) -> list[dict]:
         """`count` training rows, each repeated G times, drawn by a generator seeded by the seed,
