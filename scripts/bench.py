@@ -119,6 +119,10 @@ class Figure:
     target: Target | None = None
     note: str = ""
 
+    def __post_init__(self):
+        if self.unit not in UNITS:  # caught here, not when the table prints at the end
+            raise ValueError(f"figure {self.key}: unit {self.unit!r} is not one of {list(UNITS)}")
+
     @property
     def median(self) -> float:
         return median_min(self.samples)[0]
@@ -607,7 +611,7 @@ class Bench:
         share = validation_share(output)
         if share is not None:
             self.add(Figure("cold.validation_share", "scoring the validation rows, share of "
-                            "train time", "%", [100 * share], Target("<=", 15.0),
+                            "train time", "share", [share], Target("<=", 0.15),
                             note="the train stage's own line: validation seconds / train_runtime"))
         return project
 

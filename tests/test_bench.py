@@ -2,6 +2,7 @@
 flow arithmetic) and the run's plumbing with a stand-in measurement; a slow test runs one cheap
 measurement for real. The benchmark prints figures; no test here times anything."""
 
+import ast
 import doctest
 import importlib.util
 import json
@@ -175,3 +176,13 @@ def test_a_quick_validation_run_writes_its_figures(tmp_path):
     assert {"validation.rows_64", "validation.rows_6400", "validation.ratio"} <= set(keys)
     assert keys["validation.rows_6400"]["median"] > 0
     assert saved["details"]["validation"]["problems_found"] == {"64": 0, "6400": 0}
+
+
+def test_every_figure_the_script_makes_has_a_unit_the_table_can_show(bench):
+    # a unit the table does not know crashed a full run at its very end, after 13 minutes
+    tree = ast.parse((ROOT / "scripts/bench.py").read_text())
+    units = [call.args[2].value for call in ast.walk(tree)
+             if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Figure"]
+    assert len(units) >= 15 and set(units) <= set(bench.UNITS), set(units) - set(bench.UNITS)
+    with pytest.raises(ValueError, match=r"figure k: unit '%' is not one of"):
+        bench.Figure("k", "label", "%", [1.0])
