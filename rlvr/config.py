@@ -80,7 +80,7 @@ STAGES = ("check_params", "reward_tests", "validate", "prepare_model", "smoke", 
 # GRPOConfig fields rlvr.training.grpo_config sets itself (train.grpo.extra must not).
 PIPELINE_GRPO_FIELDS = ("output_dir", "max_steps", "seed", "data_seed", "reward_weights",
                         "logging_steps", "logging_nan_inf_filter", "report_to", "save_strategy",
-                        "save_steps", "save_total_limit", "disable_tqdm")
+                        "save_steps", "save_total_limit", "disable_tqdm", "chat_template_kwargs")
 # TRL 1.16 GRPOConfig.loss_type values and transformers 5 SchedulerType values (tests check both
 # against the installed libraries).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -255,6 +255,11 @@ class ModelParams:
                               "network allows (init: pretrained).", default="")
     chat_template: bool = _help("Wrap prompts as chat messages (instruct models); the tiny "
                                 "default reads plain text.", default=False)
+    chat_template_kwargs: dict = _help("Variables for the chat template, passed to "
+                                       "apply_chat_template in training, validation and "
+                                       "evaluation alike (Qwen3: {enable_thinking: false}, or "
+                                       "it writes a <think> block before the answer).",
+                                       default_factory=dict)
     tiny: TinyModelParams = _help("Sizes of the tiny default.", default_factory=TinyModelParams)
     local_llm: LocalLLMParams = _help("Sizes of the local_llm model and its tokenizer.",
                                       default_factory=LocalLLMParams)
@@ -265,10 +270,14 @@ class ModelParams:
     lora: LoraParams = _help("LoRA adapters for GRPO (peft).", default_factory=LoraParams)
 
     def __post_init__(self) -> None:
+        _require(self.chat_template or not self.chat_template_kwargs, "model.chat_template_kwargs",
+                 self.chat_template_kwargs, "applies only with model.chat_template: true")
+        _require(all(isinstance(key, str) for key in self.chat_template_kwargs),
+                 "model.chat_template_kwargs", self.chat_template_kwargs,
+                 "must map template variable names to values")
         _require(self.init != "pretrained" or bool(self.name_or_path), "model.name_or_path",
                  self.name_or_path, "must name a model folder or hub id when model.init is "
                                     "'pretrained'")
-
 
 @dataclass
 class GRPOParams:

@@ -8,7 +8,7 @@ Everything is seeded: the same policy, rows and seed give the same completions.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rlvr.data import Row
@@ -63,12 +63,24 @@ class ScoredRow:
         return sum(self.total) / len(self.total)
 
 
-def render_prompt(tokenizer, prompt: str, chat_template: bool) -> str:
-    """The text the model is conditioned on: the prompt, or its chat rendering."""
-    if not chat_template:
+def prompt_template(model) -> dict | None:
+    """How params.yaml's model section renders prompts: None for plain text, else the chat
+    template's variables (model.chat_template_kwargs).
+
+    >>> from rlvr.config import ModelParams
+    >>> prompt_template(ModelParams()), prompt_template(ModelParams(chat_template=True))
+    (None, {})
+    """
+    return dict(model.chat_template_kwargs) if model.chat_template else None
+
+
+def render_prompt(tokenizer, prompt: str, template: Mapping | None) -> str:
+    """The text the model is conditioned on: the prompt itself (template None), or its chat
+    rendering with the template's variables (prompt_template), as TRL renders it."""
+    if template is None:
         return prompt
     return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
+                                         add_generation_prompt=True, **template)
 
 
 def stop_token_ids(model, tokenizer) -> list[int]:
@@ -129,9 +141,10 @@ def weighted_total(per_func: Sequence[float | None], weights: Sequence[float]) -
 
 def score_rows(model, tokenizer, rows: Sequence[Row], reward_funcs: Sequence[RewardFunction],
                weights: Sequence[float], settings: SampleSettings,
-               chat_template: bool = False) -> list[ScoredRow]:
-    """Sample completions for every row and score them with every reward function."""
-    prompts = [render_prompt(tokenizer, row.prompt, chat_template) for row in rows]
+               template: Mapping | None = None) -> list[ScoredRow]:
+    """Sample completions for every row and score them with every reward function (prompts
+    rendered by render_prompt)."""
+    prompts = [render_prompt(tokenizer, row.prompt, template) for row in rows]
     generated = generate(model, tokenizer, prompts, settings)
     prompt_of = dict(zip((row.id for row in rows), prompts))
     scored = []
@@ -175,7 +188,8 @@ VALIDATION_PREFIX = "eval_"   # the Trainer's prefix for evaluation metrics (met
 
 
 def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weights,
-                      sampled: SampleSettings, chat_template: bool = False) -> dict[str, float]:
+                      sampled: SampleSettings, template: Mapping | None = None
+                      ) -> dict[str, float]:
     """The policy on the validation rows, as `evaluate` scores a split: mean reward of
     `sampled.n` seeded samples per prompt, sampled and greedy success, mean length.
 
@@ -191,9 +205,9 @@ def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weigh
     try:
         with torch.random.fork_rng(devices=devices):
             samples = summarize(score_rows(model, tokenizer, rows, reward_funcs, weights, sampled,
-                                           chat_template))
+                                           template))
             greedy_summary = summarize(score_rows(model, tokenizer, rows, reward_funcs, weights,
-                                                  greedy, chat_template))
+                                                  greedy, template))
     finally:
         model.train(was_training)
     return {"mean_reward": samples["mean_reward"],
@@ -253,7 +267,7 @@ def _split_stats(sampled: Sequence[ScoredRow], greedy: Sequence[ScoredRow],
 
 
 def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weights,
-          sampled: SampleSettings, format_pattern: str, chat_template: bool = False,
+          sampled: SampleSettings, format_pattern: str, template: Mapping | None = None,
           confidence: float = 0.95, n_resamples: int = 10000) -> tuple[dict, list[dict]]:
     """Step 0 vs final on every split, with the same sampling seeds for both policies.
 
@@ -265,8 +279,8 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
     metrics: dict = {}
     per_prompt: list[dict] = []
     for split, rows in splits.items():
-        scored = {name: (score_rows(m, t, rows, reward_funcs, weights, sampled, chat_template),
-                         score_rows(m, t, rows, reward_funcs, weights, greedy, chat_template))
+        scored = {name: (score_rows(m, t, rows, reward_funcs, weights, sampled, template),
+                         score_rows(m, t, rows, reward_funcs, weights, greedy, template))
                   for name, (m, t) in policies.items()}
         (s0, g0), (s1, g1) = scored["step0"], scored["final"]
         deltas = [b.mean_total - a.mean_total for a, b in zip(s0, s1)]

@@ -213,16 +213,17 @@ REPORTED_SECTIONS = ("seed", "rewards", "model.init", "model.tiny", "model.warm_
                      "train.max_steps", "train.save_steps", "train.grpo", "train.beta_schedule",
                      "evaluate.samples")
 # The model sections that describe the base policy, by model.init (the tiny default's are above).
+CHAT = ("model.chat_template", "model.chat_template_kwargs")
 MODEL_SECTIONS = {"tiny": ("model.tiny", "model.warm_start"),
-                  "local_llm": ("model.local_llm", "model.chat_template", "model.lora"),
-                  "pretrained": ("model.name_or_path", "model.chat_template", "model.lora")}
+                  "local_llm": ("model.local_llm", *CHAT, "model.lora"),
+                  "pretrained": ("model.name_or_path", *CHAT, "model.lora")}
 
 
 def reported_sections(init: str) -> tuple[str, ...]:
     """REPORTED_SECTIONS with the model sections that describe `init`'s base policy.
 
-    >>> reported_sections("local_llm")[2:6]
-    ('model.init', 'model.local_llm', 'model.chat_template', 'model.lora')
+    >>> reported_sections("local_llm")[2:7]
+    ('model.init', 'model.local_llm', 'model.chat_template', 'model.chat_template_kwargs', 'model.lora')
     """
     tiny = MODEL_SECTIONS["tiny"]
     at = REPORTED_SECTIONS.index(tiny[0])

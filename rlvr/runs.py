@@ -16,7 +16,7 @@ from pathlib import Path
 from rlvr.config import Params, PathsParams
 from rlvr.data import Row, read_rows, share_with_umask, write_text_atomic
 from rlvr.distributed import accelerate_config_file, barrier, is_main_process, sum_over_ranks
-from rlvr.evaluation import rollout_settings, score_rows, summarize
+from rlvr.evaluation import prompt_template, rollout_settings, score_rows, summarize
 from rlvr.gate import GateClosed
 from rlvr.policy import load_policy, policy_path
 from rlvr.provenance import library_versions
@@ -41,7 +41,7 @@ def baseline(params: Params, model, tokenizer, rows: list[Row]) -> dict:
     funcs = build_reward_funcs(params.rewards)
     settings = rollout_settings(params)
     scored = score_rows(model, tokenizer, rows, funcs, normalized_weights(params.rewards.weights),
-                        settings, chat_template=params.model.chat_template)
+                        settings, template=prompt_template(params.model))
     summary = summarize(scored)
     return {**summary, "samples_per_prompt": settings.n, "seed": settings.seed,
             "temperature": settings.temperature, "max_new_tokens": settings.max_new_tokens}

@@ -22,7 +22,7 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +57,14 @@ class NonFiniteMetric(PipelineError):
 def grpo_config(grpo: GRPOParams, *, output_dir: str | Path, max_steps: int, seed: int,
                 reward_weights: Sequence[float], save_steps: int | None = None,
                 beta: float | None = None, eval_steps: int = 0,
-                select_best: bool = False) -> GRPOConfig:
+                select_best: bool = False,
+                chat_template_kwargs: Mapping[str, Any] | None = None) -> GRPOConfig:
     """GRPOConfig from params.yaml's train.grpo (TRL names), plus what the pipeline fixes:
     log every step, report through our own callbacks, checkpoint every save_steps (or never),
     and with eval_steps > 0 score the validation rows at step 0 and every eval_steps steps
     (the Trainer's own evaluation loop, PipelineGRPOTrainer.evaluate); select_best: at the end
-    the Trainer loads the checkpoint with the best validation mean reward (the first of equals)."""
+    the Trainer loads the checkpoint with the best validation mean reward (the first of equals);
+    chat_template_kwargs: model.chat_template_kwargs, the variables TRL renders prompts with."""
     fields = {name: getattr(grpo, name) for name in GRPOParams.__dataclass_fields__
               if name != "extra"}
     known = set(GRPOConfig.__dataclass_fields__)
@@ -98,6 +100,7 @@ def grpo_config(grpo: GRPOParams, *, output_dir: str | Path, max_steps: int, see
         save_steps=save_steps or 500,
         save_total_limit=2,
         disable_tqdm=False,
+        chat_template_kwargs=dict(chat_template_kwargs or {}),  # as evaluation renders them
         **fields,
     )
 
@@ -115,7 +118,8 @@ def check_trl_config(params) -> None:
             try:
                 grpo_config(params.train.grpo, output_dir=scratch, max_steps=steps,
                             seed=params.seed, reward_weights=params.rewards.weights,
-                            save_steps=save_steps)
+                            save_steps=save_steps,
+                            chat_template_kwargs=params.model.chat_template_kwargs)
             except (TypeError, ValueError) as error:
                 if isinstance(error, ParamsError):
                     raise
@@ -799,7 +803,7 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
     from transformers import EarlyStoppingCallback, set_seed
 
     from rlvr.data import to_hf_dataset
-    from rlvr.evaluation import rollout_settings, validation_scores
+    from rlvr.evaluation import prompt_template, rollout_settings, validation_scores
     from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 
     set_seed(params.seed)
@@ -809,7 +813,8 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
     config = grpo_config(train.grpo, output_dir=output_dir, max_steps=max_steps, seed=params.seed,
                          reward_weights=params.rewards.weights, save_steps=save_steps,
                          eval_steps=eval_steps,
-                         select_best=bool(eval_steps) and train.select == "best_val")
+                         select_best=bool(eval_steps) and train.select == "best_val",
+                         chat_template_kwargs=params.model.chat_template_kwargs)
     funcs = list(reward_funcs) if reward_funcs is not None else build_reward_funcs(params.rewards)
     dataset = to_hf_dataset(rows, conversational=params.model.chat_template)
     validation = eval_dataset = None
@@ -821,7 +826,7 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
 
         def validation(model, tokenizer):
             return validation_scores(model, tokenizer, val_rows, val_funcs, weights, sampled,
-                                     params.model.chat_template)
+                                     prompt_template(params.model))
 
         eval_dataset = to_hf_dataset(val_rows, conversational=params.model.chat_template)
         if train.patience:

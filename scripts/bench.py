@@ -382,7 +382,8 @@ def worker(spec_file: str) -> None:
         set_seed(params.seed)
         config = grpo_config(params.train.grpo, output_dir=work / "out",
                              max_steps=spec["max_steps"], seed=params.seed,
-                             reward_weights=params.rewards.weights)
+                             reward_weights=params.rewards.weights,
+                             chat_template_kwargs=params.model.chat_template_kwargs)
         trainer = GRPOTrainer(model=spec["policy"], reward_funcs=rewards, args=config,
                               train_dataset=to_hf_dataset(rows, params.model.chat_template),
                               peft_config=peft_config(params.model), callbacks=[clock])
@@ -873,7 +874,7 @@ def measure_validation(bench: Bench) -> None:
 
 def measure_evaluation(bench: Bench) -> None:
     from rlvr.data import read_rows
-    from rlvr.evaluation import audit, rollout_settings
+    from rlvr.evaluation import audit, prompt_template, rollout_settings
     from rlvr.policy import load_policy
     from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 
@@ -889,7 +890,7 @@ def measure_evaluation(bench: Bench) -> None:
         started = time.perf_counter()
         audit(policies, {"heldout": rows}, build_reward_funcs(params.rewards),
               normalized_weights(params.rewards.weights), settings,
-              params.rewards.format_pattern, chat_template=params.model.chat_template,
+              params.rewards.format_pattern, template=prompt_template(params.model),
               confidence=ev.confidence, n_resamples=ev.n_resamples)
         per_prompt.append((time.perf_counter() - started) / len(rows))
         say(f"evaluation: rep {rep + 1}/{bench.budget.reps}: {per_prompt[-1]:.3f} s per prompt")

@@ -13,7 +13,7 @@ import json
 
 from rlvr.config import Params
 from rlvr.data import read_rows, write_json, write_text_atomic
-from rlvr.evaluation import audit, rollout_settings
+from rlvr.evaluation import audit, prompt_template, rollout_settings
 from rlvr.metrics import eval_metrics
 from rlvr.policy import load_policy, policy_path
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
@@ -30,7 +30,7 @@ def main(params: Params) -> int:
         policies, splits, build_reward_funcs(params.rewards),
         normalized_weights(params.rewards.weights),
         rollout_settings(params, n=ev.samples, seed=ev.seed), params.rewards.format_pattern,
-        chat_template=params.model.chat_template, confidence=ev.confidence,
+        template=prompt_template(params.model), confidence=ev.confidence,
         n_resamples=ev.n_resamples)
     write_json(params.paths.eval_summary, metrics)
     write_json(params.paths.eval_metrics, eval_metrics(metrics))

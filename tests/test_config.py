@@ -35,6 +35,10 @@ BAD_VALUES = [
     ({"train": {"grpo": {"beta": float("inf")}}}, "train.grpo.beta = inf: must be a finite number"),
     ({"model": {"chat_template": "maybe"}}, "model.chat_template = 'maybe': must be true or false"),
     ({"model": {"name_or_path": {"a": 1}}}, "model.name_or_path = {'a': 1}: must be a string"),
+    ({"model": {"chat_template_kwargs": [1]}}, "model.chat_template_kwargs = [1]: must be a mapping"),
+    ({"model": {"chat_template_kwargs": {"enable_thinking": False}}},
+     "model.chat_template_kwargs = {'enable_thinking': False}: applies only with "
+     "model.chat_template: true"),
     ({"data": "x"}, "data = 'x': must be a mapping"),
     ({"gate": {"tests": "tests/rewards"}}, "gate.tests = 'tests/rewards': must be a list"),
     ({"train": {"grpo": {"extra": [1]}}}, "train.grpo.extra = [1]: must be a mapping"),

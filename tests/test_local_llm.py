@@ -179,6 +179,38 @@ def test_the_saved_folder_loads_like_a_hub_model(saved, built):
     assert json.loads((base / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
 
 
+def test_chat_template_variables_reach_evaluation_and_trl_alike(built, tmp_path):
+    """model.chat_template_kwargs (Qwen3's enable_thinking): evaluation renders a prompt with
+    them, and TRL, given the GRPOConfig the pipeline builds, renders the same text."""
+    import copy
+
+    from trl.data_utils import apply_chat_template
+
+    from rlvr.evaluation import prompt_template, render_prompt
+    from rlvr.training import grpo_config
+
+    tokenizer = copy.deepcopy(built[1])
+    # Qwen3's template closes an empty think block when enable_thinking is false
+    tokenizer.chat_template += ("{% if add_generation_prompt and enable_thinking is defined and "
+                                "enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}")
+    params = parse_params({"model": {"chat_template": True,
+                                     "chat_template_kwargs": {"enable_thinking": False}}})
+    assert prompt_template(params.model) == {"enable_thinking": False}
+    assert prompt_template(parse_params({}).model) is None
+    prompt = "3 5 -> 15"
+    ours = render_prompt(tokenizer, prompt, prompt_template(params.model))
+    assert ours.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert render_prompt(tokenizer, prompt, {}).endswith("<|im_start|>assistant\n")
+    assert render_prompt(tokenizer, prompt, None) == prompt
+    config = grpo_config(params.train.grpo, output_dir=tmp_path, max_steps=1, seed=0,
+                         reward_weights=params.rewards.weights,
+                         chat_template_kwargs=params.model.chat_template_kwargs)
+    assert config.chat_template_kwargs == {"enable_thinking": False}
+    trl_text = apply_chat_template({"prompt": [{"role": "user", "content": prompt}]}, tokenizer,
+                                   **config.chat_template_kwargs)["prompt"]
+    assert trl_text == ours
+
+
 def test_greedy_evaluation_runs_on_chat_prompts(built, rows):
     from rlvr.evaluation import SampleSettings, score_rows, summarize
     from rlvr.rewards.registry import build_reward_funcs
@@ -186,7 +218,7 @@ def test_greedy_evaluation_runs_on_chat_prompts(built, rows):
     model, tokenizer = built
     params = parse_params({})
     scored = score_rows(model, tokenizer, rows[:2], build_reward_funcs(params.rewards), [0.8, 0.2],
-                        SampleSettings(n=1, do_sample=False, max_new_tokens=6), chat_template=True)
+                        SampleSettings(n=1, do_sample=False, max_new_tokens=6), template={})
     assert scored[0].prompt_text.endswith("<|im_start|>assistant\n")
     assert all(1 <= n <= 6 for s in scored for n in s.lengths)
     assert math.isfinite(summarize(scored)["mean_reward"])

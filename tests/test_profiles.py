@@ -63,6 +63,7 @@ def test_the_profile_is_what_dvc_exp_run_makes_of_params_yaml(gpu_params, tmp_pa
     model, grpo = params.model, params.train.grpo
     assert (model.init, model.name_or_path, model.chat_template, model.lora.enabled) == \
         ("pretrained", "Qwen/Qwen3-0.6B", True, True)
+    assert model.chat_template_kwargs == {"enable_thinking": False}  # Qwen3 answers directly
     assert (grpo.use_cpu, grpo.bf16, grpo.use_vllm) == (False, True, True)
     assert grpo.extra == {"vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
                           "activation_checkpointing": True,
