@@ -279,6 +279,7 @@ class ModelParams:
                  self.name_or_path, "must name a model folder or hub id when model.init is "
                                     "'pretrained'")
 
+
 @dataclass
 class GRPOParams:
     """GRPOConfig fields, under TRL's own names (the rest keep TRL's defaults unless set in extra)."""
