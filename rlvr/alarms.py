@@ -7,7 +7,16 @@ functions of the train stage's outputs, tested offline on synthetic histories.
 - KL spike: one step jumps far from the run's recent KL (an unstable update);
 - overfitting: the training reward still rises while the validation reward falls from its peak;
 - no learning signal: most groups have no reward spread, so most rollouts carry no gradient
-  (under dynamic sampling: the batch stays mostly empty after every sampling round).
+  (under dynamic sampling: the batch stays mostly empty after every sampling round);
+
+and two over the step-0 vs final audit (`evaluate`'s summary, rlvr.audit), on the split the
+verdict follows:
+
+- diversity collapse: the distinct correct answers per solved prompt, or the policy's entropy on
+  its own samples, fell far while the mean reward rose (RL sharpened the policy onto fewer
+  answers: pass@k at large k may fall below the base model's);
+- slice forgotten: a tag of enough rows regressed (its reward CI below 0, its success or pass@n
+  fell to about nothing, or its pass@n CI lies below 0).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ class AlarmThresholds:
     kl_spike_min: float          # ... and above this absolute value (tiny KLs are noise)
     overfit_drop: float          # validation reward ends this far below its peak ...
     zero_spread_share: float     # smoothed share of groups with no reward spread ends above this
+    diversity_drop: float = 0.5  # distinct correct answers or entropy end this share below step 0's
 
 
 def _points(history: Sequence[dict], key: str | Callable[[dict], float | None]
@@ -69,11 +79,55 @@ def kl_spike(kls: Sequence[float], window: int, minimum: float) -> tuple[float, 
     return round(best, 6), where
 
 
+def _fall(before: float | None, after: float | None) -> float:
+    """The share by which a figure fell (negative: it rose); nan without both.
+
+    >>> _fall(0.5, 0.125), _fall(2.0, 3.0), _fall(None, 1.0)
+    (0.75, -0.5, nan)
+    """
+    if before is None or after is None or not before > 0:
+        return math.nan
+    return (before - after) / before
+
+
+def audit_rules(evaluation: dict, t: AlarmThresholds) -> list[dict]:
+    """The two alarms over evaluate's summary, on the split its verdict follows."""
+    split = evaluation[evaluation["verdict_split"]]
+    before, after = split["diversity"]["step0"], split["diversity"]["final"]
+    rise = split["delta_mean_reward"]["value"]
+    figures = [("distinct correct answers per solved prompt", "distinct_correct_per_solved"),
+               ("entropy", "entropy")]
+    falls = {key: _fall(before[key], after[key]) for _, key in figures}
+    shown = ", ".join(f"{name} {before[key]:.3g} -> {after[key]:.3g} ({-falls[key]:+.0%})"
+                      for name, key in figures if not math.isnan(falls[key]))
+    forgotten = [s for s in split["slices"] if s["regressed"] and s["weighed"]]
+    return [
+        {"rule": "diversity collapse: distinct correct answers or entropy fall while the mean "
+                 "reward rises",
+         "value": f"{shown or 'not measured'}; mean reward {rise:+.3f}",
+         "threshold": f"a fall > {t.diversity_drop:.0%} and mean reward up",
+         "fired": rise > 0 and any(f > t.diversity_drop for f in falls.values()),
+         "advice": "the policy sharpened onto fewer answers: read pass@k (the base model may "
+                   "solve more at large k); a larger beta, an entropy bonus or a higher "
+                   "temperature keep more of them"},
+        {"rule": "slice forgotten: a tag regressed", "value": "; ".join(
+            f"{s['tag']} ({s['rows']} rows: {'; '.join(s['reasons'])})" for s in forgotten)
+            or "none", "threshold": "a tag of at least report.min_slice_rows rows regressed "
+                                    "(per-tag table)",
+         "fired": bool(forgotten),
+         "advice": "the policy stopped solving a kind of problem while the mean rose: the KL "
+                   "charges little for dropping an answer the reference gave (it is measured on "
+                   "the policy's own samples); more training rows of that kind, a larger beta, "
+                   "or an earlier checkpoint (train.select: best_val)"},
+    ]
+
+
 def check_alarms(history: Sequence[dict], validation: Sequence[dict],
-                 t: AlarmThresholds) -> dict:
+                 t: AlarmThresholds, evaluation: dict | None = None) -> dict:
     """Every rule with the value it saw, its threshold, whether it fired and what to do.
     `history`: one entry per training step; `validation`: the validation scores by step
-    ({"step", "mean_reward", ...}, step 0 first), empty when none were taken."""
+    ({"step", "mean_reward", ...}, step 0 first), empty when none were taken; `evaluation`:
+    evaluate's summary (adds the diversity and forgotten-slice alarms)."""
     w = t.window
     fmt, correct = _series(history, "rewards/format/mean"), _series(history,
                                                                       "rewards/correctness/mean")
@@ -146,4 +200,6 @@ def check_alarms(history: Sequence[dict], validation: Sequence[dict],
                    ("most rollouts carry no gradient: harder or more varied prompts, more "
                     "generations per prompt, or dynamic sampling (train.dynamic_sampling)")},
     ]
+    if evaluation is not None:
+        rules += audit_rules(evaluation, t)
     return {"rules": rules, "fired": [r["rule"] for r in rules if r["fired"]]}

@@ -15,6 +15,10 @@ def check_run_params(params: Params) -> None:
     """What the stages of one run would find wrong with these params, found now."""
     check_reward_names(params.rewards.funcs)
     check_trl_config(params)
+    report = params.report
+    if report.slice_drop_to >= report.slice_drop_from:  # else every tag would count as forgotten
+        raise ParamsError(f"params.yaml: report.slice_drop_to = {report.slice_drop_to!r}: must be "
+                          f"below report.slice_drop_from ({report.slice_drop_from!r})")
 
 
 def check_params_file(path: str | Path = PARAMS_FILE) -> Params:

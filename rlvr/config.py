@@ -460,8 +460,9 @@ class SmokeParams:
 
 @dataclass
 class EvaluateParams:
-    samples: int = _help("k: sampled completions per prompt for the mean sampled reward.",
-                         rule=COUNT, default=8)
+    samples: int = _help("n: sampled completions per prompt, for the mean sampled reward and "
+                         "pass@k up to k = n (the validation rows during training too).",
+                         rule=COUNT, default=32)
     seed: int = _help("Sampling seed, the same for the step-0 and the final policy (paired).",
                       rule=SEED, default=1234)
     confidence: float = _help("Confidence level of the paired bootstrap CI.",
@@ -491,6 +492,11 @@ class AlarmParams:
     zero_spread_share: float = _help("Alarm 'no learning signal' when the smoothed share of "
                                      "groups with no reward spread ends above this.",
                                      rule=within(0, 1), default=0.5)
+    diversity_drop: float = _help("Alarm 'diversity collapse' when, on the decisive split, the "
+                                  "distinct correct answers per solved prompt or the policy's "
+                                  "entropy on its own samples end more than this share below "
+                                  "step 0's while the mean reward rose.",
+                                  rule=within(0, 1, low_open=True, high_open=True), default=0.5)
 
 
 @dataclass
@@ -507,7 +513,17 @@ class ReportParams:
                                    "this factor (still climbing), ...", rule=above(1), default=1.5)
     collapse_drop: float = _help("... or the smoothed reward ends this far below its peak.",
                                  rule=at_least(0), default=0.1)
-    alarms: AlarmParams = _help("Thresholds of the reward-hacking and overfitting alarms.",
+    min_slice_rows: int = _help("A tag (a row's `tags`) with at least this many rows in the "
+                                "decisive split weighs in the verdict: if it regressed, the "
+                                "verdict is `mixed`, not `improved`.", rule=COUNT, default=8)
+    slice_drop_from: float = _help("A tag regressed when its mean-reward or pass@n CI lies "
+                                   "below 0, or when its success or pass@n falls from at least "
+                                   "this ...",
+                                   rule=within(0, 1), default=0.1)
+    slice_drop_to: float = _help("... to at most this (below slice_drop_from).",
+                                 rule=within(0, 1), default=0.02)
+    alarms: AlarmParams = _help("Thresholds of the reward-hacking, overfitting and forgetting "
+                                "alarms.",
                                 default_factory=AlarmParams)
 
 
@@ -605,12 +621,15 @@ class PathsParams:
     eval_summary: str = _help("Step 0 vs final, every statistic of both splits.",
                               default="reports/eval/summary.json")
     eval_metrics: str = _help("Step 0 vs final on held-out prompts, the headline (a DVC metric): "
-                              "verdict, reward, greedy success, the delta with its CI.",
+                              "verdict, reward, greedy success, the delta with its CI, pass@1 "
+                              "and pass@n.",
                               default="metrics/eval.json")
     eval_per_prompt: str = _help("Step 0 vs final, one record per prompt (JSONL).",
                                  default="reports/eval/per_prompt.jsonl")
     per_prompt_figure: str = _help("Per-prompt scatter of the retrospective (PNG).",
                                    default="reports/figures/per_prompt.png")
+    pass_at_k_figure: str = _help("pass@k against k, step 0 and final, of the retrospective "
+                                  "(PNG).", default="reports/figures/pass_at_k.png")
     retrospective_md: str = _help("The retrospective, markdown.",
                                   default="reports/retrospective.md")
     retrospective_html: str = _help("The retrospective, self-contained HTML.",

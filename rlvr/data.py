@@ -1,7 +1,8 @@
 """JSONL rows <-> typed records, and the Hugging Face dataset GRPOTrainer consumes.
 
-A row is `{"id": str, "prompt": str, "verifier": {"type": str, ...}}`. Validation (rlvr.validation)
-decides whether a file is fit to train on; this module only reads, writes and converts.
+A row is `{"id": str, "prompt": str, "verifier": {"type": str, ...}}`, optionally with
+`"tags": [str, ...]`. Validation (rlvr.validation) decides whether a file is fit to train on;
+this module only reads, writes and converts.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ class DataError(PipelineError, ValueError):
 
 @dataclass(frozen=True)
 class Row:
-    """One prompt and the verifier that scores answers to it."""
+    """One prompt and the verifier that scores answers to it; optional tags name the kinds of
+    problem it belongs to (the audit reports each tag's rows apart: rlvr.audit)."""
     id: str
     prompt: str
     verifier: Mapping[str, Any]
+    tags: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "prompt": self.prompt, "verifier": dict(self.verifier)}
+        row = {"id": self.id, "prompt": self.prompt, "verifier": dict(self.verifier)}
+        return {**row, "tags": list(self.tags)} if self.tags else row
 
 
 # A line longer than this many bytes is reported, not parsed: far above any row (prompts are
@@ -154,7 +158,7 @@ def read_rows(path: str | Path) -> list[Row]:
             raise DataError(f"{path}: line {line.number}: {what}{line.error}")
         try:
             rows.append(Row(id=line.obj["id"], prompt=line.obj["prompt"],
-                            verifier=line.obj["verifier"]))
+                            verifier=line.obj["verifier"], tags=tuple(line.obj.get("tags") or ())))
         except KeyError as missing:
             raise DataError(f"{path}: line {line.number}: field {missing} is missing") from None
     return rows

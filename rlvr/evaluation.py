@@ -11,9 +11,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rlvr.audit import (SliceRule, audit_verdict, pass_at_k_curve, split_audit, verdict_line,
+                        weighed_regressions)
 from rlvr.data import Row
 from rlvr.rewards.registry import RewardFunction
-from rlvr.stats import finite_mean
+from rlvr.stats import finite_mean, paired_ci
+
+CORRECTNESS = "correctness"  # the reward function that is the verifier's verdict
 
 
 @dataclass
@@ -57,10 +61,30 @@ class ScoredRow:
     lengths: list[int] = field(default_factory=list)
     prompt_text: str = ""                    # the rendered prompt the model was conditioned on
     token_ids: list[list[int]] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)  # the row's verifier scored it 1
+    tags: tuple[str, ...] = ()
 
     @property
     def mean_total(self) -> float:
         return sum(self.total) / len(self.total)
+
+    @property
+    def answers(self) -> list[str]:
+        """Each completion's answer as distinctness counts it: answer_key."""
+        return [answer_key(text) for text in self.completions]
+
+
+def answer_key(completion: str) -> str:
+    """A completion's answer with its whitespace runs collapsed: `3 + 5` and `3+5 ` differ only
+    in spacing, so they count as one answer when the audit counts distinct answers; `5+3` is
+    another.
+
+    >>> answer_key(" 3 +  5\\n"), answer_key("I say <answer>3*5</answer>")
+    ('3 + 5', '3*5')
+    """
+    from rlvr.rewards.verifiers import extract_answer
+
+    return " ".join(extract_answer(completion).split())
 
 
 def prompt_template(model) -> dict | None:
@@ -144,6 +168,12 @@ def score_rows(model, tokenizer, rows: Sequence[Row], reward_funcs: Sequence[Rew
                template: Mapping | None = None) -> list[ScoredRow]:
     """Sample completions for every row and score them with every reward function (prompts
     rendered by render_prompt)."""
+    from rlvr.config import RewardsParams
+    from rlvr.rewards.registry import REWARD_FUNCS
+
+    # Whether a sample is correct (pass@k, success) is the verifier's word, whether or not the
+    # recipe lists the correctness reward; it never raises (a failure is not correct).
+    correctness = RewardFunction(CORRECTNESS, REWARD_FUNCS[CORRECTNESS](RewardsParams()))
     prompts = [render_prompt(tokenizer, row.prompt, template) for row in rows]
     generated = generate(model, tokenizer, prompts, settings)
     prompt_of = dict(zip((row.id for row in rows), prompts))
@@ -159,11 +189,15 @@ def score_rows(model, tokenizer, rows: Sequence[Row], reward_funcs: Sequence[Rew
         }
         totals = [weighted_total([rewards[f.__name__][i] for f in reward_funcs], weights)
                   for i in range(len(texts))]
-        scored.append(ScoredRow(row.id, texts, rewards, totals, lengths, prompt_text, token_ids))
+        verdicts = rewards.get(CORRECTNESS) or correctness(
+            prompts=[row.prompt] * len(texts), completions=texts, verifier=[row.verifier] *
+            len(texts), id=[row.id] * len(texts))
+        scored.append(ScoredRow(row.id, texts, rewards, totals, lengths, prompt_text, token_ids,
+                                [v == 1.0 for v in verdicts], tuple(row.tags)))
     return scored
 
 
-def summarize(scored: Sequence[ScoredRow], correctness: str = "correctness") -> dict:
+def summarize(scored: Sequence[ScoredRow], correctness: str = CORRECTNESS) -> dict:
     """Means over every sample: total reward, each reward function, success, length."""
     samples = [(s, i) for s in scored for i in range(len(s.completions))]
     names = list(scored[0].rewards) if scored else []
@@ -187,11 +221,26 @@ def summarize(scored: Sequence[ScoredRow], correctness: str = "correctness") -> 
 VALIDATION_PREFIX = "eval_"   # the Trainer's prefix for evaluation metrics (metric_for_best_model)
 
 
+def tag_success(scored: Sequence[ScoredRow]) -> dict[str, float]:
+    """The share of correct samples (pass@1) on the rows of each tag.
+
+    >>> row = lambda tags, correct: ScoredRow("r", [""] * 2, {}, [0, 0], correct=correct,
+    ...                                       tags=tags)
+    >>> tag_success([row(("add",), [True, False]), row(("add", "sub"), [False, False])])
+    {'add': 0.25, 'sub': 0.0}
+    """
+    tags = sorted({t for s in scored for t in s.tags})
+    return {tag: finite_mean(c for s in scored if tag in s.tags for c in s.correct)
+            for tag in tags}
+
+
 def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weights,
                       sampled: SampleSettings, template: Mapping | None = None
                       ) -> dict[str, float]:
     """The policy on the validation rows, as `evaluate` scores a split: mean reward of
-    `sampled.n` seeded samples per prompt, sampled and greedy success, mean length.
+    `sampled.n` seeded samples per prompt, sampled and greedy success, mean length, pass@k for
+    every k up to n (`pass_at_<k>`) and the success on each tag's rows (`success/<tag>`), so the
+    curves show the step where a kind of problem starts to die.
 
     Runs in the middle of training, so it leaves training exactly as it found it: torch's RNG
     state is restored afterwards (training samples the same rollouts with or without it) and the
@@ -204,44 +253,22 @@ def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weigh
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     try:
         with torch.random.fork_rng(devices=devices):
-            samples = summarize(score_rows(model, tokenizer, rows, reward_funcs, weights, sampled,
-                                           template))
+            scored = score_rows(model, tokenizer, rows, reward_funcs, weights, sampled, template)
             greedy_summary = summarize(score_rows(model, tokenizer, rows, reward_funcs, weights,
                                                   greedy, template))
     finally:
         model.train(was_training)
+    samples = summarize(scored)
+    curve = pass_at_k_curve([sum(s.correct) for s in scored], sampled.n)
     return {"mean_reward": samples["mean_reward"],
             "greedy_success": greedy_summary.get("success", math.nan),
             "sampled_success": samples.get("success", math.nan),
-            "mean_length": samples["mean_length"]}
+            "mean_length": samples["mean_length"],
+            **{f"pass_at_{k}": value for k, value in curve.items()},
+            **{f"success/{tag}": value for tag, value in tag_success(scored).items()}}
 
 
 # --------------------------------------------------------------------------- step 0 vs final
-
-def paired_ci(deltas: Sequence[float], confidence: float = 0.95, n_resamples: int = 10000,
-              seed: int = 0) -> dict:
-    """Mean of per-prompt deltas with a bootstrap CI over prompts (scipy.stats.bootstrap, BCa)."""
-    import numpy as np
-    from scipy.stats import bootstrap
-
-    values = np.asarray(deltas, dtype=float)
-    mean = float(values.mean()) if len(values) else math.nan
-    if len(values) < 2 or np.all(values == values[0]):
-        return {"value": mean, "ci_low": mean, "ci_high": mean}
-    result = bootstrap((values,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
-                       method="BCa", random_state=np.random.default_rng(seed))
-    return {"value": mean, "ci_low": float(result.confidence_interval.low),
-            "ci_high": float(result.confidence_interval.high)}
-
-
-def verdict(ci: dict) -> str:
-    """improved / regressed when the CI excludes 0, else no significant change."""
-    if ci["ci_low"] > 0:
-        return "improved"
-    if ci["ci_high"] < 0:
-        return "regressed"
-    return "no significant change"
-
 
 def _mean_of(values: Sequence[float | None] | None) -> float | None:
     """finite_mean, as None (JSON null) when there is nothing to average."""
@@ -266,16 +293,42 @@ def _split_stats(sampled: Sequence[ScoredRow], greedy: Sequence[ScoredRow],
     }
 
 
+def _policy_record(prefix: str, sampled: ScoredRow, greedy: ScoredRow,
+                   entropies: Sequence[Sequence[float]]) -> dict:
+    """What the audit keeps of one policy on one prompt (rlvr.audit reads these fields)."""
+    tokens = sum(len(e) for e in entropies)
+    answers = sampled.answers
+    return {
+        f"{prefix}_reward": sampled.mean_total,
+        f"{prefix}_success": _mean_of(sampled.rewards.get(CORRECTNESS)),
+        f"{prefix}_correct": sum(sampled.correct),
+        f"{prefix}_greedy": greedy.completions[0],
+        f"{prefix}_greedy_correct": float(greedy.correct[0]),
+        f"{prefix}_distinct": len(set(answers)),
+        f"{prefix}_distinct_correct": len({a for a, ok in zip(answers, sampled.correct) if ok}),
+        f"{prefix}_entropy": sum(map(sum, entropies)) / tokens if tokens else None,
+        f"{prefix}_tokens": tokens,
+    }
+
+
 def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weights,
           sampled: SampleSettings, format_pattern: str, template: Mapping | None = None,
-          confidence: float = 0.95, n_resamples: int = 10000) -> tuple[dict, list[dict]]:
+          confidence: float = 0.95, n_resamples: int = 10000,
+          slice_rule: SliceRule | None = None) -> tuple[dict, list[dict]]:
     """Step 0 vs final on every split, with the same sampling seeds for both policies.
 
     policies: {"step0": (model, tokenizer), "final": (model, tokenizer)}. Returns the metrics
-    (per split: both policies' stats and the paired delta of mean reward with its bootstrap CI;
-    the verdict follows the held-out CI) and one record per prompt.
+    and one record per prompt. Per split: both policies' stats, the paired delta of mean reward
+    with its bootstrap CI, the KL of the final policy to the step-0 one, and what a mean hides
+    (rlvr.audit.split_audit: pass@k, slices by tag, solutions lost and new, diversity). The
+    verdict follows the held-out split (rlvr.audit.audit_verdict: a regressed tag makes it
+    `mixed`).
     """
+    from rlvr.grpo_math import k3_kl
+
+    rule = slice_rule or SliceRule()
     greedy = greedy_settings(sampled)
+    (final_model, tokenizer), (base_model, _) = policies["final"], policies["step0"]
     metrics: dict = {}
     per_prompt: list[dict] = []
     for split, rows in splits.items():
@@ -293,44 +346,80 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
         }
         metrics[split]["delta_greedy_success"] = (metrics[split]["final"]["greedy_success"]
                                                   - metrics[split]["step0"]["greedy_success"])
-        (final_model, tokenizer), (base_model, _) = policies["final"], policies["step0"]
-        metrics[split]["kl_final_vs_step0"] = policy_kl(final_model, base_model, tokenizer, s1,
-                                                        sampled.temperature)
+        # Three forward passes per prompt, no generation: the final policy on its own samples
+        # (its entropy; with the step-0 policy on the same samples, the KL) and the step-0
+        # policy on its own (its entropy).
+        kl_sum, kl_tokens = 0.0, 0
+        records = []
         for row, a, b, ga, gb, delta in zip(rows, s0, s1, g0, g1, deltas):
-            correctness = "correctness" if "correctness" in ga.rewards else None
-            per_prompt.append({
-                "id": row.id, "split": split, "prompt": row.prompt,
-                "step0_reward": a.mean_total, "final_reward": b.mean_total, "delta": delta,
-                "step0_success": _mean_of(a.rewards.get("correctness")),
-                "final_success": _mean_of(b.rewards.get("correctness")),
-                "step0_greedy": ga.completions[0], "final_greedy": gb.completions[0],
-                "step0_greedy_correct": ga.rewards[correctness][0] if correctness else None,
-                "final_greedy_correct": gb.rewards[correctness][0] if correctness else None,
+            final_on_own = token_stats(final_model, tokenizer, b.prompt_text, b.token_ids,
+                                       sampled.temperature)
+            base_on_final = token_stats(base_model, tokenizer, b.prompt_text, b.token_ids,
+                                        sampled.temperature)
+            base_on_own = token_stats(base_model, tokenizer, a.prompt_text, a.token_ids,
+                                      sampled.temperature)
+            for (logp, _), (ref, _) in zip(final_on_own, base_on_final):
+                kl_sum += sum(k3_kl(x, y) for x, y in zip(logp, ref))
+                kl_tokens += len(logp)
+            records.append({
+                "id": row.id, "split": split, "prompt": row.prompt, "tags": list(row.tags),
+                "samples": sampled.n, "delta": delta,
+                **_policy_record("step0", a, ga, [e for _, e in base_on_own]),
+                **_policy_record("final", b, gb, [e for _, e in final_on_own]),
             })
+        metrics[split]["kl_final_vs_step0"] = kl_sum / kl_tokens if kl_tokens else math.nan
+        metrics[split].update(split_audit(records, sampled.n, rule, confidence, n_resamples,
+                                          seed=sampled.seed))
+        per_prompt += records
     decisive = "heldout" if "heldout" in metrics else next(iter(metrics))
-    metrics["verdict"] = verdict(metrics[decisive]["delta_mean_reward"])
+    metrics["verdict"] = audit_verdict(metrics[decisive])
     metrics["verdict_split"] = decisive
+    metrics["verdict_line"] = verdict_line(metrics["verdict"], metrics[decisive])
+    metrics["regressed_tags"] = [s["tag"] for s in weighed_regressions(metrics[decisive])]
     return metrics, per_prompt
+
+
+def token_stats(model, tokenizer, prompt: str, completions: Sequence[Sequence[int]],
+                temperature: float = 1.0, chunk: int = 16
+                ) -> list[tuple[list[float], list[float]]]:
+    """For each completion (token ids) after the prompt: the log-probability of each of its
+    tokens, and the policy's entropy (nats, at `temperature`) at each of those positions.
+
+    `chunk` completions share one forward pass (right-padded: a causal model's earlier positions
+    do not see the padding); it bounds the logits' memory on a large vocabulary."""
+    import torch
+
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    start = len(prompt_ids)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    out: list[tuple[list[float], list[float]]] = [([], []) for _ in completions]
+    filled = [i for i, ids in enumerate(completions) if ids]
+    with torch.no_grad():
+        for first in range(0, len(filled), chunk):
+            batch = filled[first:first + chunk]
+            width = max(len(completions[i]) for i in batch)
+            ids = [prompt_ids + list(completions[i]) + [pad] * (width - len(completions[i]))
+                   for i in batch]
+            mask = [[1] * (start + len(completions[i])) + [0] * (width - len(completions[i]))
+                    for i in batch]
+            input_ids = torch.tensor(ids, device=model.device)
+            logits = model(input_ids=input_ids,
+                           attention_mask=torch.tensor(mask, device=model.device)
+                           ).logits[:, start - 1:-1] / temperature
+            logps = torch.log_softmax(logits.float(), dim=-1)
+            chosen = logps.gather(-1, input_ids[:, start:].unsqueeze(-1)).squeeze(-1)
+            entropy = -(logps.exp() * logps).sum(-1)
+            for row, i in enumerate(batch):
+                n = len(completions[i])
+                out[i] = (chosen[row, :n].tolist(), entropy[row, :n].tolist())
+    return out
 
 
 def completion_logprobs(model, tokenizer, prompt: str, completions: Sequence[Sequence[int]],
                         temperature: float = 1.0) -> list[list[float]]:
     """Per-token log-probabilities of each completion (token ids) after the prompt."""
-    import torch
-
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    out = []
-    with torch.no_grad():
-        for ids in completions:
-            if not ids:
-                out.append([])
-                continue
-            full = torch.tensor([prompt_ids + list(ids)], device=model.device)
-            logits = model(input_ids=full).logits[0, len(prompt_ids) - 1:-1] / temperature
-            logps = torch.log_softmax(logits.float(), dim=-1)
-            chosen = torch.tensor(ids, device=model.device).unsqueeze(1)
-            out.append(logps.gather(1, chosen).squeeze(1).tolist())
-    return out
+    return [logps for logps, _ in token_stats(model, tokenizer, prompt, completions,
+                                              temperature)]
 
 
 def policy_kl(policy, reference, tokenizer, scored: Sequence[ScoredRow],

@@ -64,18 +64,24 @@ def train_metrics(summary: dict) -> dict:
 def eval_metrics(summary: dict) -> dict:
     """The audit's headline, on the split the verdict follows (held-out): the verdict first (a
     long value: the file's path heads its column), mean sampled reward and greedy success at step
-    0 and final, and the paired delta of mean reward with its CI.
+    0 and final, the paired delta of mean reward with its CI, and pass@1 and pass@n (n samples
+    per prompt) at step 0 and final: a pass@n that falls while pass@1 rises is a narrowing.
 
     >>> split = {"step0": {"mean_reward": 0.4, "greedy_success": 0.3},
     ...          "final": {"mean_reward": 0.6, "greedy_success": 0.5},
-    ...          "delta_mean_reward": {"value": 0.2, "ci_low": 0.1, "ci_high": 0.3}}
-    >>> eval_metrics({"verdict": "improved", "verdict_split": "heldout", "heldout": split})
-    {'verdict': 'improved', 'reward0': 0.4, 'reward': 0.6, 'delta': 0.2, 'ci_low': 0.1, 'ci_high': 0.3, 'greedy0': 0.3, 'greedy': 0.5}
+    ...          "delta_mean_reward": {"value": 0.2, "ci_low": 0.1, "ci_high": 0.3},
+    ...          "samples_per_prompt": 4, "pass_at_k": {"step0": {"1": 0.2, "4": 0.6},
+    ...                                                 "final": {"1": 0.5, "4": 0.55}}}
+    >>> eval_metrics({"verdict": "mixed", "verdict_split": "heldout", "heldout": split})
+    {'verdict': 'mixed', 'reward0': 0.4, 'reward': 0.6, 'delta': 0.2, 'ci_low': 0.1, 'ci_high': 0.3, 'greedy0': 0.3, 'greedy': 0.5, 'pass1_0': 0.2, 'pass1': 0.5, 'passn_0': 0.6, 'passn': 0.55}
     """
     split = summary[summary["verdict_split"]]
     delta = split["delta_mean_reward"]
+    curves, n = split["pass_at_k"], str(split["samples_per_prompt"])
     return {"verdict": summary["verdict"],
             "reward0": split["step0"]["mean_reward"], "reward": split["final"]["mean_reward"],
             "delta": delta["value"], "ci_low": delta["ci_low"], "ci_high": delta["ci_high"],
             "greedy0": split["step0"]["greedy_success"],
-            "greedy": split["final"]["greedy_success"]}
+            "greedy": split["final"]["greedy_success"],
+            "pass1_0": curves["step0"]["1"], "pass1": curves["final"]["1"],
+            "passn_0": curves["step0"][n], "passn": curves["final"][n]}

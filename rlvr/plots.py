@@ -46,6 +46,8 @@ def save_figure(fig, path: str | Path) -> Path:
 
 
 VALIDATION_PANEL = "Validation rows vs training reward"
+VALIDATION_PASS_PANEL = "Validation rows: pass@k"
+VALIDATION_TAGS_PANEL = "Validation rows: success per tag"
 
 
 def _validation_panel(ax, history: Sequence[dict], validation: Sequence[dict],
@@ -70,6 +72,33 @@ def _validation_panel(ax, history: Sequence[dict], validation: Sequence[dict],
     ax.legend(fontsize=7)
 
 
+def validation_series(validation: Sequence[dict], prefix: str) -> dict[str, list]:
+    """(step, value) points of every validation key that starts with `prefix`, by the rest of
+    the key (pass_at_<k> -> k, success/<tag> -> tag), in the order of k or of the tag name.
+
+    >>> validation_series([{"step": 0, "pass_at_1": 0.2, "pass_at_8": 0.6},
+    ...                    {"step": 50, "pass_at_1": 0.4, "pass_at_8": 0.5}], "pass_at_")
+    {'1': [(0, 0.2), (50, 0.4)], '8': [(0, 0.6), (50, 0.5)]}
+    """
+    names = {key[len(prefix):] for e in validation for key in e if key.startswith(prefix)}
+    order = sorted(names, key=lambda name: (not name.isdigit(), int(name) if name.isdigit()
+                                            else 0, name))
+    return {name: [(e["step"], e[prefix + name]) for e in validation if prefix + name in e]
+            for name in order}
+
+
+def _validation_lines(ax, series: Mapping[str, list], label: str, title: str,
+                      chosen_step: int | None) -> None:
+    for i, (name, points) in enumerate(series.items()):
+        ax.plot(*zip(*points), color=f"C{i % 10}", marker="o", markersize=3, linewidth=1.2,
+                label=label.format(name))
+    if chosen_step is not None:
+        ax.axvline(chosen_step, color="k", linestyle="--", linewidth=0.9)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+
+
 def panel_layout(history: Sequence[dict]) -> list[tuple[str, list[str]]]:
     """(title, logged keys) of each panel plot_curves draws: those with data in `history`.
 
@@ -92,18 +121,26 @@ def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO tr
                 validation: Sequence[dict] = (), chosen_step: int | None = None) -> Path:
     """One figure, one panel per quantity; raw values faint, a moving average on top. With
     `validation` (scores per scored step), a first panel sets it against the training reward
-    and marks `chosen_step`, the step models/final holds."""
+    and marks `chosen_step`, the step models/final holds, and the next ones draw its pass@k and
+    its success on each tag's rows, so the step where a kind of problem starts to die shows."""
     plt = pyplot()
     panels = panel_layout(history)
+    extra = {VALIDATION_PASS_PANEL: validation_series(validation, "pass_at_"),
+             VALIDATION_TAGS_PANEL: validation_series(validation, "success/")}
     if validation:
-        panels.insert(0, (VALIDATION_PANEL, []))
+        panels[:0] = [(VALIDATION_PANEL, [])] + [(name, []) for name, series in extra.items()
+                                                 if series]
     cols = 4
     rows = max(1, -(-len(panels) // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
     window = max(1, len(history) // 20)
     for ax, (name, keys) in zip(axes.flat, panels):
-        if name == VALIDATION_PANEL:
-            _validation_panel(ax, history, validation, chosen_step, window)
+        if name in (VALIDATION_PANEL, *extra):
+            if name == VALIDATION_PANEL:
+                _validation_panel(ax, history, validation, chosen_step, window)
+            else:
+                _validation_lines(ax, extra[name], "pass@{}" if name == VALIDATION_PASS_PANEL
+                                  else "{}", name, chosen_step)
             ax.set_xlabel("step", fontsize=8)
             ax.tick_params(labelsize=8)
             ax.grid(alpha=0.3)
@@ -147,6 +184,36 @@ def plot_per_prompt(per_prompt: Sequence[dict], path: str | Path) -> Path:
         down = sum(r["delta"] < 0 for r in rows)
         ax.set_title(f"{split}: {up} prompts up, {down} down (of {len(rows)})", fontsize=10)
         ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+SPLIT_NAMES = {"heldout": "held-out", "train": "train"}
+
+
+def plot_pass_at_k(evaluation: Mapping, path: str | Path) -> Path:
+    """pass@k against k (log2 axis), step 0 and final, one panel per split (held-out first):
+    where the final curve drops below the step-0 one, the base model solves more prompts in k
+    tries than the trained one."""
+    plt = pyplot()
+    splits = [s for s in ("heldout", "train") if s in evaluation]
+    fig, axes = plt.subplots(1, len(splits), figsize=(5 * len(splits), 4.0), squeeze=False)
+    for ax, split in zip(axes.flat, splits):
+        curves = evaluation[split]["pass_at_k"]
+        for policy, color, label in (("step0", "C7", "step 0 (base)"), ("final", "C0", "final")):
+            ks = sorted(curves[policy], key=int)
+            ax.plot([int(k) for k in ks], [curves[policy][k] for k in ks], color=color,
+                    marker="o", markersize=4, linewidth=1.6, label=label)
+        ax.set_xscale("log", base=2)
+        ks = [int(k) for k in curves["step0"]]
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("k (samples per prompt)")
+        ax.set_ylabel("pass@k")
+        n = evaluation[split]["samples_per_prompt"]
+        ax.set_title(f"{SPLIT_NAMES.get(split, split)}: pass@k, {n} samples per prompt",
+                     fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
     return save_figure(fig, path)
 
 

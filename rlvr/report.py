@@ -31,9 +31,10 @@ def ci_text(d: dict) -> Md:
 
 
 def alarms_section(alarms: dict) -> list[str]:
-    """The reward-hacking and overfitting alarms (rlvr.alarms), like the KL diagnosis."""
+    """The reward-hacking, overfitting and forgetting alarms (rlvr.alarms), like the KL
+    diagnosis."""
     fired = alarms["fired"]
-    out = ["### Reward-hacking and overfitting alarms", "",
+    out = ["### Reward-hacking, overfitting and forgetting alarms", "",
            (f"**{len(fired)} alarm(s) fired**: {md_escape(', '.join(fired))}." if fired
             else "**No alarm fired.**")
            + " Thresholds live in params.yaml `report.alarms`.", ""]
@@ -67,6 +68,92 @@ def selection_section(selection: dict) -> list[str]:
     return out + [""]
 
 
+SPLITS = (("heldout", "held-out"), ("train", "train"))
+
+
+def _arrow(before, after) -> Md:
+    """`0.220 -> 0.429` (numbers only)."""
+    return Md(f"{md_value(before)} -> {md_value(after)}")
+
+
+def hidden_section(evaluation: dict, confidence: float, min_slice_rows: int, figure: str
+                   ) -> list[str]:
+    """What a mean can hide (rlvr.audit): pass@k, the rows of each tag, the prompts that lost or
+    gained every correct answer, and diversity; both splits, held-out first."""
+    e = md_escape
+    splits = [(key, name) for key, name in SPLITS if key in evaluation]
+    held = evaluation[evaluation["verdict_split"]]
+    n = held["samples_per_prompt"]
+    out = ["### pass@k: solved in k tries", "",
+           f"Each policy drew {n} samples per prompt; pass@k is the chance that k of them, drawn "
+           "without replacement, hold a correct answer (the unbiased estimator of Chen et al. "
+           "2021), averaged over prompts. Training that sharpens the policy raises pass@1 and "
+           f"can lower pass@{n}: the base model then solves prompts the final one no longer does."
+           f" Held-out: pass@1 {_arrow(held['pass_at_k']['step0']['1'], held['pass_at_k']['final']['1'])}"
+           f" ({ci_text(held['delta_pass@1'])}), pass@{n} "
+           f"{_arrow(held['pass_at_k']['step0'][str(n)], held['pass_at_k']['final'][str(n)])}"
+           f" ({ci_text(held[f'delta_pass@{n}'])}), {confidence:.0%} paired bootstrap CIs over "
+           "prompts. " + (f"The curves cross: {e(held['crossing'])}." if held["crossing"] else
+                          "The curves do not cross."), ""]
+    ks = sorted(held["pass_at_k"]["step0"], key=int)
+    out += md_table(["split", "policy", *[f"pass@{k}" for k in ks]],
+                    [[name, label, *[evaluation[key]["pass_at_k"][policy].get(k) for k in ks]]
+                     for key, name in splits
+                     for policy, label in (("step0", "step 0"), ("final", "final"))])
+    out += ["", md_image("pass@k against k, step 0 and final", figure), ""]
+
+    out += ["### Kinds of problem (row tags)", ""]
+    if not any(evaluation[key]["slices"] for key, _ in splits):
+        out += ["The rows carry no `tags`: give each row a list of the kinds of problem it "
+                "belongs to (`\"tags\": [\"sub\"]`) to see each kind apart; a mean can hide "
+                "one that was forgotten.", ""]
+    else:
+        out += [f"A tag regressed when its mean-reward CI lies below 0, its success (pass@1) or "
+                f"pass@{n} fell to about nothing, or its pass@{n} CI lies below 0; a regressed "
+                f"tag of at least {md_value(min_slice_rows)} rows on the held-out split makes the "
+                "verdict `mixed` (params.yaml `report`).", ""]
+        out += md_table(["split", "tag", "rows", "mean reward", f"delta [{confidence:.0%} CI]",
+                         "greedy success", "success (pass@1)", f"pass@{n}", "regressed"],
+                        [[name, s["tag"], s["rows"],
+                          _arrow(s["step0"]["mean_reward"], s["final"]["mean_reward"]),
+                          ci_text(s["delta_mean_reward"]),
+                          _arrow(s["step0"]["greedy_success"], s["final"]["greedy_success"]),
+                          _arrow(s["step0"]["pass@1"], s["final"]["pass@1"]),
+                          _arrow(s["step0"][f"pass@{n}"], s["final"][f"pass@{n}"]),
+                          ("yes: " + "; ".join(s["reasons"])
+                           + ("" if s["weighed"] else " (too few rows to weigh)"))
+                          if s["regressed"] else "no"]
+                         for key, name in splits for s in evaluation[key]["slices"]])
+        out.append("")
+
+    out += ["### Solutions lost and gained", ""]
+    for key, name in splits:
+        sol = evaluation[key]["solutions"]
+        out.append(f"{name.capitalize()}: **{sol['lost_count']}** prompts had a correct sample "
+                   f"at step 0 and none at the end (lost), **{sol['new_count']}** the reverse "
+                   f"(new), {sol['kept']} had one at both.")
+        out.append("")
+    rows = [[name, change, item["id"], ", ".join(item["tags"]), item.get("prompt", "")]
+            for key, name in splits for change in ("lost", "new")
+            for item in evaluation[key]["solutions"][change]]
+    if rows:
+        out += md_table(["split", "change", "id", "tags", "prompt"], rows) + [""]
+
+    out += ["### Diversity", "",
+            "Distinct correct answers per solved prompt (answers compared with their whitespace "
+            "collapsed), the share of distinct completions among all samples, and the mean "
+            "per-token entropy of each policy on its own samples (nats, at the sampling "
+            "temperature).", ""]
+    out += md_table(["split", "policy", "distinct correct answers per solved prompt",
+                     "distinct completions share", "entropy"],
+                    [[name, label, d.get("distinct_correct_per_solved"), d.get("distinct_share"),
+                      d.get("entropy")]
+                     for key, name in splits
+                     for policy, label in (("step0", "step 0"), ("final", "final"))
+                     for d in [evaluation[key]["diversity"][policy]]])
+    return out + [""]
+
+
 def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Sequence[dict],
                  diagnosis: dict, hyperparameters: Sequence[tuple[str, Any, str]],
                  smoke: dict, step0: dict, validation: dict, gate: dict, cost: dict,
@@ -78,15 +165,23 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
     train, held = evaluation["train"], evaluation["heldout"]
     out: list[str] = ["# GRPO run: retrospective", ""]
 
+    # The verdict first: a regressed kind of problem or a narrowing is in the opening line
+    verdict = evaluation["verdict"]
+    line = evaluation.get("verdict_line", verdict)
+    detail = line[len(verdict) + 2:] if line.startswith(f"{verdict}: ") else line
+    out += [f"**{e(verdict.capitalize())}**: {e(detail)}.", ""]
+
     # 1. Verdict
     out += ["## 1. Verdict", ""]
     out.append(
-        f"**{e(evaluation['verdict'].capitalize())}** on held-out prompts: mean sampled reward "
+        f"On held-out prompts: mean sampled reward "
         f"{held['step0']['mean_reward']:.3f} -> {held['final']['mean_reward']:.3f} (paired delta "
         f"{ci_text(held['delta_mean_reward'])}, {confidence:.0%} bootstrap CI over "
         f"{v(held['prompts'])} prompts); on the training prompts "
         f"{train['step0']['mean_reward']:.3f} -> {train['final']['mean_reward']:.3f} "
-        f"({ci_text(train['delta_mean_reward'])}).")
+        f"({ci_text(train['delta_mean_reward'])}). The verdict is `improved` only when the "
+        "held-out CI lies above 0, no kind of problem (row tag) regressed and pass@n did not "
+        "narrow (rlvr/audit.py); a loss of either makes it `mixed`.")
     out.append("")
     out += md_table(["split", "prompts", "mean reward step 0", "mean reward final",
                    f"delta [{confidence:.0%} CI]", "greedy success step 0", "greedy success final",
@@ -97,6 +192,8 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
                     m["final"]["malformed_share"], m.get("kl_final_vs_step0")]
                    for name, m in (("train", train), ("held-out", held))])
     out += ["", md_image("step 0 vs final reward per prompt", images["per_prompt"]), ""]
+    out += hidden_section(evaluation, confidence, params["report"]["min_slice_rows"],
+                          images["pass_at_k"])
 
     # 2. Curves
     out += ["## 2. Curves", "",

@@ -49,12 +49,16 @@ MAX_REGEX_ELEMENTS = 10_000
 # line break and the tab that prompts use. (Lone surrogates, which are no text at all, are
 # rejected when the line is read.)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# A row's optional `tags`: 1 to MAX_TAGS distinct names of its kinds of problem, each made of
+# lowercase letters, digits and `_.-` (safe in a file name, a metric key and a report as is).
+MAX_TAGS = 8
+TAG = re.compile(r"[a-z0-9_.-]{1,32}")
 # A value quoted in a problem line is cut to this many characters.
 _SHOWN_CHARS = 80
 
 # Columns that explain a failing row; each rule names the one it prints (Rule.detail).
 _DETAIL_COLUMNS = ["line_detail", "text_detail", "fields_detail", "bounds_detail", "regex_detail",
-                   "countdown_detail", "exact_match_detail", "split_detail"]
+                   "countdown_detail", "exact_match_detail", "split_detail", "tags_detail"]
 _RESULT_FORMAT = {"result_format": "COMPLETE",
                   "unexpected_index_column_names": ["line", "id", *_DETAIL_COLUMNS]}
 
@@ -113,6 +117,27 @@ def _controls_detail(obj: dict) -> tuple[bool, str]:
         if control:
             found.append(f"{name} has U+{ord(control.group()):04X} at character "
                          f"{control.start() + 1}")
+    return not found, "; ".join(found)
+
+
+def _tags_detail(obj: dict) -> tuple[bool | None, str]:
+    """Is the optional `tags` field a list of 1-MAX_TAGS distinct tag names? None without one.
+
+    >>> _tags_detail({}), _tags_detail({"tags": ["sub", "mul"]})
+    ((None, ''), (True, ''))
+    >>> _tags_detail({"tags": ["Sub", "sub", "sub"]})
+    (False, "tag 'Sub' is not 1-32 characters of a-z 0-9 _ . -; tag 'sub' is repeated")
+    """
+    if "tags" not in obj:
+        return None, ""
+    tags = obj["tags"]
+    if not isinstance(tags, list) or not 1 <= len(tags) <= MAX_TAGS:
+        return False, f"tags must be a list of 1-{MAX_TAGS} strings, got {_quoted(tags)}"
+    found = [f"tag {_quoted(t)} is not 1-32 characters of a-z 0-9 _ . -" for t in tags
+             if not isinstance(t, str) or not TAG.fullmatch(t)]
+    names = [t for t in tags if isinstance(t, str)]
+    found += [f"tag {_quoted(t)} is repeated" for t in sorted(set(names))
+              if names.count(t) > 1]
     return not found, "; ".join(found)
 
 
@@ -278,6 +303,7 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
         compiles, regex_detail = _regex_compiles(verifier, usable)
         searched, solvable, solve_detail = _countdown_solvable(verifier, usable)
         answerable, answer_detail = _exact_match_answerable(verifier, usable)
+        tags_ok, tags_detail = _tags_detail(obj)
         records.append({
             "line": line.number,
             "id": _text(obj.get("id")),
@@ -290,6 +316,7 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
             "countdown_searched": searched,
             "countdown_solvable": solvable,
             "exact_match_answerable": answerable,
+            "tags_ok": tags_ok,
             "line_detail": "",
             "text_detail": text_detail,
             "fields_detail": fields_detail,
@@ -299,10 +326,11 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
             "exact_match_detail": answer_detail,
             "split_detail": ", ".join(f"also in {path}" for path, prompts in other_prompts.items()
                                       if obj.get("prompt") in prompts),
+            "tags_detail": tags_detail,
         })
     columns = ["line", "id", "prompt", "verifier_type", "text_ok", "verifier_fields_ok",
                "verifier_bounds_ok", "regex_compiles", "countdown_searched", "countdown_solvable",
-               "exact_match_answerable", *_DETAIL_COLUMNS]
+               "exact_match_answerable", "tags_ok", *_DETAIL_COLUMNS]
     return pd.DataFrame.from_records(records, columns=columns).astype(object)
 
 
@@ -376,6 +404,9 @@ def row_rules(expected_rows: int | None, max_prompt_chars: int,
         Rule("exact_match_answerable", "exact_match target can never be matched",
              E.ExpectColumnValuesToBeInSet(column="exact_match_answerable", value_set=[True]),
              detail="exact_match_detail"),
+        Rule("tags", f"tags are malformed (optional: a list of 1-{MAX_TAGS} distinct names)",
+             E.ExpectColumnValuesToBeInSet(column="tags_ok", value_set=[True]),
+             detail="tags_detail"),
         Rule("prompt_not_in_other_split",
              f"prompt is in another split (train, validation and test share no prompt; "
              f"checked against {', '.join(other_prompts)})",

@@ -4,13 +4,16 @@
 
 Scores both policies on the training prompts and the held-out prompts with the same sampling
 seeds: greedy success, mean sampled reward over evaluate.samples samples, each reward function,
-completion length, malformed share. Writes reports/eval/summary.json (every statistic; the delta of
-mean reward carries a paired bootstrap CI, and the verdict follows the held-out CI), its headline
-metrics/eval.json (a DVC metric) and reports/eval/per_prompt.jsonl.
+completion length, malformed share; and what a mean hides (rlvr.audit): pass@k, the rows of each
+tag, the prompts that lost or gained every correct answer, diversity. Writes
+reports/eval/summary.json (every statistic; the deltas carry a paired bootstrap CI, and the
+verdict follows the held-out split: `mixed` when a tag regressed), its headline metrics/eval.json
+(a DVC metric) and reports/eval/per_prompt.jsonl.
 """
 
 import json
 
+from rlvr.audit import SliceRule
 from rlvr.config import Params
 from rlvr.data import read_rows, write_json, write_text_atomic
 from rlvr.evaluation import audit, prompt_template, rollout_settings
@@ -31,19 +34,27 @@ def main(params: Params) -> int:
         normalized_weights(params.rewards.weights),
         rollout_settings(params, n=ev.samples, seed=ev.seed), params.rewards.format_pattern,
         template=prompt_template(params.model), confidence=ev.confidence,
-        n_resamples=ev.n_resamples)
+        n_resamples=ev.n_resamples,
+        slice_rule=SliceRule(params.report.min_slice_rows, params.report.slice_drop_from,
+                             params.report.slice_drop_to))
     write_json(params.paths.eval_summary, metrics)
     write_json(params.paths.eval_metrics, eval_metrics(metrics))
     write_text_atomic(params.paths.eval_per_prompt,
                       "".join(json.dumps(r, sort_keys=True) + "\n" for r in per_prompt))
+    n = ev.samples
     for split in splits:
         m = metrics[split]
         d = m["delta_mean_reward"]
+        curves, solved = m["pass_at_k"], m["solutions"]
         print(f"evaluate: {split}: mean reward {m['step0']['mean_reward']:.3f} -> "
               f"{m['final']['mean_reward']:.3f} (delta {d['value']:+.3f}, "
               f"{ev.confidence:.0%} CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]); greedy success "
-              f"{m['step0']['greedy_success']:.3f} -> {m['final']['greedy_success']:.3f}")
-    print(f"evaluate: verdict on {metrics['verdict_split']}: {metrics['verdict']}")
+              f"{m['step0']['greedy_success']:.3f} -> {m['final']['greedy_success']:.3f}; "
+              f"pass@1 {curves['step0']['1']:.3f} -> {curves['final']['1']:.3f}, pass@{n} "
+              f"{curves['step0'][str(n)]:.3f} -> {curves['final'][str(n)]:.3f}; "
+              f"{solved['lost_count']} prompts lost every correct answer, {solved['new_count']} "
+              "gained one")
+    print(f"evaluate: verdict on {metrics['verdict_split']}: {metrics['verdict_line']}")
     return 0
 
 

@@ -4,8 +4,9 @@
 
 Reads what the other stages wrote (evaluation, curves, smoke checks, validation, gate, dvc.lock)
 and writes reports/retrospective.md and reports/retrospective.html (plots embedded, opens with no
-network): verdict, curves, KL/beta diagnosis, hyperparameters with their rationale, smoke and data
-checks, per-prompt audit, GRPO vs PPO cost, provenance. Every path comes from params.yaml `paths`.
+network): verdict (what was gained and what was lost: pass@k, kinds of problem, solutions, diversity),
+curves, KL/beta diagnosis and alarms, hyperparameters with their rationale, smoke and data checks,
+per-prompt audit, GRPO vs PPO cost, provenance. Every path comes from params.yaml `paths`.
 """
 
 import dataclasses
@@ -17,7 +18,7 @@ from rlvr.config import PARAMS_FILE, Params, data_files, test_file_reader
 from rlvr.alarms import AlarmThresholds, check_alarms
 from rlvr.data import write_text_atomic
 from rlvr.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost
-from rlvr.plots import plot_per_prompt
+from rlvr.plots import plot_pass_at_k, plot_per_prompt
 from rlvr.policy import policy_path
 from rlvr.provenance import provenance
 from rlvr.render import to_html
@@ -37,23 +38,26 @@ def main(params: Params) -> int:
     paths = params.paths
     per_prompt = _jsonl(paths.eval_per_prompt)
     history = _jsonl(paths.train_history)
+    evaluation = _json(paths.eval_summary)
     plot_per_prompt(per_prompt, paths.per_prompt_figure)
+    plot_pass_at_k(evaluation, paths.pass_at_k_figure)
     base = Path(policy_path(paths.base_model))
     config = json.loads((base / "config.json").read_text()) if base.is_dir() else {}
     cost = ppo_cost(count_parameters(base) or 0, config.get("hidden_size", 0),
                     params.train.grpo.num_generations)
     selection = _json(paths.train_summary).get("selection") or {}
     report = params.report
-    kl_thresholds = {k: v for k, v in dataclasses.asdict(report).items() if k != "alarms"}
+    kl_thresholds = {f.name: getattr(report, f.name) for f in dataclasses.fields(KLThresholds)}
     report_dir = Path(paths.retrospective_md).parent
     images = {name: os.path.relpath(path, report_dir) for name, path in
-              (("curves", paths.train_curves), ("per_prompt", paths.per_prompt_figure))}
+              (("curves", paths.train_curves), ("per_prompt", paths.per_prompt_figure),
+               ("pass_at_k", paths.pass_at_k_figure))}
     markdown = build_report(
-        evaluation=_json(paths.eval_summary), per_prompt=per_prompt, history=history,
+        evaluation=evaluation, per_prompt=per_prompt, history=history,
         diagnosis=diagnose_kl(history, KLThresholds(**kl_thresholds)),
         alarms=check_alarms(history, selection.get("validation", []),
                             AlarmThresholds(window=report.window,
-                                            **dataclasses.asdict(report.alarms))),
+                                            **dataclasses.asdict(report.alarms)), evaluation),
         hyperparameters=hyperparameter_table(PARAMS_FILE, params),
         smoke=_json(paths.smoke_checks), step0=_json(paths.step0),
         validation=_json(paths.validation_summary), gate=_json(paths.gate_verdict),

@@ -242,6 +242,11 @@ def _params_file(tmp_path, changes: dict) -> Path:
      "needs train.advantage = 'group'"),
     ({"orchestration": {"grids": {"g": {"train.nope": [1]}}}},
      "orchestration.grids.g = 'train.nope': names no params.yaml field"),
+    # two thresholds that only make sense in order: a tag is forgotten when it falls from one
+    # to the other
+    ({"report": {"slice_drop_to": 0.1}},
+     "report.slice_drop_to = 0.1: must be below report.slice_drop_from (0.1)"),
+    ({"report": {"slice_drop_from": 1.5}}, "report.slice_drop_from = 1.5: must be in [0, 1]"),
 ])
 def test_check_params_checks_every_experiment_the_flow_would_run(tmp_path, changes, message):
     from rlvr.checks import check_params_file

@@ -1,6 +1,7 @@
 """The default dataset: generated deterministically, 64 train + 64 test + 64 validation rows, no
 problem shared across splits."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,24 @@ def test_the_validation_split_shares_no_problem_and_leaves_train_and_test_unchan
     assert not keys["val"] & (keys["train"] | keys["eval"])
     assert (splits["train"], splits["eval"]) == generate_rows(64, 64, CountdownSpec(), seed=0)
     assert all(row["id"].startswith("cd-val-") for row in splits["val"])
+
+
+def test_each_row_is_tagged_with_every_operator_that_makes_its_target():
+    names = {"add": lambda a, b: [a + b], "sub": lambda a, b: [a - b, b - a],
+             "mul": lambda a, b: [a * b]}
+    for name in ("grpo_train.jsonl", "grpo_eval.jsonl", "grpo_val.jsonl"):
+        for line, row in zip((ROOT / "data" / name).read_text().splitlines(),
+                             read_rows(ROOT / "data" / name)):
+            (a, b), target = row.verifier["numbers"], row.verifier["target"]
+            assert list(row.tags) == [tag for tag, make in names.items()
+                                      if target in make(a, b)], (name, row.id)
+            # tags come last: the prompt, numbers and target are the bytes of a row without them
+            untagged = json.dumps({"id": row.id, "prompt": row.prompt,
+                                   "verifier": dict(row.verifier)})
+            assert line == untagged[:-1] + ', "tags": ' + json.dumps(list(row.tags)) + "}"
+    three = generate_splits({"train": 4}, CountdownSpec(n_numbers=3, ops=("+", "-", "*", "/")),
+                            seed=2)["train"]
+    assert all(set(row["tags"]) <= {"add", "sub", "mul", "div"} and row["tags"] for row in three)
 
 
 def test_other_seeds_and_sizes_give_other_rows():

@@ -106,7 +106,10 @@ def test_every_declared_param_exists(stage):
 
 def test_a_stage_cannot_read_a_param_it_does_not_declare():
     view = stage_view(load_params(ROOT / "params.yaml"), "evaluate", ROOT / "dvc.yaml")
-    assert view.train.grpo.temperature == 1.0 and view.evaluate.samples == 8
+    assert view.train.grpo.temperature == 1.0 and view.evaluate.samples == 32
+    assert view.report.min_slice_rows == 8  # the verdict weighs the tags: evaluate declares it
+    with pytest.raises(UndeclaredParam, match=r"report.window"):
+        view.report.window
     with pytest.raises(UndeclaredParam, match=r"stage evaluate reads params.yaml train.max_steps"):
         view.train.max_steps
     with pytest.raises(UndeclaredParam, match=r"train.grpo.beta"):

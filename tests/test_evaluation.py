@@ -1,16 +1,18 @@
 """Evaluation: seeded sampling, the paired bootstrap CI and verdict, KL between policies, audit."""
 
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
+from rlvr.audit import overall_verdict as verdict
 from rlvr.config import RewardsParams
 from rlvr.data import read_rows
-from rlvr.evaluation import (SampleSettings, audit, paired_ci, policy_kl, score_rows, summarize,
-                             verdict)
+from rlvr.evaluation import SampleSettings, audit, policy_kl, score_rows, summarize
 from rlvr.policy import load_policy
 from rlvr.rewards import build_reward_funcs
+from rlvr.stats import paired_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,9 +72,41 @@ def test_audit_has_the_documented_shape(policies):
                     "rewards"} <= set(m[policy])
         assert set(m["delta_mean_reward"]) == {"value", "ci_low", "ci_high"}
         assert m["kl_final_vs_step0"] > 0
-    assert metrics["verdict"] in ("improved", "no significant change", "regressed")
+        assert list(m["pass_at_k"]["step0"]) == ["1", "2"] and "delta_pass@2" in m
+        assert {s["tag"] for s in m["slices"]} == {t for r in (train if split == "train"
+                                                               else held) for t in r.tags}
+        assert {"lost", "new", "kept"} <= set(m["solutions"])
+        for policy in ("step0", "final"):  # a random policy is far from certain
+            assert m["diversity"][policy]["entropy"] > 0.1
+    assert metrics["verdict"] in ("improved", "no significant change", "regressed", "mixed")
     assert metrics["verdict_split"] == "heldout"
+    assert metrics["verdict_line"].startswith(metrics["verdict"] + ": ")
     assert len(per_prompt) == 8
     row = per_prompt[0]
     assert row["delta"] == pytest.approx(row["final_reward"] - row["step0_reward"])
     assert {"step0_greedy", "final_greedy", "step0_success", "final_success"} <= set(row)
+    for row in per_prompt:
+        assert row["tags"] and row["samples"] == 2
+        for policy in ("step0", "final"):
+            # the verifier's count agrees with the correctness reward's mean
+            assert row[f"{policy}_correct"] == round(2 * row[f"{policy}_success"])
+            assert 1 <= row[f"{policy}_distinct"] <= 2
+            assert row[f"{policy}_distinct_correct"] <= row[f"{policy}_correct"]
+            assert row[f"{policy}_tokens"] > 0 and row[f"{policy}_entropy"] >= 0
+
+
+def test_token_stats_batched_equal_one_at_a_time(policies):
+    from rlvr.evaluation import token_stats
+
+    model, tokenizer = policies["final"]
+    completions = [[5, 6, 7], [8], [], [9, 10, 11, 12, 13]]
+    batched = token_stats(model, tokenizer, "3 5 -> 8: ", completions, temperature=0.7, chunk=3)
+    for ids, (logps, entropies) in zip(completions, batched):
+        alone = token_stats(model, tokenizer, "3 5 -> 8: ", [ids], temperature=0.7)
+        assert (len(logps), len(entropies)) == (len(ids), len(ids))
+        if ids:
+            assert logps == pytest.approx(alone[0][0], abs=1e-5)
+            assert entropies == pytest.approx(alone[0][1], abs=1e-5)
+    # the entropy of a distribution over the vocabulary: between 0 and log(vocabulary size)
+    vocabulary = model.get_output_embeddings().weight.shape[0]
+    assert all(0 <= e <= math.log(vocabulary) + 1e-6 for _, es in batched for e in es)

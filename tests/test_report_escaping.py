@@ -41,10 +41,22 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
     params["report"]["window"] = evil("p4")
     params["model"]["name_or_path"] = evil("p5")
 
-    def metrics(value):
+    def metrics(value, split):
         point = {"mean_reward": 0.5, "greedy_success": 0.5, "malformed_share": 0.0}
+        ci = {"value": value, "ci_low": -0.1, "ci_high": 0.3}
+        shares = {"mean_reward": 0.5, "greedy_success": 0.5, "pass@1": 0.5, "pass@2": 0.5}
+        lost = {"id": evil(f"l{split}"), "tags": [evil(f"t{split}")], "prompt": evil(f"w{split}")}
         return {"prompts": 2, "step0": point, "final": point, "kl_final_vs_step0": evil("e1"),
-                "delta_mean_reward": {"value": value, "ci_low": -0.1, "ci_high": 0.3}}
+                "delta_mean_reward": ci, "samples_per_prompt": 2, "delta_pass@1": ci,
+                "delta_pass@2": ci, "crossing": evil(f"x{split}"), "losses": [],
+                "pass_at_k": {p: {"1": 0.5, "2": 0.5} for p in ("step0", "final")},
+                "slices": [{"tag": evil(f"u{split}"), "rows": 2, "step0": shares,
+                            "final": shares, "delta_mean_reward": ci, "weighed": True,
+                            "regressed": True, "reasons": [evil(f"r{split}")]}],
+                "solutions": {"lost": [lost], "new": [], "kept": 0, "lost_count": 1,
+                              "new_count": 0},
+                "diversity": {p: {"distinct_correct_per_solved": 1.0, "distinct_share": 0.5,
+                                  "entropy": None} for p in ("step0", "final")}}
 
     def row(i, delta, success):
         return {"split": "heldout", "id": evil(f"i{i}"), "prompt": evil(f"q{i}"),
@@ -56,7 +68,9 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
                   {**row(3, 0.0, 1.0), "split": "train"}]
     history = _history(lambda s: 0.3 + 0.5 * s / 200, lambda s: 0.1, steps=50)
     inputs = dict(
-        evaluation={"verdict": evil("v1"), "train": metrics(0.1), "heldout": metrics(0.2)},
+        evaluation={"verdict": evil("v1"), "verdict_split": "heldout",
+                    "verdict_line": evil("v2"), "train": metrics(0.1, 0),
+                    "heldout": metrics(0.2, 1)},
         per_prompt=per_prompt, history=history,
         diagnosis={**diagnose_kl(history, T), "label": evil("d1"), "advice": evil("d2")},
         hyperparameters=[(evil("k1"), evil("k2"), evil("k3")),
@@ -76,7 +90,8 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
         params=params, images=figures, confidence=0.95)
     tags = ["p1", "p2", "p3", "p4", "e1", "v1", "d1", "d2", "k1", "k2", "k3", "s1", "s3",
             "s4", "s5", "s6", "a1", "a2", "a3", "a4", "c1", "c2", "m1", "m2", "m3", "m4", "m5",
-            "m6", "m7", "m8", *[f"{x}{i}" for x in "iqgh" for i in (0, 1)], "i2"]
+            "m6", "m7", "m8", *[f"{x}{i}" for x in "iqgh" for i in (0, 1)], "i2", "v2",
+            "x1", *[f"{x}{i}" for x in "ltwur" for i in (0, 1)]]
     expected = [shown(evil(t)) for t in tags if t != "v1"] + [shown(evil("v1").capitalize()),
                                                               json.dumps(evil("s2")),
                                                               "<b>*x*</b>012345",
@@ -86,12 +101,13 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
 
 @pytest.fixture
 def figures(tmp_path):
-    """The report's own two figures, in a folder where nope.png does not exist."""
+    """The report's own three figures, in a folder where nope.png does not exist."""
     from PIL import Image
 
-    for name in ("curves", "per_prompt"):
+    names = ("curves", "per_prompt", "pass_at_k")
+    for name in names:
         Image.new("RGB", (4, 4), "red").save(tmp_path / f"{name}.png")
-    return {"curves": "curves.png", "per_prompt": "per_prompt.png"}
+    return {name: f"{name}.png" for name in names}
 
 
 def visible_text(page: str) -> str:
@@ -107,7 +123,7 @@ def test_markup_from_data_params_and_outputs_is_shown_as_text(tmp_path, figures)
 
     assert "<script" not in page.lower()
     images = re.findall(r"<img\b[^>]*>", page)  # the report's own figures, nothing else
-    assert len(images) == 2 and all('src="data:image/png;base64,' in i for i in images)
+    assert len(images) == 3 and all('src="data:image/png;base64,' in i for i in images)
     assert "<a " not in page and "href=" not in page
     assert not re.search(r"<(em|li|ul|ol|blockquote|hr)\b", page)
     assert "<strong>strong</strong>" not in page and "<code>code</code>" not in page

@@ -163,6 +163,16 @@ CORRUPTIONS = {
                                  "train", "row cd-train-005", "exact_match_answerable"),
     "eval_duplicate_id": (lambda t, e: _edit_row(e, 3, _set("id", "cd-eval-001")), "eval",
                           "row cd-eval-001 (line 4)", "id_unique"),
+    "tags_not_a_list": (_edit(_set("tags", "sub")), "train", "row cd-train-005", "tags"),
+    "tags_empty": (_edit(_set("tags", [])), "train", "row cd-train-005", "tags"),
+    "tags_too_many": (_edit(_set("tags", [f"t{i}" for i in range(9)])), "train",
+                      "row cd-train-005", "tags"),
+    "tag_uppercase": (_edit(_set("tags", ["Sub"])), "train", "row cd-train-005", "tags"),
+    "tag_too_long": (_edit(_set("tags", ["x" * 33])), "train", "row cd-train-005", "tags"),
+    "tag_not_a_string": (_edit(_set("tags", [3])), "train", "row cd-train-005", "tags"),
+    "tag_markup": (lambda t, e: _edit_row(e, 2, _set("tags", ["<b>x</b>"])), "eval",
+                   "row cd-eval-003 (line 3)", "tags"),
+    "tag_repeated": (_edit(_set("tags", ["sub", "sub"])), "train", "row cd-train-005", "tags"),
 }
 
 
@@ -180,6 +190,19 @@ def test_corruption_is_rejected_naming_row_and_rule(kind, files):
     assert other.problems == [] or kind == "prompt_also_in_eval" and all(
         p.endswith("[prompt_not_in_other_split]") for p in other.problems)
     assert summary([train_report, eval_report])["passed"] is False
+
+
+def test_tags_are_optional_and_a_bad_one_is_named_with_its_rule(files, tmp_path):
+    train, held_out = files
+    for path in files:  # the same rows without any tags: still valid
+        _write(path, [json.dumps({k: v for k, v in json.loads(line).items() if k != "tags"})
+                      for line in _lines(path)])
+    assert [r.problems for r in _validate(*files)] == [[], []]
+    _edit_row(train, 4, _set("tags", ["sub", "Sub", 7]))
+    (problem,) = _validate(*files)[0].problems
+    assert problem == (f"{train}: row cd-train-005 (line 5): tags are malformed (optional: a list "
+                       "of 1-8 distinct names): tag 'Sub' is not 1-32 characters of a-z 0-9 _ . -;"
+                       " tag 7 is not 1-32 characters of a-z 0-9 _ . - [tags]")
 
 
 def test_three_files_pass_and_a_prompt_in_two_of_them_is_named_in_both(files, tmp_path):

@@ -51,10 +51,15 @@ def test_validation_is_scored_at_step_0_and_every_eval_steps_without_changing_tr
     history = validation_history(scored.state.log_history)
     assert [h["step"] for h in history] == [0, 2, 4, 5]  # and the last step, as the Trainer does
     assert len({e["loss"] for e in _train_steps(plain)}) > 1  # it trained: the check has teeth
+    tags = {f"success/{tag}" for row in val_rows for tag in row.tags}
+    assert tags  # the validation rows carry tags: per-tag success is scored
     for entry in history:
         assert set(entry) == {"step", "mean_reward", "greedy_success", "sampled_success",
-                              "mean_length"}
+                              "mean_length", "pass_at_1", "pass_at_2", *tags}
         assert 0 <= entry["mean_reward"] <= 1 and 0 < entry["mean_length"] <= 6
+        # pass@1 is the share of correct samples; pass@2 (both samples) at least that
+        assert entry["pass_at_1"] == pytest.approx(entry["sampled_success"])
+        assert entry["pass_at_1"] <= entry["pass_at_2"] <= 1
     # the same rollouts, losses and rewards at every step: scoring restores torch's RNG and
     # the model's train mode, and counts no reward failure of training's
     assert _train_steps(scored) == _train_steps(plain)

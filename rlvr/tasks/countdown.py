@@ -34,6 +34,58 @@ class CountdownSpec:
     style: str = "compact"
 
 
+# The tag of each operator (rlvr.audit reports every tag's rows apart).
+OPERATOR_TAGS = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
+
+
+def solving_operators(numbers: list[int], target: int, ops: tuple[str, ...] = OPERATORS
+                      ) -> set[str]:
+    """Every operator that some solution uses: each expression over a subset of the numbers
+    (each at most once, any order and bracketing, exact arithmetic) that makes the target adds
+    its operators. Exhaustive, so meant for a few numbers (the default rows have two).
+
+    >>> sorted(solving_operators([3, 5], 15)), sorted(solving_operators([2, 2], 4))
+    (['*'], ['*', '+'])
+    >>> sorted(solving_operators([7, 3], 4)), sorted(solving_operators([8, 2], 4, ("+", "/")))
+    (['-'], ['/'])
+    """
+    from fractions import Fraction
+
+    found: set[str] = set()
+    goal = Fraction(target)
+
+    def combine(a: Fraction, b: Fraction) -> list[tuple[str, Fraction]]:
+        out = [("+", a + b), ("-", a - b), ("-", b - a), ("*", a * b)]
+        out += [("/", a / b)] if b else []
+        out += [("/", b / a)] if a else []
+        return [(op, value) for op, value in out if op in ops]
+
+    def search(items: list[tuple[Fraction, frozenset]]) -> None:
+        for value, used in items:
+            if value == goal:
+                found.update(used)
+        for i in range(len(items)):
+            for j in range(i + 1, len(items)):
+                rest = [item for k, item in enumerate(items) if k not in (i, j)]
+                (a, used_a), (b, used_b) = items[i], items[j]
+                for op, value in combine(a, b):
+                    search([*rest, (value, used_a | used_b | {op})])
+
+    search([(Fraction(n), frozenset()) for n in numbers])
+    return found
+
+
+def operator_tags(numbers: list[int], target: int, ops: tuple[str, ...] = OPERATORS
+                  ) -> list[str]:
+    """A row's tags: the operators that can make its target, by name, in OPERATOR_TAGS' order.
+
+    >>> operator_tags([2, 2], 4), operator_tags([12, 5], 7)
+    (['add', 'mul'], ['sub'])
+    """
+    used = solving_operators(numbers, target, ops)
+    return [tag for op, tag in OPERATOR_TAGS.items() if op in used]
+
+
 def _prose(numbers: list[int]) -> str:
     if len(numbers) == 1:
         return str(numbers[0])
@@ -73,8 +125,9 @@ def _draw(rng: random.Random, spec: CountdownSpec) -> tuple[list[int], int]:
 def generate_splits(sizes: dict[str, int], spec: CountdownSpec = CountdownSpec(), seed: int = 0,
                     id_prefix: str = "cd") -> dict[str, list[dict]]:
     """Rows for each named split (`{"train": 64, "eval": 64, "val": 64}`), drawn in that order,
-    with no (numbers, target) problem in two splits; deterministic in seed. A split added at the
-    end leaves the earlier splits' rows unchanged.
+    with no (numbers, target) problem in two splits, each tagged with the operators that can
+    make its target (operator_tags); deterministic in seed. A split added at the end leaves the
+    earlier splits' rows unchanged.
 
     Problems are compared with their numbers sorted, so '3 and 5 -> 15' in train keeps
     '5 and 3 -> 15' out of the other splits.
@@ -100,13 +153,15 @@ def generate_splits(sizes: dict[str, int], spec: CountdownSpec = CountdownSpec()
         # Reachable by construction, so the search ends at an answer: no budget needed.
         assert countdown_solution(numbers, target, max_nodes=None) is not None
         verifier = {"type": "countdown", "numbers": numbers, "target": target}
-        rows.append((make_prompt(numbers, target, spec.ops, spec.style), verifier))
+        rows.append((make_prompt(numbers, target, spec.ops, spec.style), verifier,
+                     operator_tags(numbers, target, spec.ops)))
 
     splits, start = {}, 0
     for name, size in sizes.items():
         splits[name] = [{"id": f"{id_prefix}-{name}-{i:03d}", "prompt": prompt,
-                         "verifier": verifier}
-                        for i, (prompt, verifier) in enumerate(rows[start:start + size], start=1)]
+                         "verifier": verifier, "tags": tags}
+                        for i, (prompt, verifier, tags) in enumerate(rows[start:start + size],
+                                                                     start=1)]
         start += size
     return splits
 
