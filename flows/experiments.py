@@ -6,13 +6,17 @@
 Queues `orchestration.ablations` (name -> `-S` overrides) and the `orchestration.sweep` grid with
 `dvc exp run --queue`, runs the queue (`dvc exp run --run-all --jobs N`, N from
 orchestration.jobs: each in a temporary copy, N at a time with cores // N torch threads each;
-the workspace keeps the default run),
+the workspace keeps the default run; a worker left up with nothing to run is stopped:
+rlvr.experiments.run_queue_to_end),
 then publishes the comparison table (scripts/compare_experiments) as the artifact
-`experiments-comparison`.
+`experiments-comparison`. It holds the workspace for the whole run
+(rlvr.orchestration.workspace_lock): started while another flow run holds it, it stops at once
+with one line naming that run.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 from flows import ROOT  # first: it sets PREFECT_HOME before prefect is imported
@@ -22,8 +26,9 @@ from prefect.cache_policies import NO_CACHE
 
 from rlvr.config import ParamsError, check_queued_runs, load_params
 from rlvr.experiments import (compare, comparison_rows, grid_command, grid_runs, queue_commands,
-                              queued_runs, run_queue_env)
-from rlvr.orchestration import StageFailed, provenance_line, run_dvc
+                              queued_runs, run_queue_env, run_queue_to_end)
+from rlvr.errors import PipelineError
+from rlvr.orchestration import StageFailed, failed, provenance_line, run_dvc, workspace_lock
 
 
 def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:
@@ -54,7 +59,10 @@ def queue_experiments(root: str, grid: str | None = None) -> int:
 @task(cache_policy=NO_CACHE)
 def run_queue(root: str) -> str:
     jobs = load_params(Path(root) / "params.yaml").orchestration.jobs
-    return _dvc(root, "exp", "run", "--run-all", "--jobs", str(jobs), env=run_queue_env(jobs))
+    run = run_queue_to_end(root, jobs, env=run_queue_env(jobs))  # (a stuck worker is stopped)
+    if run.returncode != 0:
+        raise StageFailed(f"dvc exp run --run-all --jobs {jobs} failed: {run.stdout[-3000:]}")
+    return run.stdout
 
 
 @task(cache_policy=NO_CACHE)
@@ -69,10 +77,15 @@ def publish_comparison(root: str) -> list[list]:
 
 @flow(name="grpo-experiments", log_prints=True)
 def experiments(root: str = str(ROOT), grid: str | None = None) -> list[list]:
-    queued = queue_experiments(root, grid)
-    print(f"experiments: {queued} queued")
-    run_queue(root)
-    return publish_comparison(root)
+    with ExitStack() as held:
+        try:
+            held.enter_context(workspace_lock(root))
+        except PipelineError as error:  # another run holds it: one line naming it, no traceback
+            return failed(error)
+        queued = queue_experiments(root, grid)
+        print(f"experiments: {queued} queued")
+        run_queue(root)
+        return publish_comparison(root)
 
 
 if __name__ == "__main__":
@@ -83,5 +96,5 @@ if __name__ == "__main__":
     try:
         for row in experiments(grid=parser.parse_args().grid):
             print(row)
-    except StageFailed as error:
+    except PipelineError as error:  # StageFailed, WorkspaceBusy
         raise SystemExit(f"experiments: {error}") from None

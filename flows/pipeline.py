@@ -5,31 +5,47 @@
 dvc.yaml stays the single source of truth: the stage list is read from it, one `dvc status`
 says which stages are stale, and each task from the first stale stage on runs `dvc repro
 <stage>`, so DVC decides what is up to date. Training stages are retried
-(`orchestration.retries`), every stage has a timeout, and the gate and validation fail the flow at
-once with the failing tests or rows in the error. After each stage an artifact is published under
-the same key every run (Prefect versions them), its description carrying the git commit and the
-dvc.lock hashes it came from.
+(`orchestration.retries`), every stage has a timeout, and a stage that stops on expected grounds
+(the gate, bad params, bad rows, a smoke check, a timeout) ends the flow run Failed with that
+stage's line as its message and no traceback; a bug keeps its traceback. One flow run at a time
+per workspace (rlvr.orchestration.workspace_lock): a second one stops at once naming the first.
+After each stage an artifact is published under the same key every run (Prefect versions them),
+its description carrying the git commit and the dvc.lock hashes it came from. The flow returns
+{"artifacts": {stage: keys}, "verdict": the audit's verdict or None}.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 from flows import ROOT  # first: it sets PREFECT_HOME before prefect is imported
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from rlvr.config import load_params
-from rlvr.orchestration import (ARTIFACT_BUILDERS, StageFailed, dvc_stages, publish_stage_artifacts, run_dvc_stage,
-                                stale_stages, stages_to_run)
+from rlvr.config import ParamsError, load_params
+from rlvr.errors import PipelineError
+from rlvr.orchestration import (ARTIFACT_BUILDERS, StageFailed, audit_verdict, dvc_stages, failed,
+                                publish_stage_artifacts, quiet_returned_failures, run_dvc_stage,
+                                run_summary, stage_failure, stale_stages, stages_to_run,
+                                workspace_lock)
+
+quiet_returned_failures()
 
 
 @task(cache_policy=NO_CACHE)
 def stage_task(stage: str, root: str) -> str:
-    """`dvc repro <stage>`; raises StageFailed naming the stage and what broke."""
+    """`dvc repro <stage>`; a Failed state naming the stage and what broke if it fails."""
     logger = get_run_logger()
     logger.info("dvc repro %s", stage)
-    output = run_dvc_stage(stage, root)
+    try:
+        output = run_dvc_stage(stage, root)
+    except StageFailed as error:
+        # Returned, not raised, so no traceback is logged (rlvr.orchestration.failed). Prefect
+        # 3.9.1 retries a returned Failed state like a raised exception (task_engine.py
+        # SyncTaskRunEngine.handle_success -> handle_retry): a killed training run is still
+        # retried and resumes (tests/test_flow_failures.py).
+        return failed(error)
     logger.info(output[-4000:])
     return output
 
@@ -41,9 +57,32 @@ def artifact_task(stage: str, root: str) -> list[str]:
 
 
 @flow(name="grpo-pipeline", log_prints=True)
-def pipeline(root: str = str(ROOT), stages: list[str] | None = None) -> dict[str, list[str]]:
-    """Run every DVC stage in dvc.yaml's order (or the given subset) and publish artifacts."""
-    params = load_params(Path(root) / "params.yaml").orchestration
+def pipeline(root: str = str(ROOT), stages: list[str] | None = None) -> dict:
+    """Run every DVC stage in dvc.yaml's order (or the given subset) and publish artifacts;
+    returns {"artifacts": {stage: published keys}, "verdict": the audit's verdict or None}."""
+    with ExitStack() as held:
+        try:
+            held.enter_context(workspace_lock(root))
+        except PipelineError as error:  # another run holds it, or root is no DVC repository
+            return failed(error)
+        return _run_stages(root, stages)
+
+
+def _run_stages(root: str, stages: list[str] | None):
+    unreadable = None
+    try:
+        params = load_params(Path(root) / "params.yaml").orchestration
+    except ParamsError as error:
+        unreadable = error
+    if unreadable is not None:
+        # The flow cannot read its own settings: check_params, the stage that owns the verdict on
+        # params.yaml, fails on the same value and says why in its own line. (Run outside the
+        # `except`: Prefect would log the ParamsError's traceback as the task's.)
+        state = stage_task.with_options(name="dvc-repro-check_params")(
+            "check_params", root, return_state=True)
+        if state.is_completed():  # it passed what the flow could not read: say what that was
+            return failed(unreadable)
+        return stage_failure("check_params", state)
     order = stages or dvc_stages(Path(root) / "dvc.yaml")
     # One `dvc status` for the whole pipeline: the up-to-date stages before the first stale one
     # need no `dvc repro` each (every call re-checks all upstream stages, ~1 s apiece).
@@ -56,17 +95,19 @@ def pipeline(root: str = str(ROOT), stages: list[str] | None = None) -> dict[str
                 name=f"dvc-repro-{stage}", retries=params.retries if retried else 0,
                 retry_delay_seconds=params.retry_delay_seconds,
                 timeout_seconds=params.timeouts.get(stage, params.default_timeout))
-            run(stage, root)
+            state = run(stage, root, return_state=True)
+            if not state.is_completed():
+                return stage_failure(stage, state)
         else:
             get_run_logger().info("%s: up to date (dvc status), not rerun", stage)
         published[stage] = (artifact_task.with_options(name=f"artifacts-{stage}")(stage, root)
                             if stage in ARTIFACT_BUILDERS else [])
-    return published
+    return {"artifacts": published, "verdict": audit_verdict(root)}
 
 
 if __name__ == "__main__":
     try:
-        keys = pipeline()
-    except StageFailed as error:
+        result = pipeline()
+    except PipelineError as error:  # StageFailed, WorkspaceBusy: the run's one line, no traceback
         raise SystemExit(f"pipeline: {error}") from None
-    print("pipeline: artifacts " + ", ".join(k for ks in keys.values() for k in ks))
+    print(f"pipeline: {run_summary(result)}")

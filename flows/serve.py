@@ -2,8 +2,9 @@
 
     python -m flows.serve               (needs a Prefect server: see the README)
 
-The schedule is read from prefect.yaml, so `prefect deploy` (work pool + worker) and this
-single-process way run the same flow on the same cron. Stop it with SIGTERM (Ctrl-C in a terminal).
+The schedule and the concurrency limit are read from prefect.yaml, so `prefect deploy` (work pool
++ worker) and this single-process way run the same flow on the same cron, one run at a time. Stop
+it with SIGTERM (Ctrl-C in a terminal).
 """
 
 from __future__ import annotations
@@ -16,16 +17,26 @@ from flows.pipeline import ROOT, pipeline
 
 
 def nightly_schedule(prefect_yaml: Path = ROOT / "prefect.yaml") -> dict:
-    """The nightly deployment's name, cron and timezone as declared in prefect.yaml."""
+    """The nightly deployment's name, cron, timezone and concurrency limit (the mapping, or None)
+    as declared in prefect.yaml."""
     config = YAML(typ="safe").load(prefect_yaml.read_text())
     (deployment,) = [d for d in config["deployments"] if d["name"] == "nightly"]
     (schedule,) = deployment["schedules"]
     return {"name": deployment["name"], "cron": schedule["cron"],
-            "timezone": schedule.get("timezone", "UTC")}
+            "timezone": schedule.get("timezone", "UTC"),
+            "concurrency_limit": deployment.get("concurrency_limit")}
+
+
+def serve_options(spec: dict) -> dict:
+    """Flow.serve's keyword arguments for the nightly spec: its cron, and prefect.yaml's
+    deployment concurrency limit as serve's `global_limit` (Prefect 3.9.1)."""
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig
+    from prefect.schedules import Cron
+
+    limit = spec["concurrency_limit"]
+    return {"name": spec["name"], "schedules": [Cron(spec["cron"], timezone=spec["timezone"])],
+            "global_limit": ConcurrencyLimitConfig(**limit) if limit else None}
 
 
 if __name__ == "__main__":
-    from prefect.schedules import Cron
-
-    spec = nightly_schedule()
-    pipeline.serve(name=spec["name"], schedules=[Cron(spec["cron"], timezone=spec["timezone"])])
+    pipeline.serve(**serve_options(nightly_schedule()))

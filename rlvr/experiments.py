@@ -76,6 +76,75 @@ def run_queue_env(jobs: int, cpus: int | None = None) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(max(1, (cpus or os.cpu_count() or 1) // jobs))}
 
 
+def queue_busy(status: str) -> bool:
+    r"""Whether `dvc queue status` output shows a task still queued or running.
+
+    >>> queue_busy("Task     Name    Created    Status\n2b2e2d7  a  04:41 PM  Running\n"
+    ...            "Worker status: 1 active, 0 idle")
+    True
+    >>> queue_busy("Task  Name  Created  Status\n2b2e2d7  a  04:41 PM  Success\n"
+    ...            "Worker status: 1 active, 0 idle")
+    False
+    """
+    return any(re.search(r"\s(Queued|Running)\s*$", line) for line in status.splitlines())
+
+
+def run_queue_to_end(root: str | Path, jobs: int, env: dict[str, str] | None = None,
+                     poll: float = 15.0, grace: float = 30.0, dvc: Sequence[str] = ("dvc",)
+                     ) -> subprocess.CompletedProcess:
+    """`dvc exp run --run-all --jobs N` in root, watched until it ends.
+
+    With N > 1, DVC 3.67.1's celery queue (filesystem broker) can lose a worker's shutdown
+    message: every task ends in Success, one worker stays up with nothing to run, and `dvc exp
+    run --run-all` waits for it forever (seen once in five runs of the experiments flow test
+    with 2 jobs: all four tasks done, the worker still up 14 minutes later). So once `dvc queue
+    status` has shown nothing queued or running for `grace` seconds, `dvc queue stop` shuts the
+    idle workers down; if the command still has not ended `grace` seconds later, it is
+    terminated (its runs are already recorded: the workers commit them). Guarded by
+    tests/test_experiments.py (a fake dvc whose run never ends by itself)."""
+    import tempfile
+    import time
+
+    from rlvr.orchestration import tool_env
+
+    environment = {**tool_env(), **(env or {})}
+
+    def dvc_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*dvc, *args], cwd=root, env=environment, capture_output=True,
+                              text=True)
+
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen([*dvc, "exp", "run", "--run-all", "--jobs", str(jobs)],
+                                   cwd=root, env=environment, stdout=log,
+                                   stderr=subprocess.STDOUT, text=True)
+        idle_since = stopped_at = None
+        note = ""
+        while process.poll() is None:
+            time.sleep(poll)
+            if process.poll() is not None:
+                break
+            now = time.monotonic()
+            if stopped_at is not None:
+                if now - stopped_at > grace:
+                    process.terminate()
+                    process.wait()
+                    note = "\n(the queue was done: its stuck command was terminated)"
+                continue
+            status = dvc_run("queue", "status")
+            idle = status.returncode == 0 and not queue_busy(status.stdout)
+            idle_since = (idle_since or now) if idle else None
+            if idle_since is not None and now - idle_since > grace:
+                dvc_run("queue", "stop")
+                stopped_at, note = now, "\n(the queue was done: its idle workers were stopped)"
+        log.seek(0)
+        output = log.read() + note
+    code = process.returncode
+    if stopped_at is not None:  # the command did not end by itself: the queue says how it went
+        failed = re.search(r"\sFailed\s*$", dvc_run("queue", "status").stdout, re.MULTILINE)
+        code = 1 if failed else 0
+    return subprocess.CompletedProcess(process.args, code, output, "")
+
+
 # Where each run's results live (params.yaml `paths`; the defaults, unless compare is given others).
 DEFAULT_PATHS = PathsParams()
 
@@ -99,6 +168,16 @@ class Experiment:
     def is_baseline(self) -> bool:
         """The commit's own run, not one of its DVC experiments (see parse_exp_show)."""
         return self.name.startswith(BASELINE)
+
+    @property
+    def delta(self) -> float | None:
+        """The test file's paired delta of mean reward, step 0 -> final: the evaluate stage's
+        summary keeps it (metrics/eval.json only its CI, and reward0 and reward)."""
+        summary = self.eval_summary.get("heldout", {}).get("delta_mean_reward", {})
+        if "value" in summary:
+            return summary["value"]
+        reward0, reward = self.evaluation.get("reward0"), self.evaluation.get("reward")
+        return None if reward0 is None or reward is None else reward - reward0
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -233,7 +312,7 @@ def setting_rows(experiments: Sequence[Experiment], over: str = "seed", timed: s
         rows.append([
             *[group[0].params.get(k) for k in keys],
             ", ".join(str(e.params.get(over)) for e in group),
-            mean([e.evaluation.get("delta") for e in group]),
+            mean([e.delta for e in group]),
             min(known) if known else None,
             f"{sum(low > 0 for low in known)}/{len(group)}",
             f"{greedy0:.3f} → {greedy:.3f}" if greedy0 is not None and greedy is not None else None,

@@ -47,7 +47,7 @@ def smoke_metrics(report: dict) -> dict:
 
 
 def train_metrics(summary: dict) -> dict:
-    """The training run's headline: steps, and the reward and KL it ended at (means over the last
+    """The training run's headline: steps, and the KL and reward it ended at (means over the last
     10 steps, rlvr.runs.run_metrics; correctness and the rest stay in the summary).
 
     (Which step became models/final, and the validation scores, stay in the summary's
@@ -64,24 +64,30 @@ def train_metrics(summary: dict) -> dict:
 def eval_metrics(summary: dict) -> dict:
     """The audit's headline, on the split the verdict follows (held-out): the verdict first (a
     long value: the file's path heads its column), mean sampled reward and greedy success at step
-    0 and final, the paired delta of mean reward with its CI, and pass@1 and pass@n (n samples
-    per prompt) at step 0 and final: a pass@n that falls while pass@1 rises is a narrowing.
+    0 and final, the CI of the paired delta of mean reward (the delta itself is reward -
+    reward0: the summary keeps it), and pass@1 and pass@n (n samples per prompt) at step 0 and
+    final: a pass@n that falls while pass@1 rises is a narrowing.
+
+    The shares and the CI are rounded to 3 decimals, as every report prints them: DVC shows 5
+    significant digits, and `-0.023729` where `-0.024` says as much costs the table its width
+    (after a sweep, `dvc exp show --only-changed` must fit 200 columns).
 
     >>> split = {"step0": {"mean_reward": 0.4, "greedy_success": 0.3},
     ...          "final": {"mean_reward": 0.6, "greedy_success": 0.5},
     ...          "delta_mean_reward": {"value": 0.2, "ci_low": 0.1, "ci_high": 0.3},
     ...          "samples_per_prompt": 4, "pass_at_k": {"step0": {"1": 0.2, "4": 0.6},
-    ...                                                 "final": {"1": 0.5, "4": 0.55}}}
+    ...                                                 "final": {"1": 0.50012, "4": 0.55}}}
     >>> eval_metrics({"verdict": "mixed", "verdict_split": "heldout", "heldout": split})
-    {'verdict': 'mixed', 'reward0': 0.4, 'reward': 0.6, 'delta': 0.2, 'ci_low': 0.1, 'ci_high': 0.3, 'greedy0': 0.3, 'greedy': 0.5, 'pass1_0': 0.2, 'pass1': 0.5, 'passn_0': 0.6, 'passn': 0.55}
+    {'verdict': 'mixed', 'reward0': 0.4, 'reward': 0.6, 'ci_low': 0.1, 'ci_high': 0.3, 'greedy0': 0.3, 'greedy': 0.5, 'pass1_0': 0.2, 'pass1': 0.5, 'passn_0': 0.6, 'passn': 0.55}
     """
     split = summary[summary["verdict_split"]]
     delta = split["delta_mean_reward"]
     curves, n = split["pass_at_k"], str(split["samples_per_prompt"])
+    shares = {"ci_low": delta["ci_low"], "ci_high": delta["ci_high"],
+              "greedy0": split["step0"]["greedy_success"],
+              "greedy": split["final"]["greedy_success"],
+              "pass1_0": curves["step0"]["1"], "pass1": curves["final"]["1"],
+              "passn_0": curves["step0"][n], "passn": curves["final"][n]}
     return {"verdict": summary["verdict"],
             "reward0": split["step0"]["mean_reward"], "reward": split["final"]["mean_reward"],
-            "delta": delta["value"], "ci_low": delta["ci_low"], "ci_high": delta["ci_high"],
-            "greedy0": split["step0"]["greedy_success"],
-            "greedy": split["final"]["greedy_success"],
-            "pass1_0": curves["step0"]["1"], "pass1": curves["final"]["1"],
-            "passn_0": curves["step0"][n], "passn": curves["final"][n]}
+            **{key: None if value is None else round(value, 3) for key, value in shares.items()}}

@@ -1,5 +1,6 @@
 """What the Prefect flows need from the pipeline: the stage list (from dvc.yaml), running a stage
-through `dvc repro`, failure messages that name what broke, and the artifacts of each stage.
+through `dvc repro`, failure messages that name what broke, the Failed states that carry them, the
+lock that keeps two flow runs off one workspace, and the artifacts of each stage.
 
 The artifact contents are built by pure functions (`stage_artifacts`) from the files the stages
 wrote; `publish_stage_artifacts` hands them to Prefect. Keys stay the same from run to run, so
@@ -8,12 +9,17 @@ Prefect keeps every version.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,10 @@ from rlvr.errors import PipelineError
 
 class StageFailed(PipelineError):
     """A DVC stage failed; the message names the stage and what broke."""
+
+
+class WorkspaceBusy(PipelineError):
+    """Another flow run holds the workspace; the message names it."""
 
 
 @dataclass
@@ -69,7 +79,32 @@ def failure_detail(stage: str, root: Path, output: str) -> str:
         failed = [line for line in output.splitlines() if line.startswith("smoke check failed")]
         if failed:
             return "\n".join(failed)
-    return _tail(output)
+    said = _stage_line(stage, output)
+    return said if said else _tail(output)
+
+
+def _stage_line(stage: str, output: str) -> str | None:
+    r"""The line a stage stopped with (rlvr.stage.run_stage prints "<stage>: <why>" for a
+    PipelineError and exits): the last line before DVC's "failed to reproduce", if it is the
+    stage's own and not its "FAILED" summary (a bug's, whose traceback the tail keeps).
+
+    >>> _stage_line("check_params", "Running stage 'check_params':\n> python -m x\n"
+    ...             "check_params: params.yaml: a = 0: must be > 0\n"
+    ...             "ERROR: failed to reproduce 'check_params': failed to run: x, exited with 1")
+    'check_params: params.yaml: a = 0: must be > 0'
+    >>> _stage_line("train", "train: step 3\nKeyError: 1\ntrain: FAILED on an unexpected error"
+    ...             "\nERROR: failed to reproduce 'train'") is None
+    True
+    """
+    lines = [line for line in output.splitlines() if line.strip()]
+    ends = [i for i, line in enumerate(lines)
+            if line.startswith(f"ERROR: failed to reproduce '{stage}'")]
+    if not ends or ends[0] == 0:
+        return None
+    last = lines[ends[0] - 1]
+    if last.startswith(f"{stage}: ") and not last.startswith(f"{stage}: FAILED"):
+        return last
+    return None
 
 
 def tool_env() -> dict[str, str]:
@@ -125,6 +160,162 @@ def run_dvc_stage(stage: str, root: str | Path) -> str:
                           f"{failure_detail(stage, root, output)}")
     return output
 
+
+# ------------------------------------------------------------------ how a flow run ends
+
+def failed(error: PipelineError):
+    """A Prefect Failed state whose message is the error's line and whose data is the error.
+
+    Returned from a task or flow instead of raised: Prefect 3.9.1 logs a raised exception with its
+    traceback, once for the task run (task_engine.py SyncTaskRunEngine.handle_retry,
+    exc_info=True) and once for the flow run (flow_engine.py FlowRunEngine.run_context,
+    logger.exception); a returned manual state is kept as it is (states.py
+    return_value_to_state) and only "Finished in state Failed('<message>')" is logged. A plain
+    call of the flow still raises `error` (flow_engine.py FlowRunEngine.result -> states.py
+    get_state_exception, which returns the exception held in the state's data)."""
+    from prefect.states import Failed
+
+    return Failed(message=str(error), data=error)
+
+
+def stage_failure(stage: str, state):
+    """How the flow ends after stage `stage`'s task did not complete (`state`, from
+    return_state=True): Failed with the stage's line if the stage failed on expected grounds (a
+    StageFailed, or the stage ran past its timeout); a bug raises its exception, traceback and
+    all, as it would have without return_state."""
+    if state.is_failed():
+        error = state.result(raise_on_failure=False)
+        if isinstance(error, StageFailed):
+            return failed(error)
+        # Prefect 3.9.1 names a task's timeout state "TimedOut" (task_engine.py handle_timeout)
+        if state.name == "TimedOut":
+            return failed(StageFailed(f"stage {stage} failed: {state.message} "
+                                      f"(params.yaml orchestration.timeouts)"))
+    state.result()  # raises for any state that is not Completed
+    return state
+
+
+class _NoEmptyExcInfo(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info == (None, None, None):
+            record.exc_info = None
+        return True
+
+
+def quiet_returned_failures() -> None:
+    """Prefect 3.9.1 logs a task's returned Failed state, once its retries are spent, with
+    exc_info=True outside any `except` (task_engine.py SyncTaskRunEngine.handle_retry), which
+    prints a bare "NoneType: None" under the line: drop that empty exc_info on the task-run
+    logger (a real exception's traceback is untouched). Idempotent. Guarded by
+    tests/test_flow_failures.py (no "NoneType: None" in the console)."""
+    logger = logging.getLogger("prefect.task_runs")
+    if not any(isinstance(f, _NoEmptyExcInfo) for f in logger.filters):
+        logger.addFilter(_NoEmptyExcInfo())
+
+
+# ------------------------------------------------------------------ one flow run per workspace
+
+# Git ignores .dvc/tmp (.dvc/.gitignore) and DVC never reads it as data; DVC's own lock is
+# .dvc/tmp/lock, taken by every `dvc repro` the flow starts, so ours must be another file.
+WORKSPACE_LOCK = ".dvc/tmp/rlvr-flow.lock"
+
+
+def flow_run_holder() -> dict:
+    """Who takes the workspace: this process's Prefect flow run (name, id, flow), pid and time."""
+    from prefect.runtime import flow_run
+
+    return {"flow_run": flow_run.name, "flow_run_id": flow_run.id, "flow": flow_run.flow_name,
+            "pid": os.getpid(),
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def busy_line(root: str | Path, holder: dict | None) -> str:
+    """One line naming the run that holds the workspace.
+
+    >>> print(busy_line("/w", {"flow_run": "calm-fox", "flow_run_id": "f00", "pid": 42,
+    ...                        "flow": "grpo-pipeline", "started": "2026-12-01T02:00:00+00:00"}))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    workspace /w is in use by flow run 'calm-fox' (id f00, flow grpo-pipeline), pid 42,
+    started 2026-12-01T02:00:00+00:00: wait for it to end or stop it
+    >>> print(busy_line("/w", {"pid": 7, "started": "t"}))  # doctest: +NORMALIZE_WHITESPACE
+    workspace /w is in use by a process outside any flow run, pid 7, started t:
+    wait for it to end or stop it
+    >>> print(busy_line("/w", None))  # doctest: +NORMALIZE_WHITESPACE
+    workspace /w is in use by another process that has not yet said who it is:
+    try again in a moment
+    """
+    if not holder:  # it has the lock but has not written its record yet
+        return (f"workspace {root} is in use by another process that has not yet said who it "
+                f"is: try again in a moment")
+    if holder.get("flow_run"):
+        who = (f"flow run '{holder['flow_run']}' (id {holder.get('flow_run_id')}, flow "
+               f"{holder.get('flow')})")
+    else:
+        who = "a process outside any flow run"
+    return (f"workspace {root} is in use by {who}, pid {holder.get('pid')}, started "
+            f"{holder.get('started')}: wait for it to end or stop it")
+
+
+@contextmanager
+def workspace_lock(root: str | Path, holder: dict | None = None) -> Iterator[dict]:
+    """Hold the workspace `root` for one flow run, or raise WorkspaceBusy naming the run that
+    holds it. The lock is the OS's (flock on WORKSPACE_LOCK): it goes with its process, so a
+    killed holder never blocks the next run; the file's content says who holds it (`holder`,
+    default flow_run_holder()). The descriptor is not inherited (PEP 446), so a `dvc repro` that
+    outlives a killed flow does not keep the workspace."""
+    lock = Path(root) / WORKSPACE_LOCK
+    if not lock.parent.parent.is_dir():
+        raise PipelineError(f"{root}: not a DVC repository (no .dvc folder)")
+    lock.parent.mkdir(exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: the holder's record stays
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                os.close(fd)
+                raise
+            text = os.pread(fd, 65536, 0).decode("utf-8", "replace")
+            os.close(fd)
+            try:
+                recorded = json.loads(text)
+            except ValueError:
+                recorded = None
+            raise WorkspaceBusy(busy_line(root, recorded)) from None
+        try:  # the file we locked is still the one at the path (nobody removed it meanwhile)
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    record = holder or flow_run_holder()
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        yield record
+    finally:
+        os.ftruncate(fd, 0)  # no stale record for the next one to read
+        os.close(fd)  # releases the lock
+
+
+def audit_verdict(root: str | Path) -> str | None:
+    """The audit's verdict (paths.eval_metrics' `verdict`), None before evaluate has run."""
+    return (_json(Path(root), _paths(Path(root)).eval_metrics) or {}).get("verdict")
+
+
+def run_summary(result: dict) -> str:
+    """A completed pipeline run in one line: the artifacts it published and the verdict.
+
+    >>> run_summary({"artifacts": {"a": ["x", "y"], "b": []}, "verdict": "improved"})
+    'artifacts x, y; audit verdict: improved'
+    >>> run_summary({"artifacts": {"a": []}, "verdict": None})
+    'artifacts none; audit verdict: none yet'
+    """
+    keys = ", ".join(key for keys in result["artifacts"].values() for key in keys) or "none"
+    return f"artifacts {keys}; audit verdict: {result['verdict'] or 'none yet'}"
+
+
+# ------------------------------------------------------------------ artifacts
 
 def provenance_line(root: Path) -> str:
     """git commit, the md5s of the data files and the models (each from the stage that wrote it
@@ -200,15 +391,25 @@ def _evaluate_artifacts(root: Path, where: str) -> list[Artifact]:
     for split in ("train", "heldout"):
         if split in ev:
             s, d = ev[split], ev[split]["delta_mean_reward"]
+            n = str(s["samples_per_prompt"])
+            curves, solved = s["pass_at_k"], s["solutions"]
             rows.append({"split": split, "mean reward step 0": s["step0"]["mean_reward"],
                          "mean reward final": s["final"]["mean_reward"],
                          "delta": d["value"], "ci low": d["ci_low"], "ci high": d["ci_high"],
                          "greedy success step 0": s["step0"]["greedy_success"],
                          "greedy success final": s["final"]["greedy_success"],
+                         "pass@1 step 0": curves["step0"]["1"], "pass@1 final": curves["final"]["1"],
+                         f"pass@{n} step 0": curves["step0"][n],
+                         f"pass@{n} final": curves["final"][n],
+                         "prompts lost": solved["lost_count"], "prompts new": solved["new_count"],
+                         "regressed tags": ", ".join(t["tag"] for t in s["slices"]
+                                                     if t["regressed"] and t["weighed"]),
                          "KL final vs step 0": s.get("kl_final_vs_step0"),
                          "verdict": ev.get("verdict")})
+    # the verdict line says what was lost, where a mean would hide it (rlvr.audit.verdict_line)
     return [Artifact("evaluation-audit", "table",
-                     f"Step 0 vs final; verdict: {ev.get('verdict')}. {where}", table=rows)]
+                     f"Step 0 vs final; verdict: {ev.get('verdict_line', ev.get('verdict'))}. "
+                     f"{where}", table=rows)]
 
 
 def _report_artifacts(root: Path, where: str) -> list[Artifact]:

@@ -1,6 +1,7 @@
 """Ablations and a beta sweep as queued DVC experiments, and their comparison, on a small budget."""
 
 import re
+import sys
 import subprocess
 from pathlib import Path
 
@@ -41,14 +42,15 @@ def test_missing_metrics_leave_blanks_not_errors():
 def test_runs_that_differ_by_seed_are_one_row_per_setting():
     def run(name, seed, select, delta, ci_low, greedy, chosen, seconds):
         return Experiment(name, name, {"seed": seed, "train.select": select, "train.beta": 0.05},
-                          evaluation={"delta": delta, "ci_low": ci_low, "greedy0": 0.25,
-                                      "greedy": greedy},
+                          evaluation={"reward0": 0.3, "reward": 0.3 + delta, "ci_low": ci_low,
+                                      "greedy0": 0.25, "greedy": greedy},
                           train_summary={"selection": {"chosen_step": chosen}},
                           stage_seconds={"train": seconds} if seconds else {"report": 1.5})
 
     experiments = [Experiment("baseline (abc1234)", "abc", {"seed": 0, "train.select": "last",
                                                             "train.beta": 0.05},
-                              evaluation={"delta": 9.0, "ci_low": 9.0}),  # not a setting's run
+                              evaluation={"reward0": 0.0, "reward": 9.0,
+                                          "ci_low": 9.0}),  # not a setting's run
                    run("a", 1, "last", 0.10, -0.01, 0.375, 400, 100.0),
                    run("b", 0, "last", 0.20, 0.05, 0.5, 400, 110.0),
                    run("c", 0, "best_val", 0.30, 0.10, 0.5, 200, 120.0),
@@ -112,8 +114,8 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     lines = [line.rstrip() for line in table.splitlines() if line.strip()]
     assert max(map(len, lines)) <= 200, table
     header = lines[1]
-    columns = ["Experiment", "metrics/train.json:reward", "kl", "metrics/eval.json:", "delta",
-               "ci_low", "ci_high", "greedy", "train.grpo.beta"]
+    columns = ["Experiment", "metrics/train.json:reward", "kl", "metrics/eval.json:", "ci_low",
+               "ci_high", "greedy", "pass1", "passn", "train.grpo.beta"]
     found = [header.find(column) for column in columns]
     assert -1 not in found and found == sorted(found), (columns, table)
     assert "…" not in header[:found[-1] + len(columns[-1])], table
@@ -166,3 +168,53 @@ def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
             assert queued([grid_command(grid)]) == checked(experiment_runs(orchestration, name))
     assert len(checked(experiment_runs(made_up))) == 6 and len(queued([grid_command(
         made_up.grids["g"])])) == 4
+
+
+FAKE_DVC = """import os, sys, time
+state = os.environ["FAKE_DVC_STATE"]
+args = sys.argv[1:]
+with open(state + ".calls", "a") as calls:
+    calls.write(" ".join(args) + "\\n")
+if args[:2] == ["exp", "run"]:  # every task done at once, then a worker that never stops
+    print("following logs"); sys.stdout.flush()
+    while not os.path.exists(state + ".stopped"):
+        time.sleep(0.05)
+    if os.environ.get("FAKE_DVC_DEAF"):  # the stop message lost too: only a signal ends it
+        time.sleep(3600)
+elif args[:2] == ["queue", "status"]:
+    print("Task     Name   Created    Status")
+    print("2b2e2d7  a      04:41 PM   " + os.environ.get("FAKE_DVC_TASK", "Success"))
+    print("Worker status: 1 active, 0 idle")
+elif args[:2] == ["queue", "stop"]:
+    open(state + ".stopped", "w").close()
+"""
+
+
+@pytest.mark.parametrize("deaf,task,code", [(False, "Success", 0), (True, "Success", 0),
+                                            (False, "Failed", 1)])
+def test_a_queue_whose_worker_never_stops_is_stopped_once_it_is_done(tmp_path, deaf, task, code,
+                                                                      monkeypatch):
+    from rlvr.experiments import run_queue_to_end
+
+    script = tmp_path / "fake_dvc.py"
+    script.write_text(FAKE_DVC)
+    state = tmp_path / "state"
+    monkeypatch.setenv("FAKE_DVC_STATE", str(state))
+    monkeypatch.setenv("FAKE_DVC_TASK", task)
+    if deaf:
+        monkeypatch.setenv("FAKE_DVC_DEAF", "1")
+    run = run_queue_to_end(tmp_path, 2, poll=0.2, grace=0.5, dvc=(sys.executable, str(script)))
+    calls = (tmp_path / "state.calls").read_text().splitlines()
+    assert calls[0] == "exp run --run-all --jobs 2" and "queue stop" in calls
+    assert run.returncode == code and run.stdout.startswith("following logs")
+    assert ("terminated" if deaf else "idle workers were stopped") in run.stdout
+
+
+def test_a_queue_that_ends_by_itself_is_left_alone(tmp_path, monkeypatch):
+    from rlvr.experiments import run_queue_to_end
+
+    script = tmp_path / "fake_dvc.py"
+    script.write_text("import sys; print('done'); sys.exit(3)")
+    run = run_queue_to_end(tmp_path, 1, poll=0.1, grace=0.5, dvc=(sys.executable, str(script)))
+    assert (run.returncode, run.stdout) == (3, "done\n")
+

@@ -22,10 +22,16 @@ def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
     from flows.pipeline import pipeline
 
     project = project_copy("flow", small_budget)
-    assert pipeline(root=str(project)) == STAGE_KEYS
+    result = pipeline(root=str(project))
+    assert result["artifacts"] == STAGE_KEYS
+    # the audit's verdict comes back with the artifact keys
+    verdict = json.loads((project / "metrics/eval.json").read_text())["verdict"]
+    assert result["verdict"] == verdict
+    assert verdict in ("improved", "no significant change", "regressed", "mixed")
     timing = project / "reports/timing/train.json"
     first_train = _mtime(timing)
-    assert pipeline(root=str(project)) == STAGE_KEYS  # DVC: nothing changed, nothing reruns
+    # DVC: nothing changed, nothing reruns
+    assert pipeline(root=str(project)) == {"artifacts": STAGE_KEYS, "verdict": verdict}
     assert _mtime(timing) == first_train
     for key in [k for keys in STAGE_KEYS.values() for k in keys]:
         versions = artifact_versions(key)
@@ -46,8 +52,10 @@ def test_a_failing_reward_test_fails_the_flow_at_once_naming_it(
                                                       "            return left + right\n"))
     state = pipeline(root=str(project), return_state=True)
     assert state.is_failed()
-    assert "stage reward_tests failed" in state.message
+    assert state.message.startswith("stage reward_tests failed (dvc repro exit ")
+    assert ": failing reward tests: " in state.message
     assert "tests/rewards/test_verifiers.py::test_countdown" in state.message
+    assert "\n" not in state.message  # the gate's one line
     assert not (project / "reports/validation").exists()
 
 
@@ -90,6 +98,6 @@ def test_a_stage_failing_midway_keeps_earlier_outputs_and_a_rerun_skips_them(
 
     script.write_text(original)  # the cause is fixed
     time.sleep(0.01)
-    assert pipeline(root=str(project)) == STAGE_KEYS
+    assert pipeline(root=str(project))["artifacts"] == STAGE_KEYS
     assert {p: _mtime(project / p) for p in kept} == kept  # DVC skipped what it had
     assert (project / "models/final").is_dir()

@@ -1,7 +1,13 @@
-"""The flows' building blocks: stage order from dvc.yaml, failure messages, artifact contents."""
+"""The flows' building blocks: stage order from dvc.yaml, failure messages and the Failed states
+that carry them, the workspace lock, artifact contents."""
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +44,18 @@ def test_failure_details_name_what_broke(tmp_path):
     assert failure_detail("smoke", tmp_path, smoke) == \
         "smoke check failed: rows_loaded: got 63, expected 64"
     assert failure_detail("train", tmp_path, "a\nb\ntrain: step 3: loss = nan") .endswith("nan")
+    # a stage that stopped on a PipelineError (rlvr.stage.run_stage): its own line, nothing else
+    bad = ("Running stage 'check_params':\n> python -m stages.check_params\n"
+           "check_params: params.yaml: train.max_steps = inf: must be an integer\n"
+           "ERROR: failed to reproduce 'check_params': failed to run: python -m "
+           "stages.check_params, exited with 1\n")
+    assert failure_detail("check_params", tmp_path, bad) == \
+        "check_params: params.yaml: train.max_steps = inf: must be an integer"
+    # a bug: its traceback stays in the tail, not the progress line before it
+    bug = ("train: resuming from x\nTraceback (most recent call last):\nKeyError: 'a'\n"
+           "train: FAILED on an unexpected error: this is a bug in the pipeline\n"
+           "ERROR: failed to reproduce 'train': failed to run: python -m stages.train\n")
+    assert "Traceback" in failure_detail("train", tmp_path, bug)
 
 
 @pytest.mark.parametrize("stage,keys", [
@@ -76,4 +94,165 @@ def test_evaluation_artifact_carries_the_ci_and_verdict():
     (artifact,) = stage_artifacts("evaluate", ROOT)
     heldout = [row for row in artifact.table if row["split"] == "heldout"][0]
     assert heldout["ci low"] <= heldout["delta"] <= heldout["ci high"]
-    assert heldout["verdict"] in ("improved", "no significant change", "regressed")
+    assert heldout["verdict"] in ("improved", "no significant change", "regressed", "mixed")
+    # what was lost is in it too: pass@1 and pass@n, the prompts lost and new, regressed tags
+    summary = json.loads((ROOT / "reports" / "eval" / "summary.json").read_text())
+    n = summary["heldout"]["samples_per_prompt"]
+    assert heldout[f"pass@{n} final"] == summary["heldout"]["pass_at_k"]["final"][str(n)]
+    assert heldout["prompts lost"] == summary["heldout"]["solutions"]["lost_count"]
+    assert heldout["regressed tags"] == ", ".join(summary["regressed_tags"])
+    assert f"verdict: {summary['verdict_line']}. " in artifact.description
+
+
+# ------------------------------------------------------------------ how a flow run ends
+
+def test_an_expected_failure_becomes_a_failed_state_that_still_raises_for_callers():
+    from prefect.states import Completed, Failed
+
+    from rlvr.orchestration import StageFailed, failed, stage_failure
+
+    error = StageFailed("stage validate failed (dvc repro exit 1): invalid rows: x")
+    state = failed(error)
+    assert state.is_failed() and state.message == str(error)
+    with pytest.raises(StageFailed):  # what a plain call of the flow raises
+        state.result()
+    # a stage task's states: expected grounds end the flow Failed with the stage's line ...
+    assert stage_failure("validate", state).message == str(error)
+    timed_out = Failed(name="TimedOut", message="Task run exceeded timeout of 5 second(s)",
+                       data=TimeoutError())
+    assert stage_failure("train", timed_out).message == (
+        "stage train failed: Task run exceeded timeout of 5 second(s) "
+        "(params.yaml orchestration.timeouts)")
+    # ... a bug raises its own exception (the flow run then logs its traceback)
+    with pytest.raises(KeyError, match="bug"):
+        stage_failure("train", Failed(message="Task run encountered an exception",
+                                      data=KeyError("bug")))
+    assert stage_failure("train", Completed(data="ok")).is_completed()
+
+
+def test_a_returned_failure_logs_no_empty_exception():
+    """Prefect 3.9.1 logs a returned Failed state with exc_info=True and no exception at hand:
+    quiet_returned_failures keeps the line and drops the bare "NoneType: None"."""
+    import logging
+
+    from rlvr.orchestration import quiet_returned_failures
+
+    quiet_returned_failures()
+    quiet_returned_failures()  # idempotent
+    logger = logging.getLogger("prefect.task_runs")
+    assert sum(type(f).__name__ == "_NoEmptyExcInfo" for f in logger.filters) == 1
+    formatter = logging.Formatter("%(message)s")
+
+    def record():  # what logger.error(..., exc_info=True) makes outside any `except`
+        return logger.makeRecord(logger.name, logging.ERROR, __file__, 1,
+                                 "Task run failed with state: Failed()", (), sys.exc_info())
+
+    assert formatter.format(record()) == "Task run failed with state: Failed()\nNoneType: None"
+    filtered = record()
+    assert all(f.filter(filtered) for f in logger.filters)
+    assert formatter.format(filtered) == "Task run failed with state: Failed()"
+    try:
+        raise KeyError("bug")
+    except KeyError:
+        real = logger.makeRecord(logger.name, logging.ERROR, __file__, 1, "x", (),
+                                 sys.exc_info())
+    assert all(f.filter(real) for f in logger.filters)
+    assert "Traceback" in formatter.format(real)
+
+
+# ------------------------------------------------------------------ one flow run per workspace
+
+HOLDER = {"flow_run": "calm-fox", "flow_run_id": "0e6b2c1a-0000-4000-8000-000000000001",
+          "flow": "grpo-pipeline", "started": "2026-12-01T02:00:00+00:00"}
+
+# Holds the workspace given as argv[1] (with HOLDER and its own pid) and starts a child that
+# outlives it (as a `dvc repro` outlives a killed flow); says so on stdout, then waits.
+HOLD = """
+import json, os, subprocess, sys, time
+from rlvr.orchestration import workspace_lock
+with workspace_lock(sys.argv[1], holder={**json.loads(sys.argv[2]), "pid": os.getpid()}):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    print(json.dumps({"pid": os.getpid(), "child": child.pid}), flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    (tmp_path / ".dvc").mkdir()
+    return tmp_path
+
+
+def _hold(workspace):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(workspace), json.dumps(HOLDER)],
+                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1])
+    said = json.loads(holder.stdout.readline())
+    return holder, said
+
+
+def test_a_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_blocks_nothing(
+        workspace):
+    from rlvr.orchestration import WORKSPACE_LOCK, WorkspaceBusy, busy_line, workspace_lock
+
+    holder, said = _hold(workspace)
+    try:
+        started = time.monotonic()
+        with pytest.raises(WorkspaceBusy) as busy:
+            with workspace_lock(workspace, holder={"flow_run": "second"}):
+                pytest.fail("two holders of one workspace")
+        assert time.monotonic() - started < 1  # at once: no waiting for the holder
+        line = str(busy.value)
+        assert line == busy_line(workspace, {**HOLDER, "pid": said["pid"]})
+        assert "\n" not in line
+        assert f"flow run 'calm-fox' (id {HOLDER['flow_run_id']}, flow grpo-pipeline)" in line
+        assert f"pid {said['pid']}, started 2026-12-01T02:00:00+00:00" in line
+
+        holder.send_signal(signal.SIGKILL)  # no cleanup runs: the OS drops the lock
+        holder.wait(timeout=10)
+        os.kill(said["child"], 0)  # its child lives on, holding no lock
+        with workspace_lock(workspace, holder={"flow_run": "next", "pid": os.getpid()}) as mine:
+            assert json.loads((workspace / WORKSPACE_LOCK).read_text()) == mine
+        assert (workspace / WORKSPACE_LOCK).read_text() == ""  # released: no stale record
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+        try:
+            os.kill(said["child"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_the_lock_is_released_when_the_run_ends_even_on_an_error(workspace):
+    from rlvr.orchestration import workspace_lock
+
+    with pytest.raises(KeyError):
+        with workspace_lock(workspace, holder={"flow_run": "a", "pid": 1}):
+            raise KeyError("bug")
+    with workspace_lock(workspace, holder={"flow_run": "b", "pid": 2}):
+        pass
+
+
+def test_a_folder_that_is_not_a_dvc_repository_is_one_line(tmp_path):
+    from rlvr.errors import PipelineError
+    from rlvr.orchestration import workspace_lock
+
+    with pytest.raises(PipelineError, match=r": not a DVC repository \(no \.dvc folder\)$"):
+        with workspace_lock(tmp_path / "nowhere"):
+            pass
+
+
+def test_the_lock_file_is_ignored_by_git_and_is_not_dvcs_own(tmp_path):
+    """Held for a whole flow run, the lock must not block the `dvc repro` the flow starts (DVC
+    locks .dvc/tmp/lock) and must never show in `git status`."""
+    from rlvr.orchestration import WORKSPACE_LOCK, run_dvc, workspace_lock
+
+    root = Path(__file__).parents[1]
+    assert subprocess.run(["git", "check-ignore", "-q", WORKSPACE_LOCK], cwd=root).returncode == 0
+    assert WORKSPACE_LOCK != ".dvc/tmp/lock"
+    assert run_dvc(tmp_path, "init", "--no-scm", "-q").returncode == 0
+    (tmp_path / "dvc.yaml").write_text("stages:\n  hello:\n    cmd: echo hi > out.txt\n"
+                                       "    outs: [out.txt]\n")
+    with workspace_lock(tmp_path, holder={"flow_run": "t", "pid": os.getpid()}):
+        run = run_dvc(tmp_path, "repro")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "out.txt").read_text() == "hi\n"

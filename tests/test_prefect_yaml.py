@@ -45,6 +45,45 @@ def test_every_deployment_passes_prefects_own_model(deployments):
             CronSchedule(cron=raw.cron, timezone=raw.timezone)  # a valid cron and timezone
 
 
+def test_a_deployment_runs_one_flow_run_at_a_time_and_queues_the_next(deployments):
+    """Every deployment runs in the workspace (the docker one in its container's), so each has
+    a deployment concurrency limit of 1 with ENQUEUE: a run due while one runs waits for it
+    (Prefect 3.9.1 turns the mapping into concurrency_limit + concurrency_options as in
+    prefect/cli/deploy/_core.py; its models check the values)."""
+    from prefect.cli.deploy._models import ConcurrencyLimitSpec, DeploymentConfig
+    from prefect.client.schemas.objects import (ConcurrencyLimitConfig,
+                                                ConcurrencyLimitStrategy, ConcurrencyOptions)
+
+    configs, _, _ = deployments
+    for name, config in configs.items():
+        spec = DeploymentConfig.model_validate(config).concurrency_limit
+        assert isinstance(spec, ConcurrencyLimitSpec), name
+        limit = ConcurrencyLimitConfig.model_validate(spec.model_dump(exclude_none=True))
+        options = ConcurrencyOptions(collision_strategy=spec.collision_strategy)
+        assert limit.limit == 1, name
+        assert options.collision_strategy == ConcurrencyLimitStrategy.ENQUEUE, name
+    assert {name for name, config in configs.items()
+            if config["entrypoint"] == "flows/pipeline.py:pipeline"} == {"nightly",
+                                                                       DOCKER_DEPLOYMENT}
+
+
+def test_serving_the_nightly_in_one_process_keeps_its_schedule_and_limit():
+    """`python -m flows.serve` passes prefect.yaml's cron and limit to Flow.serve."""
+    import inspect
+
+    from prefect import Flow
+    from prefect.client.schemas.objects import ConcurrencyLimitStrategy
+
+    from flows.serve import nightly_schedule, serve_options
+
+    options = serve_options(nightly_schedule())
+    assert set(options) <= set(inspect.signature(Flow.serve).parameters)
+    (schedule,) = options["schedules"]
+    assert (schedule.cron, schedule.timezone) == ("0 2 * * *", "UTC")
+    assert options["global_limit"].limit == 1
+    assert options["global_limit"].collision_strategy == ConcurrencyLimitStrategy.ENQUEUE
+
+
 def test_the_docker_deployment_runs_the_image_the_dockerfile_builds(deployments):
     configs, _, _ = deployments
     docker = configs[DOCKER_DEPLOYMENT]
