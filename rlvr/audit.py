@@ -205,7 +205,7 @@ def solutions(records: Sequence[Mapping]) -> dict:
 def diversity(records: Sequence[Mapping], policy: str) -> dict:
     """How varied a policy's samples are: distinct correct answers per solved prompt, the share
     of distinct completions among all samples, and the mean per-token entropy of the policy on
-    its own samples (weighted by tokens; None when it was not measured).
+    its own samples (weighted by tokens); None where there is nothing to measure.
 
     >>> diversity([{"samples": 4, "step0_correct": 2, "step0_distinct_correct": 2,
     ...             "step0_distinct": 3, "step0_entropy": 0.5, "step0_tokens": 10},
@@ -218,10 +218,11 @@ def diversity(records: Sequence[Mapping], policy: str) -> dict:
                 if r.get(f"{policy}_entropy") is not None and r.get(f"{policy}_tokens")]
     tokens = sum(t for _, t in weighted)
     samples = sum(r["samples"] for r in records)
+    # None, not NaN, where there is nothing to measure (no prompt solved): JSON has no NaN
     return {"distinct_correct_per_solved": finite_mean(r[f"{policy}_distinct_correct"]
-                                                       for r in solved),
+                                                       for r in solved) if solved else None,
             "distinct_share": sum(r[f"{policy}_distinct"] for r in records) / samples
-            if samples else math.nan,
+            if samples else None,
             "entropy": sum(e * t for e, t in weighted) / tokens if tokens else None}
 
 

@@ -3,7 +3,6 @@ hand values and a brute-force enumeration, each regression rule firing and its n
 verdict, solutions lost and new, diversity, and rows without tags. No model, no training."""
 
 import itertools
-import math
 
 import pytest
 
@@ -211,8 +210,9 @@ def test_diversity_per_solved_prompt_and_token_weighted_entropy():
     assert d["distinct_correct_per_solved"] == 2.0  # the unsolved prompt does not count
     assert d["distinct_share"] == pytest.approx(8 / 16)
     assert d["entropy"] == pytest.approx((0.5 * 10 + 1.0 * 30) / 40)
-    unmeasured = [{**r, "step0_entropy": None} for r in records]
+    unmeasured = [{**r, "step0_entropy": None, "step0_correct": 0} for r in records]
     assert diversity(unmeasured, "step0")["entropy"] is None
+    assert diversity(unmeasured, "step0")["distinct_correct_per_solved"] is None  # none solved
 
 
 # --------------------------------------------------------------------------- the two alarms
@@ -240,7 +240,7 @@ def test_diversity_collapse_fires_on_a_fall_beyond_the_threshold_while_reward_ri
     assert fired(evaluation(entropy=(0.4, 0.25), distinct=(2.0, 0.9)))["diversity collapse"]
     assert not fired(evaluation(entropy=(0.4, 0.2)))["diversity collapse"]  # exactly -50%
     assert not fired(evaluation(rise=-0.01))["diversity collapse"]          # reward did not rise
-    none = evaluation(entropy=(None, None), distinct=(math.nan, math.nan))
+    none = evaluation(entropy=(None, None), distinct=(None, None))
     rules = {r["rule"].split(":")[0]: r for r in audit_rules(none, T)}
     assert not rules["diversity collapse"]["fired"]
     assert rules["diversity collapse"]["value"].startswith("not measured")

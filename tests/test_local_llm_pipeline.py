@@ -88,8 +88,8 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monk
     bad = [(path, v) for path, v in [*_numbers(summary), *_numbers(metrics)]
            if not math.isfinite(v)]
     assert not bad, bad
-    assert set(metrics) == {"verdict", "reward0", "reward", "delta", "ci_low", "ci_high",
-                            "greedy0", "greedy"}
+    assert set(metrics) == {"verdict", "reward0", "reward", "ci_low", "ci_high", "greedy0",
+                            "greedy", "pass1_0", "pass1", "passn_0", "passn"}
     per_prompt = (project / "reports/eval/per_prompt.jsonl").read_text().splitlines()
     assert len(per_prompt) == 128
     assert "evaluate: verdict on heldout:" in output

@@ -121,9 +121,14 @@ def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_
     scored = list(range(0, 25, 4))  # the validation curves: step 0 and every train.eval_steps
     for curve in curves:
         rows = curve.read_text().splitlines()
-        expected = scored if curve.parent.name == "val" else steps
+        # val/<score>.tsv and val/success/<tag>.tsv: the validation rows' curves
+        expected = scored if "val" in curve.relative_to(project / LIVE).parts else steps
         assert [int(row.split("\t")[0]) for row in rows[1:]] == expected, curve
-    assert len([c for c in curves if c.parent.name == "val"]) == 4
+    # the 4 scores, pass@1 and pass@2 (SMALL_RUN draws 2 samples), the success on each tag's rows
+    assert sorted(c.stem for c in curves if c.parent.name == "val") == [
+        "greedy_success", "mean_length", "mean_reward", "pass_at_1", "pass_at_2",
+        "sampled_success"]
+    assert sorted(c.stem for c in curves if c.parent.name == "success") == ["add", "mul", "sub"]
     # The logged keys are a single-process run's.
     assert set(_history(project)[-1]) == set(_history(cold_run)[-1])
     assert json.loads((project / "reports/smoke/checks.json").read_text())["passed"]
