@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rlvr.audit import slice_text, weighed_regressions
 from rlvr.stats import drift_kl, window_mean
 
 _KEPT, _OVERSAMPLING = "dynamic_sampling/kept_share", "dynamic_sampling/oversampling"
@@ -40,7 +41,7 @@ class AlarmThresholds:
     kl_spike_min: float          # ... and above this absolute value (tiny KLs are noise)
     overfit_drop: float          # validation reward ends this far below its peak ...
     zero_spread_share: float     # smoothed share of groups with no reward spread ends above this
-    diversity_drop: float = 0.5  # distinct correct answers or entropy end this share below step 0's
+    diversity_drop: float        # distinct correct answers or entropy end this share below step 0's
 
 
 def _points(history: Sequence[dict], key: str | Callable[[dict], float | None]
@@ -100,7 +101,7 @@ def audit_rules(evaluation: dict, t: AlarmThresholds) -> list[dict]:
     falls = {key: _fall(before[key], after[key]) for _, key in figures}
     shown = ", ".join(f"{name} {before[key]:.3g} -> {after[key]:.3g} ({-falls[key]:+.0%})"
                       for name, key in figures if not math.isnan(falls[key]))
-    forgotten = [s for s in split["slices"] if s["regressed"] and s["weighed"]]
+    forgotten = weighed_regressions(split)
     return [
         {"rule": "diversity collapse: distinct correct answers or entropy fall while the mean "
                  "reward rises",
@@ -110,9 +111,8 @@ def audit_rules(evaluation: dict, t: AlarmThresholds) -> list[dict]:
          "advice": "the policy sharpened onto fewer answers: read pass@k (the base model may "
                    "solve more at large k); a larger beta, an entropy bonus or a higher "
                    "temperature keep more of them"},
-        {"rule": "slice forgotten: a tag regressed", "value": "; ".join(
-            f"{s['tag']} ({s['rows']} rows: {'; '.join(s['reasons'])})" for s in forgotten)
-            or "none", "threshold": "a tag of at least report.min_slice_rows rows regressed "
+        {"rule": "slice forgotten: a tag regressed",
+         "value": "; ".join(map(slice_text, forgotten)) or "none", "threshold": "a tag of at least report.min_slice_rows rows regressed "
                                     "(per-tag table)",
          "fired": bool(forgotten),
          "advice": "the policy stopped solving a kind of problem while the mean rose: the KL "

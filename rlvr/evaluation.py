@@ -324,8 +324,6 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
     verdict follows the held-out split (rlvr.audit.audit_verdict: a regressed tag makes it
     `mixed`).
     """
-    from rlvr.grpo_math import k3_kl
-
     rule = slice_rule or SliceRule()
     greedy = greedy_settings(sampled)
     (final_model, tokenizer), (base_model, _) = policies["final"], policies["step0"]
@@ -358,9 +356,9 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
                                         sampled.temperature)
             base_on_own = token_stats(base_model, tokenizer, a.prompt_text, a.token_ids,
                                       sampled.temperature)
-            for (logp, _), (ref, _) in zip(final_on_own, base_on_final):
-                kl_sum += sum(k3_kl(x, y) for x, y in zip(logp, ref))
-                kl_tokens += len(logp)
+            total, tokens = k3_sum([lp for lp, _ in final_on_own],
+                                   [lp for lp, _ in base_on_final])
+            kl_sum, kl_tokens = kl_sum + total, kl_tokens + tokens
             records.append({
                 "id": row.id, "split": split, "prompt": row.prompt, "tags": list(row.tags),
                 "samples": sampled.n, "delta": delta,
@@ -422,18 +420,23 @@ def completion_logprobs(model, tokenizer, prompt: str, completions: Sequence[Seq
                                               temperature)]
 
 
+def k3_sum(logps: Sequence[Sequence[float]], refs: Sequence[Sequence[float]]
+           ) -> tuple[float, int]:
+    """The k3 KL summed over every token of the completions (the policy's and the reference's
+    per-token log-probabilities of the same tokens), and how many tokens."""
+    from rlvr.grpo_math import k3_kl
+
+    return (sum(k3_kl(x, y) for a, b in zip(logps, refs) for x, y in zip(a, b)),
+            sum(len(a) for a in logps))
+
+
 def policy_kl(policy, reference, tokenizer, scored: Sequence[ScoredRow],
               temperature: float = 1.0) -> float:
     """Mean per-token k3 KL(policy || reference) on the policy's own samples: how far training
     moved the policy, measured the same way whether or not training used a KL penalty."""
-    from rlvr.grpo_math import k3_kl
-
     total, count = 0.0, 0
     for row in scored:
-        logp = completion_logprobs(policy, tokenizer, row.prompt_text, row.token_ids, temperature)
-        ref = completion_logprobs(reference, tokenizer, row.prompt_text, row.token_ids,
-                                  temperature)
-        for a, b in zip(logp, ref):
-            total += sum(k3_kl(x, y) for x, y in zip(a, b))
-            count += len(a)
+        kl, tokens = k3_sum(*(completion_logprobs(m, tokenizer, row.prompt_text, row.token_ids,
+                                                  temperature) for m in (policy, reference)))
+        total, count = total + kl, count + tokens
     return total / count if count else math.nan
