@@ -165,3 +165,13 @@ def test_the_report_says_which_kl_the_diagnosis_read(figures):
     inputs.update(history=history, diagnosis=diagnose_kl(history, T))
     assert "end 0.050, over the first batch of each step, every group (dynamic sampling)." \
         in build_report(**inputs)
+
+
+def test_the_report_opens_with_the_verdict_line(figures):
+    inputs, _ = report_inputs(figures)
+    inputs["evaluation"].update(verdict="mixed", verdict_line="mixed: improved overall "
+                                "(+0.200 [+0.100, +0.300]), regressed on sub (16 rows: x)")
+    lines = [line for line in build_report(**inputs).splitlines() if line]
+    assert lines[0] == "# GRPO run: retrospective"
+    assert lines[1] == ("**Mixed**: improved overall (+0.200 \\[+0.100, +0.300\\]), regressed on "
+                        "sub (16 rows: x).")
