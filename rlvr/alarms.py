@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rlvr.audit import slice_text, weighed_regressions
+from rlvr.grpo.metric_keys import (COMPLETION_LENGTH, CORRECTNESS, FORMAT, KEPT_SHARE, MEAN_REWARD,
+                                   NO_SPREAD_SHARE, OVERSAMPLING, REWARD)
 from rlvr.stats import drift_kl, window_mean
-
-_KEPT, _OVERSAMPLING = "dynamic_sampling/kept_share", "dynamic_sampling/oversampling"
 
 
 @dataclass(frozen=True)
@@ -129,19 +129,18 @@ def check_alarms(history: Sequence[dict], validation: Sequence[dict],
     ({"step", "mean_reward", ...}, step 0 first), empty when none were taken; `evaluation`:
     evaluate's summary (adds the diversity and forgotten-slice alarms)."""
     w = t.window
-    fmt, correct = _series(history, "rewards/format/mean"), _series(history,
-                                                                      "rewards/correctness/mean")
-    lengths = _series(history, "completions/mean_length")
+    fmt, correct = _series(history, FORMAT), _series(history, CORRECTNESS)
+    lengths = _series(history, COMPLETION_LENGTH)
     kl_points = _points(history, drift_kl)  # under dynamic sampling: the first batch
     kls = [value for _, value in kl_points]
     # Without dynamic sampling the loss sees every group, so its share with no spread is the
     # share that carries no gradient. With it, those groups are dropped and the loss sees what
     # filled the batch: the empty share is 1 - kept share x oversampling (kept / needed).
-    sampled = any(_KEPT in e for e in history)
-    spread = [1.0 - kept * over for kept, over in zip(_series(history, _KEPT),
-                                                       _series(history, _OVERSAMPLING))] \
-        if sampled else _series(history, "frac_reward_zero_std")
-    reward_points = _points(history, "reward")
+    sampled = any(KEPT_SHARE in e for e in history)
+    spread = [1.0 - kept * over for kept, over in zip(_series(history, KEPT_SHARE),
+                                                       _series(history, OVERSAMPLING))] \
+        if sampled else _series(history, NO_SPREAD_SHARE)
+    reward_points = _points(history, REWARD)
 
     format_gain, correct_gain = _gain(fmt, w), _gain(correct, w)
     length_ratio = (window_mean(lengths, len(lengths) - w, len(lengths))
@@ -153,9 +152,9 @@ def check_alarms(history: Sequence[dict], validation: Sequence[dict],
     val_drop = train_rise = math.nan
     peak_step = None
     if len(validation) >= 2:
-        peak = max(validation, key=lambda s: s["mean_reward"])  # the first of equals
+        peak = max(validation, key=lambda s: s[MEAN_REWARD])  # the first of equals
         peak_step = peak["step"]
-        val_drop = peak["mean_reward"] - validation[-1]["mean_reward"]
+        val_drop = peak[MEAN_REWARD] - validation[-1][MEAN_REWARD]
         after = [r for s, r in reward_points if s > peak_step]
         upto = [r for s, r in reward_points if s <= peak_step]
         if after and upto:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rlvr.config import PARAMS_FILE, Params, ParamsError, experiment_params, load_params
 from rlvr.rewards.registry import check_reward_names
-from rlvr.training import check_trl_config
+from rlvr.grpo.config import check_trl_config
 
 
 def check_run_params(params: Params) -> None:

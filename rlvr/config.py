@@ -77,7 +77,7 @@ ACCELERATE_CONFIG_NAMES = ("ddp", "fsdp", "deepspeed_zero2", "deepspeed_zero3")
 # The stage names of dvc.yaml (tests/test_config.py checks they agree).
 STAGES = ("check_params", "reward_tests", "validate", "prepare_model", "smoke", "train",
           "evaluate", "report")
-# GRPOConfig fields rlvr.training.grpo_config sets itself (train.grpo.extra must not).
+# GRPOConfig fields rlvr.grpo.config.grpo_config sets itself (train.grpo.extra must not).
 PIPELINE_GRPO_FIELDS = ("output_dir", "max_steps", "seed", "data_seed", "reward_weights",
                         "logging_steps", "logging_nan_inf_filter", "report_to", "save_strategy",
                         "save_steps", "save_total_limit", "disable_tqdm", "chat_template_kwargs")
@@ -322,7 +322,7 @@ class GRPOParams:
             _require(key not in GRPOParams.__dataclass_fields__ and key not in PIPELINE_GRPO_FIELDS,
                      f"train.grpo.extra.{key}", self.extra[key],
                      f"set train.grpo.{key} instead" if key in GRPOParams.__dataclass_fields__
-                     else "is set by the pipeline (rlvr.training.grpo_config), not by params")
+                     else "is set by the pipeline (rlvr.grpo.config.grpo_config), not by params")
         _require(self.per_device_train_batch_size % self.num_generations == 0,
                  "train.grpo.per_device_train_batch_size", self.per_device_train_batch_size,
                  f"must be divisible by num_generations ({self.num_generations})")

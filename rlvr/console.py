@@ -10,11 +10,12 @@ from typing import Any
 
 from transformers import PrinterCallback, ProgressCallback
 
-from rlvr.stats import FIRST_BATCH_KL, drift_kl
+from rlvr.grpo.metric_keys import (BETA, CORRECTNESS, FIRST_BATCH_KL, GREEDY_SUCCESS, KEPT_SHARE, KL,
+                                   LOSS, MEAN_REWARD, REWARD, VALIDATION_PREFIX)
+from rlvr.stats import drift_kl
 
 # What the console shows of a GRPO log line (every key still goes to history.jsonl and DVCLive).
-CONSOLE_KEYS = (("reward", "reward"), ("rewards/correctness/mean", "correctness"), ("kl", "kl"),
-                ("beta", "beta"))
+CONSOLE_KEYS = ((REWARD, "reward"), (CORRECTNESS, "correctness"), (KL, "kl"), (BETA, "beta"))
 
 
 def compact_line(label: str, step: int, max_steps: int, logs: dict[str, Any],
@@ -30,18 +31,18 @@ def compact_line(label: str, step: int, max_steps: int, logs: dict[str, Any],
     groups kept:
 
     >>> compact_line("train", 25, 400, {"reward": 0.5, "kl": 6.2, FIRST_BATCH_KL: 0.17,
-    ...              "dynamic_sampling/kept_share": 0.05}, CONSOLE_KEYS, None)
+    ...              KEPT_SHARE: 0.05}, CONSOLE_KEYS, None)
     'train: step 25/400 | reward 0.500 | kl 0.170 | kept 0.05 of generated groups'
     """
     if FIRST_BATCH_KL in logs:
-        logs = {**logs, "kl": drift_kl(logs)}
+        logs = {**logs, KL: drift_kl(logs)}
     parts = [f"{label}: step {step}/{max_steps}"]
     for key, name in keys:
         value = logs.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             parts.append(f"{name} {value:.3g}" if 0 < abs(value) < 0.1 else f"{name} {value:.3f}")
-    if "dynamic_sampling/kept_share" in logs:
-        parts.append(f"kept {logs['dynamic_sampling/kept_share']:.2f} of generated groups")
+    if KEPT_SHARE in logs:
+        parts.append(f"kept {logs[KEPT_SHARE]:.2f} of generated groups")
     if seconds_per_step is not None:
         parts.append(f"{seconds_per_step:.2f} s/step")
     return " | ".join(parts)
@@ -64,14 +65,14 @@ class ConsoleProgress(ProgressCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         step = state.global_step
         if (state.is_world_process_zero and self.training_bar is not None and logs
-                and "eval_mean_reward" in logs):
+                and VALIDATION_PREFIX + MEAN_REWARD in logs):
             self.training_bar.write(
                 f"{self.label}: step {step}/{state.max_steps} | validation: mean reward "
-                f"{logs['eval_mean_reward']:.3f} | greedy success "
-                f"{logs.get('eval_greedy_success', float('nan')):.3f}")
+                f"{logs[VALIDATION_PREFIX + MEAN_REWARD]:.3f} | greedy success "
+                f"{logs.get(VALIDATION_PREFIX + GREEDY_SUCCESS, float('nan')):.3f}")
             return
         if (not state.is_world_process_zero or self.training_bar is None or not logs
-                or "loss" not in logs or (step % self.every and step != state.max_steps)):
+                or LOSS not in logs or (step % self.every and step != state.max_steps)):
             return
         now, pace = time.monotonic(), None
         if self.mark is not None and step > self.mark[1]:

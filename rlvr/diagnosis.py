@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlvr.grpo.metric_keys import REWARD
 from rlvr.stats import drift_kl, kl_source, moving_average, window_mean
 
 
@@ -34,7 +35,7 @@ def diagnose_kl(history: Sequence[dict], t: KLThresholds) -> dict:
     The KL read is stats.drift_kl: under dynamic sampling, the KL over each step's
     first batch, every group kept or dropped.
     """
-    rewards = [float(e["reward"]) for e in history if "reward" in e]
+    rewards = [float(e[REWARD]) for e in history if REWARD in e]
     kls = [kl for kl in map(drift_kl, history) if kl is not None]
     n = len(rewards)
     smooth_reward = moving_average(rewards, t.window)

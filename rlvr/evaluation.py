@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from rlvr.audit import (SliceRule, audit_verdict, pass_at_k_curve, split_audit, verdict_line,
                         weighed_regressions)
 from rlvr.data import Row
+from rlvr.grpo.metric_keys import (GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS,
+                                   TAG_SUCCESS_PREFIX, pass_at)
 from rlvr.rewards.registry import RewardFunction
 from rlvr.stats import finite_mean, paired_ci
 
@@ -218,9 +220,6 @@ def summarize(scored: Sequence[ScoredRow], correctness: str = CORRECTNESS) -> di
 
 # --------------------------------------------------------------------------- validation
 
-VALIDATION_PREFIX = "eval_"   # the Trainer's prefix for evaluation metrics (metric_for_best_model)
-
-
 def tag_success(scored: Sequence[ScoredRow]) -> dict[str, float]:
     """The share of correct samples (pass@1) on the rows of each tag.
 
@@ -260,12 +259,12 @@ def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weigh
         model.train(was_training)
     samples = summarize(scored)
     curve = pass_at_k_curve([sum(s.correct) for s in scored], sampled.n)
-    return {"mean_reward": samples["mean_reward"],
-            "greedy_success": greedy_summary.get("success", math.nan),
-            "sampled_success": samples.get("success", math.nan),
-            "mean_length": samples["mean_length"],
-            **{f"pass_at_{k}": value for k, value in curve.items()},
-            **{f"success/{tag}": value for tag, value in tag_success(scored).items()}}
+    return {MEAN_REWARD: samples["mean_reward"],
+            GREEDY_SUCCESS: greedy_summary.get("success", math.nan),
+            SAMPLED_SUCCESS: samples.get("success", math.nan),
+            MEAN_LENGTH: samples["mean_length"],
+            **{pass_at(k): value for k, value in curve.items()},
+            **{TAG_SUCCESS_PREFIX + tag: value for tag, value in tag_success(scored).items()}}
 
 
 # --------------------------------------------------------------------------- step 0 vs final

@@ -5,24 +5,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rlvr.stats import FIRST_BATCH_KL, drift_kl, moving_average
+from rlvr.grpo.metric_keys import (BETA, COMPLETION_LENGTH, CORRECTNESS, ENTROPY, FIRST_BATCH_KL,
+                                   FORMAT, GRAD_NORM, GREEDY_SUCCESS, KEPT_SHARE, KL, LENGTH, LOSS,
+                                   MEAN_REWARD, NO_SPREAD_SHARE, PASS_AT_PREFIX, REWARD,
+                                   TAG_SUCCESS_PREFIX)
+from rlvr.stats import drift_kl, moving_average
 
 PANELS = [
-    ("Reward", ["reward", "rewards/correctness/mean", "rewards/format/mean",
-                "rewards/length/mean"]),
-    ("KL to reference (k3)", ["kl"]),
-    ("Loss", ["loss"]),
-    ("Beta in force", ["beta"]),
-    ("Completion length (tokens)", ["completions/mean_length"]),
-    ("Grad norm", ["grad_norm"]),
-    ("Entropy", ["entropy"]),
-    ("Groups with no reward spread", ["frac_reward_zero_std"]),
-    ("Dynamic sampling: kept share of generated groups", ["dynamic_sampling/kept_share"]),
+    ("Reward", [REWARD, CORRECTNESS, FORMAT, LENGTH]),
+    ("KL to reference (k3)", [KL]),
+    ("Loss", [LOSS]),
+    ("Beta in force", [BETA]),
+    ("Completion length (tokens)", [COMPLETION_LENGTH]),
+    ("Grad norm", [GRAD_NORM]),
+    ("Entropy", [ENTROPY]),
+    ("Groups with no reward spread", [NO_SPREAD_SHARE]),
+    ("Dynamic sampling: kept share of generated groups", [KEPT_SHARE]),
 ]
 # Under dynamic sampling TRL's kl covers the kept groups only and reads far higher than the KL
 # over each step's first batch (stats.drift_kl): two panels, so neither squashes the other.
 SAMPLED_KL_PANELS = [("KL to reference (k3), each step's first batch", [FIRST_BATCH_KL]),
-                     ("KL over the kept groups only (TRL's kl)", ["kl"])]
+                     ("KL over the kept groups only (TRL's kl)", [KL])]
 
 
 def pyplot():
@@ -54,13 +57,13 @@ def _validation_panel(ax, history: Sequence[dict], validation: Sequence[dict],
                       chosen_step: int | None, window: int) -> None:
     """Training reward (moving average) and the validation scores at each scored step, with
     the step whose weights became models/final marked."""
-    points = [(e["step"], float(e["reward"])) for e in history if "reward" in e]
+    points = [(e["step"], float(e[REWARD])) for e in history if REWARD in e]
     if points:
         steps, values = zip(*points)
         ax.plot(steps, moving_average(values, window), color="C0", linewidth=1.4,
                 label="training reward")
-    for key, color, label in (("mean_reward", "C1", "validation mean reward"),
-                              ("greedy_success", "C2", "validation greedy success")):
+    for key, color, label in ((MEAN_REWARD, "C1", "validation mean reward"),
+                              (GREEDY_SUCCESS, "C2", "validation greedy success")):
         scored = [(e["step"], e[key]) for e in validation if key in e]
         if scored:
             ax.plot(*zip(*scored), color=color, marker="o", markersize=3.5, linewidth=1.2,
@@ -111,7 +114,7 @@ def panel_layout(history: Sequence[dict]) -> list[tuple[str, list[str]]]:
     """
     layout = PANELS
     if any(FIRST_BATCH_KL in e for e in history):
-        at = next(i for i, (_, keys) in enumerate(PANELS) if keys == ["kl"])
+        at = next(i for i, (_, keys) in enumerate(PANELS) if keys == [KL])
         layout = [*PANELS[:at], *SAMPLED_KL_PANELS, *PANELS[at + 1:]]
     panels = [(name, [k for k in keys if any(k in e for e in history)]) for name, keys in layout]
     return [(name, keys) for name, keys in panels if keys]
@@ -125,8 +128,8 @@ def plot_curves(history: Sequence[dict], path: str | Path, title: str = "GRPO tr
     its success on each tag's rows, so the step where a kind of problem starts to die shows."""
     plt = pyplot()
     panels = panel_layout(history)
-    extra = {VALIDATION_PASS_PANEL: validation_series(validation, "pass_at_"),
-             VALIDATION_TAGS_PANEL: validation_series(validation, "success/")}
+    extra = {VALIDATION_PASS_PANEL: validation_series(validation, PASS_AT_PREFIX),
+             VALIDATION_TAGS_PANEL: validation_series(validation, TAG_SUCCESS_PREFIX)}
     if validation:
         panels[:0] = [(VALIDATION_PANEL, [])] + [(name, []) for name, series in extra.items()
                                                  if series]
@@ -222,7 +225,7 @@ def plot_overlay(histories: Mapping[str, Sequence[dict]], path: str | Path) -> P
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for i, (name, history) in enumerate(histories.items()):
-        for ax, read in zip(axes, (lambda e: e.get("reward"), drift_kl)):
+        for ax, read in zip(axes, (lambda e: e.get(REWARD), drift_kl)):
             points = [(h["step"], read(h)) for h in history if read(h) is not None]
             if points:
                 steps, values = zip(*points)

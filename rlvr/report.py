@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.diagnosis import prompt_audit
+from rlvr.grpo.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS
 from rlvr.render import Md, md_code, md_escape, md_image, md_table, md_value
 
 
@@ -54,16 +55,16 @@ def selection_section(selection: dict) -> list[str]:
            f"{len(scored)} steps, sampled as `evaluate` samples a split; the test file was not "
            "read during training.", ""]
     at_chosen = next((s for s in scored if s["step"] == chosen), None)
-    best_any = max(scored, key=lambda s: s["mean_reward"])
-    if at_chosen and best_any["mean_reward"] > at_chosen["mean_reward"]:
-        out += [f"The highest validation mean reward, {best_any['mean_reward']:.3f}, was at step "
+    best_any = max(scored, key=lambda s: s[MEAN_REWARD])
+    if at_chosen and best_any[MEAN_REWARD] > at_chosen[MEAN_REWARD]:
+        out += [f"The highest validation mean reward, {best_any[MEAN_REWARD]:.3f}, was at step "
                 f"{best_any['step']}" + (" (the base model: not a checkpoint)"
                                          if best_any["step"] == 0 else "")
-                + f"; the final model (step {chosen}) scored {at_chosen['mean_reward']:.3f}.", ""]
+                + f"; the final model (step {chosen}) scored {at_chosen[MEAN_REWARD]:.3f}.", ""]
     out += md_table(["step", "validation mean reward", "greedy success", "sampled success",
                      "mean length", "final model"],
-                    [[s["step"], s.get("mean_reward"), s.get("greedy_success"),
-                      s.get("sampled_success"), s.get("mean_length"),
+                    [[s["step"], s.get(MEAN_REWARD), s.get(GREEDY_SUCCESS),
+                      s.get(SAMPLED_SUCCESS), s.get(MEAN_LENGTH),
                       "chosen" if s["step"] == chosen else ""] for s in scored])
     return out + [""]
 

@@ -23,8 +23,10 @@ from rlvr.provenance import library_versions
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
 from rlvr.stats import drift_kl, finite_mean, kl_source
-from rlvr.training import (RUNNING_MEAN_FILE, LiveCurvesCallback, fingerprint, last_checkpoint,
-                           loggable, resumable_checkpoint, run_grpo, validation_entry)
+from rlvr.grpo.callbacks import LiveCurvesCallback, loggable, validation_entry
+from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, fingerprint, last_checkpoint, resumable_checkpoint
+from rlvr.grpo.metric_keys import BETA, CORRECTNESS, LOSS, REWARD
+from rlvr.grpo.run import run_grpo
 
 LIBRARY_DIR = Path(__file__).resolve().parent
 # The libraries whose versions a training run's fingerprint covers.
@@ -33,7 +35,7 @@ TRAINING_LIBRARIES = ("torch", "transformers", "trl", "accelerate")
 
 def step_history(log_history: list[dict]) -> list[dict]:
     """The per-step entries of a trainer's log history, numeric and timing-free."""
-    return [{"step": entry["step"], **loggable(entry)} for entry in log_history if "loss" in entry]
+    return [{"step": entry["step"], **loggable(entry)} for entry in log_history if LOSS in entry]
 
 
 def baseline(params: Params, model, tokenizer, rows: list[Row]) -> dict:
@@ -104,15 +106,14 @@ def run_metrics(history: list[dict], window: int = 10) -> dict:
     """What a run ended at (history.jsonl has every step): the final KL and beta, and first vs
     last `window` steps' means."""
     last = history[-1] if history else {}
-    final = {"kl": drift_kl(last), "beta": last.get("beta")}
+    final = {"kl": drift_kl(last), "beta": last.get(BETA)}
     return {
         "steps": len(history),
         "final": {key: value for key, value in final.items() if value is not None},
-        f"first{window}_mean_reward": finite_mean(e["reward"] for e in history[:window]),
-        f"last{window}_mean_reward": finite_mean(e["reward"] for e in history[-window:]),
+        f"first{window}_mean_reward": finite_mean(e[REWARD] for e in history[:window]),
+        f"last{window}_mean_reward": finite_mean(e[REWARD] for e in history[-window:]),
         f"last{window}_mean_correctness": finite_mean(
-            e["rewards/correctness/mean"] for e in history[-window:]
-            if "rewards/correctness/mean" in e),
+            e[CORRECTNESS] for e in history[-window:] if CORRECTNESS in e),
         # drift_kl: the KL a run without dynamic sampling would log, so settings compare
         f"last{window}_mean_kl": finite_mean(drift_kl(e) for e in history[-window:]),
         "max_kl": max((drift_kl(e) for e in history if drift_kl(e) is not None), default=None),
@@ -190,8 +191,7 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
     trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
                        save_steps=params.train.save_steps, resume_from=resume,
                        callbacks=[LiveCurvesCallback(paths.train_live)], val_rows=val_rows,
-                       max_sampling_rounds=(params.train.max_sampling_rounds
-                                            if params.train.dynamic_sampling else 0))
+                       dynamic_sampling=True)
     history = step_history(trainer.state.log_history)
     selection = selection_record(params, trainer.state)
 

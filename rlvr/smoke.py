@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from rlvr.grpo.metric_keys import GRAD_NORM, KL, LOSS, NO_SPREAD_SHARE
+
 # Per-group advantage means are zero up to float32 rounding: in a group of equal rewards TRL's
 # float32 mean can differ from the rewards by ~1e-8, which its (std + 1e-4) divisor turns into ~1e-4.
 ZERO_MEAN_TOLERANCE = 1e-3
@@ -29,11 +31,10 @@ def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, 
                  baseline_reward: float, group_baseline: bool = True) -> list[dict]:
     """The checks, from what the smoke run recorded. group_baseline=False is the no-group-norm
     ablation (train.advantage: running_mean), whose advantages are not zero-mean per group."""
-    steps = [entry for entry in history if "loss" in entry]
+    steps = [entry for entry in history if LOSS in entry]
     sizes = sorted({size for batch in batch_checks for size in batch["group_sizes"]})
     worst_mean = max((batch["max_abs_group_mean"] for batch in batch_checks), default=math.nan)
-    spread = [1.0 - float(entry["frac_reward_zero_std"]) for entry in steps
-              if "frac_reward_zero_std" in entry]
+    spread = [1.0 - float(entry[NO_SPREAD_SHARE]) for entry in steps if NO_SPREAD_SHARE in entry]
     spread_share = sum(spread) / len(spread) if spread else 0.0
     checks = [
         _check("rows_loaded", rows_loaded == expected_rows, rows_loaded, expected_rows),
@@ -50,8 +51,8 @@ def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, 
                "train.advantage = running_mean: reward minus one global running mean",
                "zero mean per group (GRPO's group baseline only)"),
     ]
-    for key in ("loss", "grad_norm", "kl"):
-        if key == "kl" and beta == 0:
+    for key in (LOSS, GRAD_NORM, KL):
+        if key == KL and beta == 0:
             checks.append(_check("kl_finite", True, "beta = 0: no reference model, no KL",
                                  "finite at every step"))
             continue

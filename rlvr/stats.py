@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from rlvr.grpo.metric_keys import FIRST_BATCH_KL, KL
+
 
 def finite_mean(values: Iterable[float | None]) -> float:
     """Mean of the finite values (None, NaN and Inf skipped); NaN when there are none.
@@ -37,9 +39,6 @@ def moving_average(values: Sequence[float | None], window: int) -> list[float]:
 
 # --------------------------------------------------------------------------- which KL to read
 
-FIRST_BATCH_KL = "dynamic_sampling/kl_first_batch"
-
-
 def drift_kl(entry: dict) -> float | None:
     """How far the policy had moved from the reference at a logged step (k3, per token).
 
@@ -53,7 +52,7 @@ def drift_kl(entry: dict) -> float | None:
     >>> drift_kl({"kl": 5.0, FIRST_BATCH_KL: 0.3}), drift_kl({"kl": 0.2}), drift_kl({"loss": 1.0})
     (0.3, 0.2, None)
     """
-    value = entry.get(FIRST_BATCH_KL, entry.get("kl"))
+    value = entry.get(FIRST_BATCH_KL, entry.get(KL))
     return None if value is None else float(value)
 
 

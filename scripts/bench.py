@@ -27,10 +27,10 @@ measurements, by the names --only takes:
   overhead    the train stage's steps/s divided by a bare trl.GRPOTrainer's, one process (target
               >= 0.98), and the reward functions' share of step time (target <= 2%). Both sides
               load the same base model (models/base of the cold copy), the same training rows
-              and reward functions, and the GRPOConfig that rlvr.training.grpo_config builds from
+              and reward functions, and the GRPOConfig that rlvr.grpo.config.grpo_config builds from
               params.yaml; each runs in a fresh process. Bare: `trl.GRPOTrainer(...).train()`,
               saving nothing. Pipeline: what the train stage runs (rlvr.runs.train_run):
-              rlvr.training.run_grpo with LiveCurvesCallback (DVCLive) and a checkpoint every
+              rlvr.grpo.run.run_grpo with LiveCurvesCallback (DVCLive) and a checkpoint every
               train.save_steps. Timed: from the end of step W to the end of step N (on_step_end
               of a TrainerCallback, in the main process): N - W whole steps in steady state, a
               whole number of save_steps intervals, so the timed span holds the checkpoints in
@@ -344,7 +344,9 @@ def worker(spec_file: str) -> None:
     from rlvr.data import read_rows, to_hf_dataset, write_json
     from rlvr.distributed import is_main_process, launched, start_rank
     from rlvr.rewards.registry import build_reward_funcs
-    from rlvr.training import LiveCurvesCallback, grpo_config, peft_config, run_grpo
+    from rlvr.grpo.callbacks import LiveCurvesCallback
+    from rlvr.grpo.config import grpo_config, peft_config
+    from rlvr.grpo.run import run_grpo
 
     spec = json.loads(Path(spec_file).read_text())
     params = parse_params(spec["params"])
@@ -380,7 +382,7 @@ def worker(spec_file: str) -> None:
         from trl import GRPOTrainer
 
         set_seed(params.seed)
-        config = grpo_config(params.train.grpo, output_dir=work / "out",
+        config = grpo_config(params.train, output_dir=work / "out",
                              max_steps=spec["max_steps"], seed=params.seed,
                              reward_weights=params.rewards.weights,
                              chat_template_kwargs=params.model.chat_template_kwargs)

@@ -17,7 +17,7 @@ from rlvr.config import parse_params
 from rlvr.data import read_rows
 from rlvr.distributed import rank, start_rank, sum_over_ranks
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs
-from rlvr.training import run_grpo
+from rlvr.grpo.run import run_grpo
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = {"train": {"advantage": "running_mean",
@@ -45,15 +45,15 @@ class Recorder(TrainerCallback):
 
 def bound(recorder):
     """The recorder, given the trainer that run_grpo builds next (it reads the trainer's state)."""
-    import rlvr.training as training
+    import rlvr.grpo.run as run
 
-    build = training.build_trainer
+    build = run.build_trainer
 
     def build_and_bind(*args, **kwargs):
         recorder.trainer = build(*args, **kwargs)
         return recorder.trainer
 
-    training.build_trainer = build_and_bind
+    run.build_trainer = build_and_bind
     return recorder
 
 
@@ -100,7 +100,8 @@ class DynamicRecorder(TrainerCallback):
 
 def main_dynamic(out: str, policy: str) -> None:
     start_rank("probe", use_cpu=True)
-    params = parse_params({"train": {"grpo": PARAMS["train"]["grpo"]}})
+    params = parse_params({"train": {"grpo": PARAMS["train"]["grpo"], "dynamic_sampling": True,
+                                     "max_sampling_rounds": 4}})
     params.rewards.weights = [1.0]
     rows = read_rows(ROOT / "data" / "grpo_train.jsonl")[:16]
     calls = iter(range(10**9))
@@ -112,7 +113,7 @@ def main_dynamic(out: str, policy: str) -> None:
     recorder = bound(DynamicRecorder())
     run_grpo(params, rows, policy, Path(out) / f"scratch{rank()}", STEPS,
              reward_funcs=[RewardFunction("uneven", uneven)], callbacks=[recorder],
-             max_sampling_rounds=4)
+             dynamic_sampling=True)
     (Path(out) / f"rank{rank()}.json").write_text(json.dumps({"steps": recorder.steps}))
 
 

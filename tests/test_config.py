@@ -317,19 +317,25 @@ def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
     import ast
     import inspect
 
+    from trl import GRPOConfig
+
     from rlvr.config import PIPELINE_GRPO_FIELDS
-    from rlvr.training import grpo_config
+    from rlvr.grpo.config import PipelineGRPOConfig, grpo_config
 
     call = next(node for node in ast.walk(ast.parse(inspect.getsource(grpo_config)))
-                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "GRPOConfig")
-    assert set(PIPELINE_GRPO_FIELDS) == {k.arg for k in call.keywords if k.arg}
+                if isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") == "PipelineGRPOConfig")
+    # the subclass's own knobs come from params.train, never from train.grpo.extra
+    knobs = set(PipelineGRPOConfig.__dataclass_fields__) - set(GRPOConfig.__dataclass_fields__)
+    assert knobs == {"max_sampling_rounds", "advantage", "running_mean_momentum"}
+    assert set(PIPELINE_GRPO_FIELDS) == {k.arg for k in call.keywords if k.arg} - knobs
     for key in PIPELINE_GRPO_FIELDS:
         with pytest.raises(ParamsError, match=f"train.grpo.extra.{key} = .*: is set by the "):
             parse_params({"train": {"grpo": {"extra": {key: 1}}}})
 
 
 def test_what_trl_and_peft_reject_is_a_params_error():
-    from rlvr.training import check_trl_config
+    from rlvr.grpo.config import check_trl_config
 
     check_trl_config(Params())
     with pytest.raises(ParamsError, match=re.escape(

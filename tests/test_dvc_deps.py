@@ -63,8 +63,8 @@ def test_the_derivation_follows_every_kind_of_import(tmp_path):
 
 def test_a_missing_dep_is_named_with_its_stage(deps):
     """Drop one module (and its folder) from train's deps: the check names exactly that file."""
-    without = [d for d in deps["train"] if d != "rlvr/training.py"]
-    assert uncovered(ROOT, {"train": without}) == {"train": ["rlvr/training.py"]}
+    without = [d for d in deps["train"] if d != "rlvr/runs.py"]
+    assert uncovered(ROOT, {"train": without}) == {"train": ["rlvr/runs.py"]}
     without = [d for d in deps["train"] if d != "rlvr/rewards"]
     assert "rlvr/rewards/verifiers.py" in uncovered(ROOT, {"train": without})["train"]
     without = [d for d in deps["train"] if d != "stages/__init__.py"]

@@ -11,14 +11,23 @@ import torch
 from rlvr.config import ParamsError, parse_params
 from rlvr.data import read_rows, to_hf_dataset
 from rlvr.rewards.registry import RewardFunction
-from rlvr.stats import FIRST_BATCH_KL
-from rlvr.training import (BetaSchedule, PipelineGRPOTrainer, build_trainer, grpo_config,
-                           merge_groups, run_grpo)
+from rlvr.grpo.callbacks import BetaSchedule
+from rlvr.grpo.config import grpo_config
+from rlvr.grpo.dynamic_sampling import merge_groups
+from rlvr.grpo.metric_keys import FIRST_BATCH_KL
+from rlvr.grpo.run import build_trainer, run_grpo
+from rlvr.grpo.trainer import PipelineGRPOTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
 SMALL = {"train": {"grpo": {"num_generations": G, "per_device_train_batch_size": 2 * G,
                             "max_completion_length": 6}}}
+
+
+def sampled_params(rounds: int):
+    """SMALL with dynamic sampling on, at most `rounds` generation rounds a step."""
+    return parse_params({"train": {**SMALL["train"], "dynamic_sampling": True,
+                                   "max_sampling_rounds": rounds}})
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +46,13 @@ def spread_if_odd():
 
 
 def _trainer(tiny_policy_dir, rows, tmp_path, rounds, reward=None):
-    params = parse_params(SMALL)
-    config = grpo_config(params.train.grpo, output_dir=tmp_path, max_steps=1, seed=0,
-                         reward_weights=[1.0])
+    params = sampled_params(rounds)
+    config = grpo_config(params.train, output_dir=tmp_path, max_steps=1, seed=0,
+                         reward_weights=[1.0], dynamic_sampling=True)
     trainer = build_trainer(str(tiny_policy_dir), to_hf_dataset(rows),
                             [RewardFunction("spread_if_odd", reward or spread_if_odd())], config,
                             params.model, [],
-                            beta_schedule=BetaSchedule(params.train.beta_schedule, 0.05),
-                            max_sampling_rounds=rounds)
+                            beta_schedule=BetaSchedule(params.train.beta_schedule, 0.05))
     trainer.model.train()
     return trainer
 
@@ -124,11 +132,11 @@ def test_merged_groups_are_padded_like_trl(tiny_policy_dir):
 
 
 def test_a_run_with_dynamic_sampling_logs_it_and_stays_finite(tiny_policy_dir, rows, tmp_path):
-    params = parse_params(SMALL)
+    params = sampled_params(3)
     params.rewards.weights = [1.0]
     trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=3,
                        reward_funcs=[RewardFunction("spread_if_odd", spread_if_odd())],
-                       max_sampling_rounds=3)
+                       dynamic_sampling=True)
     steps = [e for e in trainer.state.log_history if "loss" in e]
     assert len(steps) == 3
     for entry in steps:
@@ -139,15 +147,14 @@ def test_a_run_with_dynamic_sampling_logs_it_and_stays_finite(tiny_policy_dir, r
 
 def _run(tiny_policy_dir, rows, tmp_path, reward, rounds=3, steps=3, learning_rate=None,
          lora_dropout=None):
-    params = parse_params(SMALL)
+    params = sampled_params(rounds)
     params.rewards.weights = [1.0]
     if lora_dropout is not None:
         params.model.lora.enabled, params.model.lora.dropout = True, lora_dropout
     if learning_rate:
         params.train.grpo.learning_rate = learning_rate
     trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=steps,
-                       reward_funcs=[RewardFunction("reward", reward)],
-                       max_sampling_rounds=rounds)
+                       reward_funcs=[RewardFunction("reward", reward)], dynamic_sampling=True)
     return [e for e in trainer.state.log_history if "loss" in e]
 
 

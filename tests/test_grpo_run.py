@@ -10,7 +10,8 @@ from transformers import TrainerCallback
 from rlvr.config import parse_params
 from rlvr.data import read_rows
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs, score_correctness
-from rlvr.training import NonFiniteMetric, run_grpo
+from rlvr.grpo.callbacks import NonFiniteMetric
+from rlvr.grpo.run import run_grpo
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"train": {"grpo": {"num_generations": 4, "per_device_train_batch_size": 8,

@@ -187,7 +187,7 @@ def test_chat_template_variables_reach_evaluation_and_trl_alike(built, tmp_path)
     from trl.data_utils import apply_chat_template
 
     from rlvr.evaluation import prompt_template, render_prompt
-    from rlvr.training import grpo_config
+    from rlvr.grpo.config import grpo_config
 
     tokenizer = copy.deepcopy(built[1])
     # Qwen3's template closes an empty think block when enable_thinking is false
@@ -202,7 +202,7 @@ def test_chat_template_variables_reach_evaluation_and_trl_alike(built, tmp_path)
     assert ours.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert render_prompt(tokenizer, prompt, {}).endswith("<|im_start|>assistant\n")
     assert render_prompt(tokenizer, prompt, None) == prompt
-    config = grpo_config(params.train.grpo, output_dir=tmp_path, max_steps=1, seed=0,
+    config = grpo_config(params.train, output_dir=tmp_path, max_steps=1, seed=0,
                          reward_weights=params.rewards.weights,
                          chat_template_kwargs=params.model.chat_template_kwargs)
     assert config.chat_template_kwargs == {"enable_thinking": False}

@@ -11,7 +11,7 @@ from rlvr.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost
 from rlvr.render import to_html
 from rlvr.report import hyperparameter_table
 from rlvr.runs import run_metrics
-from rlvr.stats import FIRST_BATCH_KL
+from rlvr.grpo.metric_keys import FIRST_BATCH_KL
 
 ROOT = Path(__file__).resolve().parents[1]
 T = KLThresholds(kl_tiny=0.01, plateau_gain=0.02, kl_high=1.0, kl_rising_ratio=1.5,

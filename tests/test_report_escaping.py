@@ -157,7 +157,7 @@ def test_a_table_cell_shows_exactly_its_text(tmp_path, cell):
 
 
 def test_the_report_says_which_kl_the_diagnosis_read(figures):
-    from rlvr.stats import FIRST_BATCH_KL
+    from rlvr.grpo.metric_keys import FIRST_BATCH_KL
 
     inputs, _ = report_inputs(figures)
     assert "over the trained batch." in build_report(**inputs)

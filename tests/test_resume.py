@@ -10,7 +10,9 @@ from transformers import TrainerCallback
 from rlvr.config import parse_params
 from rlvr.data import read_rows
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs
-from rlvr.training import TIMING_KEYS, EpochReplaySampler, run_grpo
+from rlvr.grpo.checkpoints import EpochReplaySampler
+from rlvr.grpo.metric_keys import TIMING_KEYS
+from rlvr.grpo.run import run_grpo
 from trl.trainer.utils import RepeatSampler
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,16 +7,18 @@ import pytest
 
 from rlvr.config import BetaScheduleParams, GRPOParams, ParamsError, parse_params
 from rlvr.rewards.registry import normalized_weights
-from rlvr.training import (BetaSchedule, FiniteGuardCallback, NonFiniteMetric, checkpoint_problem,
-                           fingerprint, group_checks, grpo_config, last_checkpoint, loggable,
-                           resumable_checkpoint)
+from rlvr.grpo.advantages import group_checks
+from rlvr.grpo.callbacks import BetaSchedule, FiniteGuardCallback, NonFiniteMetric, loggable
+from rlvr.grpo.checkpoints import (checkpoint_problem, fingerprint, last_checkpoint,
+                                   resumable_checkpoint)
+from rlvr.grpo.config import PipelineGRPOConfig, grpo_config
 
 
 def test_grpo_config_uses_trl_names_and_cpu_safe_values(tmp_path):
     params = parse_params({"train": {"grpo": {"learning_rate": "3e-05", "num_generations": 4,
                                                "per_device_train_batch_size": 16,
                                                "extra": {"top_k": 5}}}})
-    config = grpo_config(params.train.grpo, output_dir=tmp_path, max_steps=7, seed=3,
+    config = grpo_config(params.train, output_dir=tmp_path, max_steps=7, seed=3,
                          reward_weights=[1.0, 0.25])
     assert config.learning_rate == 3e-05 and config.num_generations == 4
     assert config.max_steps == 7 and config.seed == 3 and config.top_k == 5
@@ -28,8 +30,26 @@ def test_grpo_config_uses_trl_names_and_cpu_safe_values(tmp_path):
 def test_unknown_extra_grpo_field_is_named(tmp_path):
     params = parse_params({"train": {"grpo": {"extra": {"learning_rat": 1}}}})
     with pytest.raises(ParamsError, match=r"unknown GRPOConfig field\(s\) \['learning_rat'\]"):
-        grpo_config(params.train.grpo, output_dir=tmp_path, max_steps=1, seed=0,
-                    reward_weights=[1])
+        grpo_config(params.train, output_dir=tmp_path, max_steps=1, seed=0, reward_weights=[1])
+
+
+def test_the_pipeline_knobs_ride_on_the_grpo_config(tmp_path):
+    params = parse_params({"train": {"dynamic_sampling": True, "max_sampling_rounds": 5}})
+    build = lambda params, **kw: grpo_config(params.train, output_dir=tmp_path, max_steps=1,
+                                             seed=0, reward_weights=[1], **kw)
+    assert build(params, dynamic_sampling=True).max_sampling_rounds == 5
+    assert build(params).max_sampling_rounds == 0  # the smoke run samples each batch once
+    ablation = parse_params({"train": {"dynamic_sampling": False, "advantage": "running_mean",
+                                       "running_mean_momentum": 0.5}})
+    config = build(ablation, dynamic_sampling=True)
+    assert (config.max_sampling_rounds, config.advantage, config.running_mean_momentum) == (
+        0, "running_mean", 0.5)
+    for bad, message in (({"advantage": "global"}, "advantage = 'global'"),
+                         ({"running_mean_momentum": 1.0}, "must be in \\[0, 1\\)"),
+                         ({"max_sampling_rounds": 2, "advantage": "running_mean"},
+                          "needs advantage 'group'")):
+        with pytest.raises(ValueError, match=message):
+            PipelineGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **bad)
 
 
 def test_batch_size_must_hold_whole_groups():
@@ -71,7 +91,7 @@ def test_adaptive_schedule_steers_toward_the_target_kl():
 def test_under_dynamic_sampling_the_adaptive_beta_steers_the_kl_over_the_first_batch():
     from types import SimpleNamespace
 
-    from rlvr.training import BetaScheduleCallback
+    from rlvr.grpo.callbacks import BetaScheduleCallback
 
     params = BetaScheduleParams(kind="adaptive", beta_start=0.1, target_kl=0.05, horizon=10)
     # TRL's kl over the kept groups is far above target (beta would rise to 0.102); over the

@@ -12,7 +12,10 @@ from rlvr.data import read_rows, to_hf_dataset
 from rlvr.evaluation import SampleSettings, validation_scores
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs, normalized_weights
 from rlvr.runs import selection_record, validation_history
-from rlvr.training import TIMING_KEYS, BetaSchedule, build_trainer, grpo_config, run_grpo
+from rlvr.grpo.callbacks import BetaSchedule
+from rlvr.grpo.config import grpo_config
+from rlvr.grpo.metric_keys import TIMING_KEYS
+from rlvr.grpo.run import build_trainer, run_grpo
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"train": {"grpo": {"num_generations": 4, "per_device_train_batch_size": 8,
@@ -88,7 +91,7 @@ def test_validation_scores_are_seeded_and_leave_the_rng_and_train_mode_alone(tin
 def _scripted_trainer(tiny_policy_dir, rows, tmp_path, scores, max_steps, patience=0):
     """A real trainer whose validation returns scripted scores by step (the weights still train)."""
     params = parse_params(SMALL)
-    config = grpo_config(params.train.grpo, output_dir=tmp_path, max_steps=max_steps, seed=0,
+    config = grpo_config(params.train, output_dir=tmp_path, max_steps=max_steps, seed=0,
                          reward_weights=[1.0], save_steps=2, eval_steps=2,
                          select_best=True)
     trainer = None

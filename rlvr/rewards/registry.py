@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
+from rlvr.grpo.metric_keys import reward_failures
 from rlvr.rewards.shaping import length_reward
 from rlvr.rewards.verifiers import (MAX_COUNTDOWN_NUMBERS, countdown_reward, exact_match_reward,
                                     extract_answer, format_reward)
@@ -181,7 +182,7 @@ class RewardFunction:
         self.failures += batch_failures
         log_metric = columns.get("log_metric")
         if callable(log_metric):
-            log_metric(f"rewards/{self.__name__}/failures", float(batch_failures))
+            log_metric(reward_failures(self.__name__), float(batch_failures))
         return rewards
 
 

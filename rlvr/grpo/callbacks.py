@@ -1,0 +1,163 @@
+"""The callbacks of a GRPO run: the beta schedule (constant, linear warm-up, or a PPO-style
+adaptive controller toward a target KL; the beta in force is logged every step), the guard that
+stops the run at the first non-finite loss, KL or grad_norm, and the DVCLive curves (on resume it
+first replays the history restored from the checkpoint, so an interrupted run ends with the same
+files as an uninterrupted one)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from rlvr.config import BetaScheduleParams
+from rlvr.errors import PipelineError
+from rlvr.grpo.checkpoints import last_checkpoint
+from rlvr.grpo.metric_keys import (GUARDED_KEYS, LOSS, MEAN_REWARD, TIMING_KEYS,
+                                   VALIDATION_CURVE_PREFIX, VALIDATION_PREFIX)
+from rlvr.stats import drift_kl
+
+
+class NonFiniteMetric(PipelineError):
+    """Training produced NaN or Inf in a guarded metric; the run stopped."""
+
+
+class BetaSchedule:
+    """The KL coefficient as a function of the step (and, for adaptive, of the observed KL).
+
+    >>> s = BetaSchedule(BetaScheduleParams(kind="warmup", beta_start=0.0, warmup_steps=10), 0.1)
+    >>> [round(s.value(step), 3) for step in (0, 5, 10, 50)]
+    [0.0, 0.05, 0.1, 0.1]
+    >>> a = BetaSchedule(BetaScheduleParams(kind="adaptive", beta_start=0.1, target_kl=0.05,
+    ...                                     horizon=10), 0.1)
+    >>> a.observe_kl(0.5); round(a.value(1), 4)   # KL far above target: beta grows (capped +20%/horizon)
+    0.102
+    """
+
+    def __init__(self, params: BetaScheduleParams, beta: float) -> None:
+        self.params = params
+        self.beta = beta
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the value at step 0."""
+        params = self.params
+        self.current = params.beta_start if params.kind in ("warmup", "adaptive") else self.beta
+        if params.kind == "adaptive" and self.current <= 0:
+            self.current = self.beta
+
+    def value(self, step: int) -> float:
+        p = self.params
+        if p.kind == "warmup":
+            fraction = min(1.0, step / p.warmup_steps)
+            self.current = p.beta_start + fraction * (self.beta - p.beta_start)
+        return self.current
+
+    def observe_kl(self, kl: float) -> None:
+        """Adaptive only: move beta toward keeping KL at target (Ziegler et al. 2019)."""
+        if self.params.kind != "adaptive" or not math.isfinite(kl):
+            return
+        error = max(-0.2, min(0.2, kl / self.params.target_kl - 1.0))
+        self.current = self.current * (1.0 + error / self.params.horizon)
+
+
+class BetaScheduleCallback(TrainerCallback):
+    """Sets trainer.beta before every step from a BetaSchedule."""
+
+    def __init__(self, schedule: BetaSchedule) -> None:
+        self.schedule = schedule
+        self.trainer = None  # set by rlvr.grpo.run.build_trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # On resume, the adaptive controller's value is not in the checkpoint: rebuild it by
+        # observing the restored history's KLs again, in order (the same arithmetic as before).
+        self.schedule.reset()
+        for entry in state.log_history:
+            if LOSS in entry and drift_kl(entry) is not None:
+                self.schedule.observe_kl(drift_kl(entry))
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.trainer is not None:
+            self.trainer.beta = self.schedule.value(state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # drift_kl: under dynamic sampling, the KL over the first batch, not the kept groups
+        if logs and LOSS in logs and drift_kl(logs) is not None:
+            self.schedule.observe_kl(drift_kl(logs))
+
+
+class FiniteGuardCallback(TrainerCallback):
+    """Raise NonFiniteMetric at the first NaN/Inf loss, KL or grad_norm."""
+
+    def __init__(self, checkpoint_dir: str | Path | None = None) -> None:
+        self.checkpoint_dir = checkpoint_dir
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in GUARDED_KEYS:
+            value = (logs or {}).get(key)
+            if value is not None and not math.isfinite(float(value)):
+                last = last_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
+                raise NonFiniteMetric(
+                    f"step {state.global_step}: {key} = {value} is not finite; training stopped. "
+                    f"Last good checkpoint: {last or 'none'}. Lower the learning rate or raise beta.")
+
+
+def loggable(logs: dict[str, Any]) -> dict[str, float]:
+    """The numeric, non-timing entries of a log line."""
+    return {k: float(v) for k, v in logs.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and k not in TIMING_KEYS and k not in ("step", "epoch")}
+
+
+def validation_entry(logs: dict[str, Any]) -> dict[str, float]:
+    """The validation scores of a log entry (PipelineGRPOTrainer.evaluate's), without the
+    prefix; {} for a training entry.
+
+    >>> validation_entry({"eval_mean_reward": 0.5, "eval_greedy_success": 0.25, "step": 50})
+    {'greedy_success': 0.25, 'mean_reward': 0.5}
+    >>> validation_entry({"loss": 0.1, "reward": 0.4})
+    {}
+    """
+    if VALIDATION_PREFIX + MEAN_REWARD not in logs:
+        return {}
+    return {key[len(VALIDATION_PREFIX):]: float(value) for key, value in sorted(logs.items())
+            if key.startswith(VALIDATION_PREFIX)}  # sorted: as a restored history has them
+
+
+class LiveCurvesCallback(TrainerCallback):
+    """Training curves with DVCLive, one point per logged step (step = global step)."""
+
+    def __init__(self, live_dir: str | Path) -> None:
+        self.live_dir = Path(live_dir)
+        self.live = None
+
+    def _log(self, step: int, logs: dict[str, Any]) -> None:
+        values = loggable(logs)
+        validation = validation_entry(logs)
+        if validation:  # the validation rows' curves: val/mean_reward, val/greedy_success, ...
+            values = {VALIDATION_CURVE_PREFIX + key: value for key, value in validation.items()}
+        elif not values or LOSS not in logs:
+            return
+        self.live.step = step
+        for key, value in sorted(values.items()):  # sorted: a replayed history keeps one order
+            self.live.log_metric(key, value)
+        self.live.make_summary()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from dvclive import Live
+
+        if not state.is_world_process_zero:  # the main process alone writes the curves
+            return
+        self.live = Live(dir=str(self.live_dir), dvcyaml=None, save_dvc_exp=False, resume=False)
+        for entry in state.log_history:  # restored from a checkpoint: replay it
+            self._log(entry["step"], entry)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.live is not None and logs:
+            self._log(state.global_step, logs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.live is not None:
+            self.live.end()

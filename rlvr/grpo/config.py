@@ -1,0 +1,134 @@
+"""The GRPOConfig a run trains with: TRL's fields from params.yaml's train.grpo (TRL's own names),
+what the pipeline fixes (logging, checkpoints, validation), and the pipeline's own trainer knobs
+on a GRPOConfig subclass, read by the trainer as self.args.* (as TRL's experimental trainers carry
+theirs)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trl import GRPOConfig
+
+from rlvr.config import ModelParams, ParamsError, TrainParams
+from rlvr.grpo.metric_keys import MEAN_REWARD, VALIDATION_PREFIX
+from rlvr.rewards.registry import normalized_weights
+
+ADVANTAGES = ("group", "running_mean")
+
+
+@dataclass
+class PipelineGRPOConfig(GRPOConfig):
+    """GRPOConfig plus the knobs of rlvr.grpo.trainer.PipelineGRPOTrainer (params.yaml's train
+    section names them and says why they have their values)."""
+
+    max_sampling_rounds: int = field(default=0, metadata={
+        "help": "DAPO's dynamic sampling: generation rounds per step at most, filling the batch "
+                "only with groups whose rewards differ; 0 turns it off (every group trains)."})
+    advantage: str = field(default="group", metadata={
+        "help": "group: TRL's per-group baseline; running_mean: the ablation with no group "
+                "normalisation, advantage = reward - one running mean over all past batches."})
+    running_mean_momentum: float = field(default=0.9, metadata={
+        "help": "advantage running_mean: weight of the old baseline in each update, in [0, 1)."})
+
+    def __post_init__(self) -> None:
+        if self.advantage not in ADVANTAGES:
+            raise ValueError(f"advantage = {self.advantage!r}: must be one of {ADVANTAGES}")
+        if not 0 <= self.running_mean_momentum < 1:
+            raise ValueError(f"running_mean_momentum = {self.running_mean_momentum}: must be "
+                             "in [0, 1)")
+        if self.max_sampling_rounds < 0:
+            raise ValueError(f"max_sampling_rounds = {self.max_sampling_rounds}: must be >= 0")
+        if self.max_sampling_rounds and self.advantage != "group":
+            raise ValueError("max_sampling_rounds needs advantage 'group' (dynamic sampling "
+                             "drops the groups whose rewards are all equal)")
+        super().__post_init__()
+
+
+def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, seed: int,
+                reward_weights: Sequence[float], save_steps: int | None = None,
+                dynamic_sampling: bool = False, eval_steps: int = 0, select_best: bool = False,
+                chat_template_kwargs: Mapping[str, Any] | None = None) -> PipelineGRPOConfig:
+    """The run's config from params.yaml's train section: train.grpo under TRL's names, the
+    pipeline's knobs (train.advantage, train.running_mean_momentum, and with dynamic_sampling and
+    train.dynamic_sampling its rounds), plus what the pipeline fixes: log every step, report
+    through our own callbacks, checkpoint every save_steps (or never), and with eval_steps > 0
+    score the validation rows at step 0 and every eval_steps steps (the Trainer's own evaluation
+    loop, PipelineGRPOTrainer.evaluate); select_best: at the end the Trainer loads the checkpoint
+    with the best validation mean reward (the first of equals); chat_template_kwargs:
+    model.chat_template_kwargs, the variables TRL renders prompts with."""
+    grpo = train.grpo
+    fields = {name: value for name, value in vars(grpo).items() if name != "extra"}
+    known = set(GRPOConfig.__dataclass_fields__)  # TRL's own: the pipeline's knobs come from train
+    unknown = sorted(set(grpo.extra) - known)
+    if unknown:
+        raise ParamsError(f"params.yaml: train.grpo.extra has unknown GRPOConfig field(s) "
+                          f"{unknown}; see trl.GRPOConfig for the names")
+    fields.update(grpo.extra)
+    fields.setdefault("activation_checkpointing", False)
+    # Several processes: every trained weight takes part in each forward pass, so DDP need not
+    # search for unused ones (an extra autograd traversal per step, and a warning per rank).
+    fields.setdefault("ddp_find_unused_parameters", False)
+    if eval_steps:
+        fields.update(eval_strategy="steps", eval_steps=eval_steps, eval_on_start=True,
+                      # TRL's divisibility check; our evaluation batches on its own
+                      per_device_eval_batch_size=grpo.num_generations,
+                      metric_for_best_model=VALIDATION_PREFIX + MEAN_REWARD,
+                      greater_is_better=True, load_best_model_at_end=select_best)
+    return PipelineGRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        seed=seed,
+        data_seed=seed,
+        reward_weights=normalized_weights(reward_weights),
+        logging_steps=1,
+        logging_nan_inf_filter=False,  # the Trainer would otherwise hide a NaN loss from the guard
+        report_to="none",
+        save_strategy="steps" if save_steps else "no",
+        save_steps=save_steps or 500,
+        save_total_limit=2,
+        disable_tqdm=False,
+        chat_template_kwargs=dict(chat_template_kwargs or {}),  # as evaluation renders them
+        max_sampling_rounds=train.max_sampling_rounds if dynamic_sampling and
+        train.dynamic_sampling else 0,
+        advantage=train.advantage,
+        running_mean_momentum=train.running_mean_momentum,
+        **fields,
+    )
+
+
+def check_trl_config(params) -> None:
+    """Build the GRPOConfig (and LoraConfig) the smoke and train runs will build, so TRL's own
+    checks run before any stage starts; raise ParamsError naming train.grpo with TRL's reason."""
+    with tempfile.TemporaryDirectory() as scratch:
+        for steps, save_steps in ((params.smoke.max_steps, None),
+                                  (params.train.max_steps, params.train.save_steps)):
+            try:
+                grpo_config(params.train, output_dir=scratch, max_steps=steps,
+                            seed=params.seed, reward_weights=params.rewards.weights,
+                            save_steps=save_steps, dynamic_sampling=save_steps is not None,
+                            chat_template_kwargs=params.model.chat_template_kwargs)
+            except (TypeError, ValueError) as error:
+                if isinstance(error, ParamsError):
+                    raise
+                raise ParamsError(f"params.yaml: train.grpo: TRL's GRPOConfig rejects it: "
+                                  f"{' '.join(str(error).split())}") from None
+    try:
+        peft_config(params.model)
+    except (TypeError, ValueError) as error:
+        raise ParamsError(f"params.yaml: model.lora: peft's LoraConfig rejects it: "
+                          f"{' '.join(str(error).split())}") from None
+
+
+def peft_config(model: ModelParams):
+    """A LoraConfig when model.lora.enabled, else None (full fine-tuning)."""
+    if not model.lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    lora = model.lora
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=lora.target_modules, task_type="CAUSAL_LM")

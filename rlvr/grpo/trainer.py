@@ -1,0 +1,257 @@
+"""PipelineGRPOTrainer: TRL's GRPOTrainer with dynamic sampling, the running-mean ablation, per-batch
+group checks, the beta in force logged every step, and the validation rows scored in the
+Trainer's evaluation loop (step 0 and every train.eval_steps; it also keeps the best checkpoint
+and stops early). Its knobs ride on rlvr.grpo.config.PipelineGRPOConfig (self.args.*).
+
+TRL contract. These privates of trl==1.16.0 (GRPOTrainer) and transformers==5.24.0 (Trainer)
+are overridden or read here; requirements.lock pins both. When either changes, the tests named
+fail; tests/test_trl_contract.py checks the signatures and names below against the installed
+libraries, and that every test named here exists.
+
+| private (owner)                             | use       | guarded by                                            |
+|---------------------------------------------|-----------|-------------------------------------------------------|
+| _generate_and_score_completions (trl)       | override  | test_dynamic_sampling.py::test_one_round_filters_and_the_loss_sees_the_short_batch |
+| _calculate_rewards (trl)                    | override  | test_dynamic_sampling.py::test_a_batch_of_all_equal_groups_is_resampled_until_full |
+| _log_metric (trl)                           | override  | test_grpo_run.py::test_a_raising_reward_scores_none_counts_it_and_training_goes_on |
+| _get_train_sampler (trl)                    | override  | test_resume.py::test_a_resumed_run_matches_the_uninterrupted_one |
+| _run_epoch (transformers), its epoch kwarg  | override  | test_multiprocess.py::test_kill_9_of_the_whole_run_resumes_to_the_uninterrupted_end |
+| _save_checkpoint (transformers)             | override  | test_grpo_run.py::test_no_group_norm_ablation_uses_one_running_mean_baseline |
+| _metrics["train"] (trl), a list per key     | read      | test_dynamic_sampling.py::test_a_run_with_dynamic_sampling_logs_it_and_stays_finite |
+| _get_per_token_logps_and_entropies (trl)    | read      | test_dynamic_sampling.py::test_with_every_group_kept_the_first_batch_kl_is_trls_kl |
+| trl.models.utils.disable_gradient_checkpointing | read  | test_dynamic_sampling.py::test_measuring_the_first_batch_kl_leaves_training_unchanged |
+| trl.trainer.utils.RepeatSampler and its fields | read   | test_resume.py::test_epoch_replay_sampler_gives_pass_k_of_the_plain_sampler |
+| the scored batch's keys (prompt_ids, prompt_mask, completion_ids, completion_mask, advantages, num_items_in_batch, ref_per_token_logps, old_per_token_logps, tool_mask) | read | test_dynamic_sampling.py::test_merged_groups_are_padded_like_trl |
+| reward_weights, num_generations, beta (trl) | read, beta written | test_grpo_run.py::test_beta_in_force_is_logged_every_step |
+| the logged metric names (rlvr.grpo.metric_keys) | read  | test_trl_contract.py::test_a_step_logs_every_trl_metric_key_we_read |
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import Trainer
+from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+from rlvr.grpo.advantages import RunningMeanBaseline, group_checks
+from rlvr.grpo.callbacks import validation_entry
+from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, EpochReplaySampler
+from rlvr.grpo.dynamic_sampling import local_group_spread, loss_mask, merge_groups, select_groups
+from rlvr.grpo.metric_keys import (BETA, FIRST_BATCH_KL, KEPT_SHARE, LOSS, OVERSAMPLING,
+                                   RUNNING_MEAN_BASELINE, SAMPLING_ROUNDS)
+from rlvr.grpo_math import k3_kl
+
+
+class PipelineGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer that logs the beta in force, records per-batch group diagnostics, runs DAPO's
+    dynamic sampling (args.max_sampling_rounds) and, for the no-group-norm ablation
+    (args.advantage running_mean), replaces TRL's group advantages by a running-mean baseline.
+    `validation(model, tokenizer)` scores the validation rows in the evaluation loop."""
+
+    def __init__(self, *args, validation: Callable[[Any, Any], dict[str, float]] | None = None,
+                 **kwargs) -> None:
+        self._epoch_sampler: EpochReplaySampler | None = None  # set while super() builds it
+        super().__init__(*args, **kwargs)
+        self.running_mean = (RunningMeanBaseline(self.args.running_mean_momentum)
+                             if self.args.advantage == "running_mean" else None)
+        self.batch_checks: list[dict] = []
+        self.validation = validation
+        self.validation_seconds = 0.0
+        self._last_rewards_per_func = None
+
+    def resume_running_mean(self, checkpoint: str | Path) -> None:
+        """The running-mean baseline as the checkpoint saved it (_save_checkpoint)."""
+        if self.running_mean is not None:
+            saved = json.loads((Path(checkpoint) / RUNNING_MEAN_FILE).read_text())
+            self.running_mean.value = saved["value"]
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        """The validation rows scored as the evaluate stage scores a split (seeded samples and
+        greedy: rlvr.evaluation.validation_scores), not TRL's evaluation loss. Every rank scores
+        the same rows with the same weights and seed, so the best step and an early stop are the
+        same on all of them."""
+        if self.validation is None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        step = self.state.global_step
+        scored = next((e for e in self.state.log_history
+                       if e.get("step") == step and validation_entry(e)), None)
+        if scored is not None:  # a resumed run's eval_on_start: scored before the checkpoint
+            return {k: v for k, v in scored.items() if k.startswith(metric_key_prefix + "_")}
+        started = time.perf_counter()
+        scores = self.validation(self.accelerator.unwrap_model(self.model), self.processing_class)
+        self.validation_seconds += time.perf_counter() - started
+        metrics = {f"{metric_key_prefix}_{key}": value for key, value in scores.items()}
+        Trainer.log(self, metrics)  # not TRL's log: that would fold in its training metrics
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control,
+                                                         metrics)
+        return metrics
+
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is not RepeatSampler:
+            return sampler
+        self._epoch_sampler = EpochReplaySampler(
+            sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size, repeat_count=sampler.repeat_count,
+            shuffle=sampler.shuffle, seed=sampler.seed)
+        return self._epoch_sampler
+
+    def _run_epoch(self, *args, **kwargs):
+        # Tell the sampler its pass here: with several processes, a resume inside a pass wraps it
+        # (accelerate's skip_first_batches around BatchSamplerShard) deeper than the Trainer's
+        # and accelerate's set_epoch reach, and pass k would replay pass 0's permutation.
+        if self._epoch_sampler is not None:
+            self._epoch_sampler.set_epoch(kwargs["epoch"])
+        return super()._run_epoch(*args, **kwargs)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
+                                                      completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _reward_totals(self):
+        """The weighted reward of every completion of the last scored batch, over all ranks
+        (TRL gathers them); NaN where every reward function returned None."""
+        import torch
+
+        per_func = self._last_rewards_per_func
+        weights = self.reward_weights.to(per_func.device).unsqueeze(0)
+        totals = (per_func * weights).nansum(dim=1)
+        totals[torch.isnan(per_func).all(dim=1)] = torch.nan
+        return totals
+
+    def _generate_and_score_completions(self, inputs):
+        if self.args.max_sampling_rounds and self.model.training:
+            return self._dynamically_sampled(inputs)
+        return self._score_batch(inputs)
+
+    def _dynamically_sampled(self, inputs):
+        """DAPO's dynamic sampling: fill the batch only with groups whose G rewards are not all
+        equal (the others give no gradient), sampling more prompts for up to
+        args.max_sampling_rounds rounds; if it stays short, the loss sees the kept groups only. With
+        several processes every rank runs the same number of rounds (generation gathers the
+        rewards across ranks): the loop stops when no rank is short; then every rank keeps as
+        many groups as the one that kept fewest."""
+        import torch
+
+        G = self.num_generations
+        needed = len(inputs) // G
+        parts, kept, generated, batch, first = [], 0, 0, inputs, None
+        rounds = 0
+        for rounds in range(1, self.args.max_sampling_rounds + 1):
+            output = self._score_batch(batch)
+            first = first if first is not None else output
+            spread = local_group_spread(self._reward_totals(), len(batch), G,
+                                        self.accelerator.process_index)
+            generated += len(spread)
+            chosen = [g for g, has in enumerate(spread) if has][:needed - kept]
+            if chosen:
+                parts.append(select_groups(output, chosen, G))
+                kept += len(chosen)
+            short = torch.tensor([needed - kept], device=self.accelerator.device)
+            if self.accelerator.gather(short).sum().item() == 0 \
+                    or rounds == self.args.max_sampling_rounds:
+                break
+            batch = self._more_prompts(needed, rounds)
+        # Every rank trains on as many groups as the rank that kept fewest (TRL's loss gathers
+        # per-completion values, which needs equal batches); none kept anywhere: the first
+        # batch, as without dynamic sampling.
+        common = int(self.accelerator.gather(
+            torch.tensor([kept], device=self.accelerator.device)).min().item())
+        if common:
+            merged = select_groups(merge_groups(parts, self.processing_class.pad_token_id),
+                                   range(common), G)
+        else:
+            merged = first
+        metrics = self._metrics["train"]
+        metrics[SAMPLING_ROUNDS].append(float(rounds))
+        metrics[KEPT_SHARE].append(common / generated)
+        metrics[OVERSAMPLING].append(generated / needed)
+        kl_sums = self._first_batch_kl_sums(first)
+        if kl_sums is not None:  # the same beta on every rank: all of them reduce, or none
+            kl_sums = self.accelerator.reduce(kl_sums, reduction="sum")
+            metrics[FIRST_BATCH_KL].append((kl_sums[0] / kl_sums[1].clamp(min=1.0)).item())
+        merged["num_items_in_batch"] = self.accelerator.gather(loss_mask(merged).sum()).sum()
+        return merged
+
+    def _first_batch_kl_sums(self, output):
+        """This rank's (sum, token count) of the per-token k3 KL, current policy to reference,
+        over every completion of the step's first scored batch, its groups kept or dropped: the
+        batch a run without dynamic sampling trains on and measures TRL's kl over (stats.drift_kl
+        says why). The later rounds' prompts add cost, not a truer figure. None when beta is 0 in
+        force, as TRL then computes no reference log-probs and logs no KL. A forward pass without
+        gradients, in the model's train mode as TRL's own; torch's RNG state is restored after it
+        (dropout, e.g. LoRA's, would draw), so training samples the same rollouts with or
+        without it."""
+        import torch
+        from trl.models.utils import disable_gradient_checkpointing
+
+        ref = output.get("ref_per_token_logps")
+        if ref is None:
+            return None
+        logps = output.get("old_per_token_logps")  # TRL's, when it computed them: the same
+        if logps is None:
+            completion = output["completion_ids"]
+            devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+            with torch.no_grad(), torch.random.fork_rng(devices=devices), \
+                    disable_gradient_checkpointing(self.model,
+                                                   self.args.gradient_checkpointing_kwargs):
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, torch.cat([output["prompt_ids"], completion], dim=1),
+                    torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
+                    completion.size(1), batch_size=self.args.per_device_train_batch_size)
+        mask = loss_mask(output)
+        return torch.stack([(k3_kl(logps, ref) * mask).sum(), mask.sum().float()])
+
+    def _more_prompts(self, count: int, round_: int) -> list[dict]:
+        """`count` training rows, each repeated G times, drawn by a generator seeded by the seed,
+        the step, the rank and the round: the same rows after a resume, with no state to save."""
+        import random
+
+        rng = random.Random(f"{self.args.seed}-{self.state.global_step}-"
+                            f"{self.accelerator.process_index}-{round_}")
+        rows = rng.sample(range(len(self.train_dataset)), min(count, len(self.train_dataset)))
+        return [self.train_dataset[i] for i in rows for _ in range(self.num_generations)]
+
+    def _score_batch(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.running_mean is not None:
+            import torch
+
+            totals = self._reward_totals()
+            advantages = self.running_mean.advantages(totals.tolist())
+            n = len(inputs)
+            local = advantages[self.accelerator.process_index * n:
+                               (self.accelerator.process_index + 1) * n]
+            output["advantages"] = torch.tensor(local, dtype=output["advantages"].dtype,
+                                                device=output["advantages"].device)
+            self._metrics["train"][RUNNING_MEAN_BASELINE].append(float(self.running_mean.value))
+        self.batch_checks.append(group_checks([x["prompt"] for x in inputs],
+                                              output["advantages"].tolist(), self.num_generations))
+        return output
+
+    def _save_checkpoint(self, model, trial):
+        # The running mean must survive a resume, like the RNG state. It is written first: the
+        # Trainer writes trainer_state.json last, so a checkpoint with one is whole.
+        if self.running_mean is not None and self.args.should_save:
+            folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / RUNNING_MEAN_FILE).write_text(json.dumps({"value": self.running_mean.value}))
+        super()._save_checkpoint(model, trial)
+
+    def _log_metric(self, name: str, value: float) -> None:
+        # TRL averages a reward function's metric over the ranks; a failure count must be their
+        # sum (every rank reports once per batch, so the mean of value x ranks is the sum).
+        if name.endswith("/failures"):
+            value *= self.accelerator.num_processes
+        super()._log_metric(name, value)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if LOSS in logs:
+            logs[BETA] = float(self.beta)
+        super().log(logs, start_time)

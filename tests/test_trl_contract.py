@@ -1,0 +1,90 @@
+"""The TRL contract of rlvr/grpo/trainer.py: the privates of TRL and transformers it overrides or
+reads still exist with the signatures it assumes, at the versions it names, every test its table
+names exists, and a real step logs every TRL metric name rlvr.grpo.metric_keys holds."""
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import transformers
+import trl
+from transformers import Trainer
+from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+from rlvr.grpo import metric_keys, trainer
+from rlvr.grpo.trainer import PipelineGRPOTrainer
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRACT = trainer.__doc__
+
+
+def _params(function) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def test_the_contract_names_the_pinned_versions():
+    lock = (ROOT / "requirements.lock").read_text()
+    for name, module in (("trl", trl), ("transformers", transformers)):
+        pinned = re.search(rf"^{name}==(\S+)$", lock, re.M).group(1)
+        assert f"{name}=={pinned}" in CONTRACT
+        assert module.__version__ == pinned
+
+
+@pytest.mark.parametrize("name,owner", [
+    ("_generate_and_score_completions", GRPOTrainer), ("_calculate_rewards", GRPOTrainer),
+    ("_log_metric", GRPOTrainer), ("_get_train_sampler", GRPOTrainer),
+    ("_save_checkpoint", Trainer), ("_run_epoch", Trainer)])
+def test_each_override_matches_the_library_signature(name, owner):
+    assert name in CONTRACT
+    assert name in vars(PipelineGRPOTrainer), f"the contract lists {name}, the trainer lacks it"
+    ours, theirs = _params(getattr(PipelineGRPOTrainer, name)), _params(getattr(owner, name))
+    if "args" in ours:  # *args, **kwargs: what it reads by name must still be there
+        assert "epoch" in theirs
+    else:
+        assert ours == theirs
+
+
+def test_what_the_trainer_reads_is_still_there():
+    assert _params(GRPOTrainer._get_per_token_logps_and_entropies)[:6] == [
+        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"]
+    from trl.models.utils import disable_gradient_checkpointing
+    assert _params(disable_gradient_checkpointing) == ["model", "gradient_checkpointing_kwargs"]
+    assert _params(RepeatSampler.__init__) == ["self", "data_source", "mini_repeat_count",
+                                               "batch_size", "repeat_count", "shuffle", "seed"]
+    source = inspect.getsource(GRPOTrainer)
+    keys = re.search(r"scored batch's keys \(([^)]*)\)", CONTRACT).group(1).split(", ")
+    for key in keys:
+        assert f'"{key}"' in source, key
+    assert "self._metrics = {\"train\": defaultdict(list)" in source
+    for attribute in ("self.reward_weights =", "self.num_generations =", "self.beta ="):
+        assert attribute in source, attribute
+
+
+def test_every_test_the_contract_names_exists():
+    named = re.findall(r"(test_\w+\.py)::(test_\w+)", CONTRACT)
+    assert len(named) >= 12
+    for file, test in named:
+        tree = ast.parse((ROOT / "tests" / file).read_text())
+        assert test in {node.name for node in ast.walk(tree)
+                        if isinstance(node, ast.FunctionDef)}, f"{file}::{test}"
+
+
+def test_a_step_logs_every_trl_metric_key_we_read(tiny_policy_dir, tmp_path):
+    from rlvr.config import parse_params
+    from rlvr.data import read_rows
+    from rlvr.grpo.run import run_grpo
+
+    params = parse_params({"train": {"grpo": {"num_generations": 4,
+                                              "per_device_train_batch_size": 8,
+                                              "max_completion_length": 6}}})
+    rows = read_rows(ROOT / "data" / "grpo_train.jsonl")[:8]
+    trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=1)
+    step = next(e for e in trainer.state.log_history if metric_keys.LOSS in e)
+    names = [metric_keys.LOSS, metric_keys.REWARD, metric_keys.KL, metric_keys.GRAD_NORM,
+             metric_keys.ENTROPY, metric_keys.COMPLETION_LENGTH, metric_keys.NO_SPREAD_SHARE,
+             metric_keys.CORRECTNESS, metric_keys.FORMAT, metric_keys.BETA,
+             metric_keys.reward_failures("correctness")]
+    assert [name for name in names if name not in step] == []
