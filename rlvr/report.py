@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -155,30 +156,44 @@ def hidden_section(evaluation: dict, confidence: float, min_slice_rows: int, fig
     return out + [""]
 
 
-def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Sequence[dict],
-                 diagnosis: dict, hyperparameters: Sequence[tuple[str, Any, str]],
-                 smoke: dict, step0: dict, validation: dict, gate: dict, cost: dict,
-                 prov: dict, params: dict, images: dict[str, str], confidence: float,
-                 selection: dict | None = None, alarms: dict | None = None) -> str:
-    """The retrospective as markdown; `images` maps a name to a PNG path relative to the report
-    (pass it to rlvr.render.to_html: only those images are inlined)."""
-    e, v = md_escape, md_value  # every value from the inputs goes through one of these
-    train, held = evaluation["train"], evaluation["heldout"]
-    out: list[str] = ["# GRPO run: retrospective", ""]
+@dataclass(frozen=True)
+class ReportInputs:
+    """What the report stage read: each stage's outputs and the params as used. `images` maps a
+    name to a PNG path relative to the report (rlvr.render.to_html inlines only those)."""
+    evaluation: dict
+    per_prompt: Sequence[dict]
+    history: Sequence[dict]
+    diagnosis: dict
+    hyperparameters: Sequence[tuple[str, Any, str]]
+    smoke: dict
+    step0: dict
+    validation: dict
+    gate: dict
+    cost: dict
+    prov: dict
+    params: dict
+    images: dict[str, str]
+    confidence: float
+    selection: dict | None = None
+    alarms: dict | None = None
 
-    # The verdict first: a regressed kind of problem or a narrowing is in the opening line
+
+def verdict_section(r: ReportInputs) -> list[str]:
+    """The verdict line (a regressed kind of problem or a narrowing is in it), then section 1:
+    held-out and train deltas, the per-prompt plot and what the mean hides."""
+    e = md_escape
+    evaluation, confidence = r.evaluation, r.confidence
+    train, held = evaluation["train"], evaluation["heldout"]
     verdict = evaluation["verdict"]
     line = evaluation.get("verdict_line", verdict)
     detail = line[len(verdict) + 2:] if line.startswith(f"{verdict}: ") else line
-    out += [f"**{e(verdict.capitalize())}**: {e(detail)}.", ""]
-
-    # 1. Verdict
+    out = [f"**{e(verdict.capitalize())}**: {e(detail)}.", ""]
     out += ["## 1. Verdict", ""]
     out.append(
         f"On held-out prompts: mean sampled reward "
         f"{held['step0']['mean_reward']:.3f} -> {held['final']['mean_reward']:.3f} (paired delta "
         f"{ci_text(held['delta_mean_reward'])}, {confidence:.0%} bootstrap CI over "
-        f"{v(held['prompts'])} prompts); on the training prompts "
+        f"{md_value(held['prompts'])} prompts); on the training prompts "
         f"{train['step0']['mean_reward']:.3f} -> {train['final']['mean_reward']:.3f} "
         f"({ci_text(train['delta_mean_reward'])}). The verdict is `improved` only when the "
         "held-out CI lies above 0, no kind of problem (row tag) regressed and pass@n did not "
@@ -192,67 +207,80 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
                     m["final"]["greedy_success"], m["step0"]["malformed_share"],
                     m["final"]["malformed_share"], m.get("kl_final_vs_step0")]
                    for name, m in (("train", train), ("held-out", held))])
-    out += ["", md_image("step 0 vs final reward per prompt", images["per_prompt"]), ""]
-    out += hidden_section(evaluation, confidence, params["report"]["min_slice_rows"],
-                          images["pass_at_k"])
+    out += ["", md_image("step 0 vs final reward per prompt", r.images["per_prompt"]), ""]
+    return out + hidden_section(evaluation, confidence, r.params["report"]["min_slice_rows"],
+                                r.images["pass_at_k"])
 
-    # 2. Curves
-    out += ["## 2. Curves", "",
-            f"{len(history)} GRPO steps; faint lines are per step, solid lines a moving average.",
-            "", md_image("training curves", images["curves"]), ""]
-    if selection and selection.get("validation"):
-        out += selection_section(selection)
 
-    # 3. KL / beta diagnosis
-    out += ["## 3. KL / beta diagnosis", "",
-            f"**{e(diagnosis['label'])}**: {e(diagnosis['advice'])}.", ""]
+def curves_section(r: ReportInputs) -> list[str]:
+    """Section 2: the training curves, and the validation rows' scores with the chosen step."""
+    out = ["## 2. Curves", "",
+           f"{len(r.history)} GRPO steps; faint lines are per step, solid lines a moving average.",
+           "", md_image("training curves", r.images["curves"]), ""]
+    if r.selection and r.selection.get("validation"):
+        out += selection_section(r.selection)
+    return out
+
+
+def diagnosis_section(r: ReportInputs) -> list[str]:
+    """Section 3: the KL / beta diagnosis, then the alarms."""
+    e, v, diagnosis = md_escape, md_value, r.diagnosis
+    out = ["## 3. KL / beta diagnosis", "",
+           f"**{e(diagnosis['label'])}**: {e(diagnosis['advice'])}.", ""]
     out += md_table(["rule", "value seen", "threshold", "fired"],
-                  [[r["rule"], r["value"], r["threshold"], "yes" if r["fired"] else "no"]
-                   for r in diagnosis["rules"]])
+                  [[x["rule"], x["value"], x["threshold"], "yes" if x["fired"] else "no"]
+                   for x in diagnosis["rules"]])
     dv = diagnosis["values"]
-    out += ["", f"Moving averages over {v(params['report']['window'])} steps: reward "
+    out += ["", f"Moving averages over {v(r.params['report']['window'])} steps: reward "
                 f"{v(dv['reward_start'])} (start) -> {v(dv['reward_mid'])} (middle) -> "
                 f"{v(dv['reward_end'])} (end), peak {v(dv['reward_peak'])}; KL max "
                 f"{v(dv['kl_max'])}, end {v(dv['kl_end'])}, over {e(dv.get('kl_over', '?'))}. "
                 "Thresholds live in params.yaml `report`.", ""]
+    return out + (alarms_section(r.alarms) if r.alarms is not None else [])
 
-    if alarms is not None:
-        out += alarms_section(alarms)
 
-    # 4. Hyperparameters
-    out += ["## 4. Hyperparameters", ""]
-    out += md_table(["parameter", "value", "why"],
-                  [(name, md_code(value), why) for name, value, why in hyperparameters])
-    out.append("")
-
-    # 5. Smoke checks and data validation
-    out += ["## 5. Smoke checks and data validation", "",
-            f"Reward-test gate: **{'passed' if gate.get('passed') else 'FAILED'}** "
-            f"({v(gate.get('counts', {}).get('passed'))}/{v(gate.get('counts', {}).get('tests'))} "
-            "tests).",
-            "", f"Smoke run: **{'passed' if smoke.get('passed') else 'FAILED'}**; step-0 baseline "
-                f"mean reward {v(step0.get('mean_reward'))} over {v(step0.get('prompts'))} prompts "
-                f"x {v(step0.get('samples_per_prompt'))} samples (seed {v(step0.get('seed'))}).",
+def hyperparameters_section(r: ReportInputs) -> list[str]:
+    """Section 4: the knobs that shaped the run, with params.yaml's reason for each."""
+    return ["## 4. Hyperparameters", "",
+            *md_table(["parameter", "value", "why"],
+                      [(name, md_code(value), why) for name, value, why in r.hyperparameters]),
             ""]
+
+
+def checks_section(r: ReportInputs) -> list[str]:
+    """Section 5: the reward-test gate, the smoke checks and the data validation."""
+    v, gate, smoke, step0, validation = md_value, r.gate, r.smoke, r.step0, r.validation
+    out = ["## 5. Smoke checks and data validation", "",
+           f"Reward-test gate: **{'passed' if gate.get('passed') else 'FAILED'}** "
+           f"({v(gate.get('counts', {}).get('passed'))}/{v(gate.get('counts', {}).get('tests'))} "
+           "tests).",
+           "", f"Smoke run: **{'passed' if smoke.get('passed') else 'FAILED'}**; step-0 baseline "
+               f"mean reward {v(step0.get('mean_reward'))} over {v(step0.get('prompts'))} prompts "
+               f"x {v(step0.get('samples_per_prompt'))} samples (seed {v(step0.get('seed'))}).",
+           ""]
     out += md_table(["check", "passed", "value", "expected"],
                   [[c["name"], "yes" if c["passed"] else "NO", json.dumps(c["value"]),
                     c["expected"]] for c in smoke.get("checks", [])])
     out += ["", f"Data validation: **{'passed' if validation.get('passed') else 'FAILED'}** "
                 f"({v(validation.get('problems', 0))} problems; Data Docs in "
-                f"{md_code(params['paths']['data_docs'] + '/')}).", ""]
+                f"{md_code(r.params['paths']['data_docs'] + '/')}).", ""]
     out += md_table(["file", "rows", "rules held", "problems"],
-                  [[f["path"], f["rows"], f"{sum(r['success'] for r in f['rules'].values())}/"
+                  [[f["path"], f["rows"], f"{sum(x['success'] for x in f['rules'].values())}/"
                                           f"{len(f['rules'])}", f["problems"]]
                    for f in validation.get("files", {}).values()])
-    out.append("")
+    return out + [""]
 
-    # 6. Per-prompt audit
-    audit = prompt_audit([r for r in per_prompt if r["split"] == "heldout"])
-    out += ["## 6. Per-prompt audit (held-out)", ""]
+
+def audit_section(r: ReportInputs) -> list[str]:
+    """Section 6: the held-out prompts that gained and lost most, never and always solved, and
+    the training prompts in one line."""
+    e, per_prompt = md_escape, r.per_prompt
+    audit = prompt_audit([x for x in per_prompt if x["split"] == "heldout"])
+    out = ["## 6. Per-prompt audit (held-out)", ""]
     for title, key in (("Biggest gains", "gains"), ("Biggest losses", "losses")):
         out += [f"**{title}**", ""]
-        rows = [[r["id"], r["prompt"], r["step0_reward"], r["final_reward"], r["delta"],
-                 r["step0_greedy"], r["final_greedy"]] for r in audit[key]]
+        rows = [[x["id"], x["prompt"], x["step0_reward"], x["final_reward"], x["delta"],
+                 x["step0_greedy"], x["final_greedy"]] for x in audit[key]]
         out += md_table(["id", "prompt", "step 0", "final", "delta", "greedy step 0",
                        "greedy final"], rows) if rows else ["none"]
         out.append("")
@@ -260,19 +288,23 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
                         "never_solved"),
                        ("Always solved (every sample correct, at step 0 and at the end)",
                         "always_solved")):
-        ids = [r["id"] for r in audit[key]]
+        ids = [x["id"] for x in audit[key]]
         out += [f"**{title}**: {len(ids)}" + (f": {e(', '.join(map(str, ids)))}" if ids else ""),
                 ""]
-    train_rows = [r for r in per_prompt if r["split"] == "train"]
+    train_rows = [x for x in per_prompt if x["split"] == "train"]
     train_audit = prompt_audit(train_rows)
-    out += [f"On the {len(train_rows)} training prompts: {sum(r['delta'] > 0 for r in train_rows)} "
-            f"gained, {sum(r['delta'] < 0 for r in train_rows)} lost, "
-            f"{len(train_audit['never_solved'])} never solved, "
-            f"{len(train_audit['always_solved'])} always solved "
-            f"(every row is in {md_code(params['paths']['eval_per_prompt'])}).", ""]
+    return out + [
+        f"On the {len(train_rows)} training prompts: {sum(x['delta'] > 0 for x in train_rows)} "
+        f"gained, {sum(x['delta'] < 0 for x in train_rows)} lost, "
+        f"{len(train_audit['never_solved'])} never solved, "
+        f"{len(train_audit['always_solved'])} always solved "
+        f"(every row is in {md_code(r.params['paths']['eval_per_prompt'])}).", ""]
 
-    # 7. GRPO vs PPO
-    out += ["## 7. GRPO vs PPO cost", "",
+
+def cost_section(r: ReportInputs) -> list[str]:
+    """Section 7: what PPO's critic would cost next to this policy."""
+    v, cost = md_value, r.cost
+    return ["## 7. GRPO vs PPO cost", "",
             f"PPO would train a critic next to this policy: the same backbone with a value head, "
             f"{v(cost['critic_parameters'])} parameters, {cost['critic_memory_mb']:.1f} MB of "
             f"weights, gradients and AdamW state at {v(cost['bytes_per_trained_parameter'])} bytes "
@@ -283,14 +315,17 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
             f"{v(cost['grpo_rollouts_per_prompt'])} rollouts per prompt instead of "
             f"{v(cost['ppo_rollouts_per_prompt'])}.", ""]
 
-    # 8. Provenance
-    out += ["## 8. Provenance", "",
-            "Each model md5 is the one dvc.lock records for the stage that wrote the model; each "
-            "data md5 is of the file as the pipeline read it; each stage's code digest covers the "
-            "code and environment files dvc.lock records as that stage's deps. This page holds "
-            "no clock time and no git state, so rerunning the same commit writes it byte for "
-            "byte: the commit that holds it with its dvc.lock is its provenance. Wall times are "
-            f"in {md_code(params['paths']['timing'] + '/')} and the Prefect artifacts.", ""]
+
+def provenance_section(r: ReportInputs) -> list[str]:
+    """Section 8: data and model md5s, each stage's code digest, versions, the params as used."""
+    params, prov = r.params, r.prov
+    out = ["## 8. Provenance", "",
+           "Each model md5 is the one dvc.lock records for the stage that wrote the model; each "
+           "data md5 is of the file as the pipeline read it; each stage's code digest covers the "
+           "code and environment files dvc.lock records as that stage's deps. This page holds "
+           "no clock time and no git state, so rerunning the same commit writes it byte for "
+           "byte: the commit that holds it with its dvc.lock is its provenance. Wall times are "
+           f"in {md_code(params['paths']['timing'] + '/')} and the Prefect artifacts.", ""]
     out += md_table(["what", "value"], [
         ["seed", params.get("seed")],
         *[[f"data md5 {path}", md5] for path, md5 in prov["data"].items()],
@@ -300,8 +335,21 @@ def build_report(*, evaluation: dict, per_prompt: Sequence[dict], history: Seque
         *[[f"{name} version", version] for name, version in prov["versions"].items()],
         ["platform (float results depend on it)", prov["platform"]],
     ])
-    out += ["", "<details><summary>params.yaml as used</summary>", "", "```json",
-            json.dumps(params, indent=2, default=str), "```", "", "</details>", ""]
+    return out + ["", "<details><summary>params.yaml as used</summary>", "", "```json",
+                  json.dumps(params, indent=2, default=str), "```", "", "</details>", ""]
+
+
+SECTIONS = (verdict_section, curves_section, diagnosis_section, hyperparameters_section,
+            checks_section, audit_section, cost_section, provenance_section)
+
+
+def build_report(**inputs: Any) -> str:
+    """The retrospective as markdown: the title, then each of SECTIONS in order; `inputs` are
+    ReportInputs' fields."""
+    r = ReportInputs(**inputs)
+    out = ["# GRPO run: retrospective", ""]
+    for section in SECTIONS:
+        out += section(r)
     return "\n".join(out)
 
 

@@ -226,3 +226,53 @@ def test_a_checkpoint_of_two_ranks_needs_both_rng_states(tmp_path):
     assert checkpoint_problem(checkpoint, ranks=2) is None
     _truncate(checkpoint / "rng_state_1.pth")
     assert checkpoint_problem(checkpoint, ranks=2) == "rng_state_1.pth is truncated or unreadable"
+
+
+def test_the_curves_written_in_flushes_are_dvclive_s_own_byte_for_byte(tmp_path):
+    """LiveCurvesCallback holds points and writes them in flushes (every flush_every steps, at a
+    checkpoint, at the end); the files must be those DVCLive writes point by point."""
+    import random
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from dvclive import Live
+
+    from rlvr.grpo.callbacks import LiveCurvesCallback, validation_entry
+
+    rng = random.Random(0)
+    keys = ["loss", "reward", "kl", "beta", "rewards/correctness/mean", "x/y/z"]
+    history = [{"step": 0, "eval_mean_reward": 0.3, "eval_success/sub": 0.1}]
+    for step in range(1, 61):
+        history.append({"step": step, **{k: rng.random() for k in keys}, "step_time": 0.1,
+                        **({"kl": float("nan"), "late_key": 1.0} if step == 7 else {}),
+                        **({"grad_norm": float("inf")} if step == 9 else {})})
+        if step % 25 == 0:
+            history.append({"step": step, "eval_mean_reward": 0.4, "eval_success/sub": 0.2})
+
+    expected = Live(dir=str(tmp_path / "dvclive"), dvcyaml=None, save_dvc_exp=False,
+                    resume=False)
+    for entry in history:  # what the callback wrote before it held points
+        values = loggable(entry)
+        if validation_entry(entry):
+            values = {f"val/{k}": v for k, v in validation_entry(entry).items()}
+        expected.step = entry["step"]
+        for key, value in sorted(values.items()):
+            expected.log_metric(key, value)
+        expected.make_summary()
+    expected.end()
+
+    callback = LiveCurvesCallback(tmp_path / "ours", flush_every=10)
+    state = SimpleNamespace(is_world_process_zero=True, log_history=[], global_step=0)
+    callback.on_train_begin(None, state, None)
+    for entry in history:
+        state.global_step = entry["step"]
+        callback.on_log(None, state, None, logs=entry)
+        if entry["step"] == 33:
+            callback.on_save(None, state, None)
+            assert not callback.pending  # a checkpoint's curves are on disk
+    callback.on_train_end(None, state, None)
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    ours, theirs = files(tmp_path / "ours"), files(tmp_path / "dvclive")
+    assert len(theirs) >= len(keys) + 4 and ours == theirs

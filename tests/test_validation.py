@@ -255,9 +255,9 @@ def test_negative_numbers_are_rejected_because_no_answer_could_use_them(files):
 
 def test_solvability_is_decided_by_the_verifier_not_a_second_grammar(files, monkeypatch):
     """If the solver found an answer the verifier does not reward, the row is not answerable."""
-    import rlvr.validation
+    import rlvr.row_checks
 
-    monkeypatch.setattr(rlvr.validation, "countdown_reward", lambda *args, **kwargs: 0.0)
+    monkeypatch.setattr(rlvr.row_checks, "countdown_reward", lambda *args, **kwargs: 0.0)
     problems = _validate(*files)[0].problems
     assert len(problems) == 64 and all(p.endswith("[countdown_solvable]") for p in problems)
     assert "the verifier scores the solver's answer" in problems[0]
@@ -424,16 +424,16 @@ UNREADABLE_ROWS = {
     "exact_match_target_too_long": (
         _set("verifier", {"type": "exact_match", "target": "4" * 5000}),
         _ROW + "verifier values are out of bounds: target has 5000 characters, more than 1000 "
-               "(rlvr.validation.MAX_VERIFIER_TEXT_CHARS) [verifier_bounds]"),
+               "(rlvr.row_checks.MAX_VERIFIER_TEXT_CHARS) [verifier_bounds]"),
     "regex_pattern_too_long": (
         _set("verifier", {"type": "regex", "pattern": "a" * 5000}),
         _ROW + "verifier values are out of bounds: pattern has 5000 characters, more than 1000 "
-               "(rlvr.validation.MAX_VERIFIER_TEXT_CHARS) [verifier_bounds]"),
+               "(rlvr.row_checks.MAX_VERIFIER_TEXT_CHARS) [verifier_bounds]"),
     "regex_pattern_expands_too_far": (
         _set("verifier", {"type": "regex", "pattern": "(a{1000}){1000}"}),  # ~300 MB to compile
         _ROW + "verifier values are out of bounds: pattern expands to 1,002,001 elements when "
                "compiled (counted repeats unrolled), more than 10,000 "
-               "(rlvr.validation.MAX_REGEX_ELEMENTS) [verifier_bounds]"),
+               "(rlvr.row_checks.MAX_REGEX_ELEMENTS) [verifier_bounds]"),
     "regex_pattern_nests_too_deeply": (
         _set("verifier", {"type": "regex", "pattern": "(" * 500 + ")" * 500}),
         _ROW + "regex verifier pattern does not compile: pattern '" + "(" * 79 + "... (1000 "
