@@ -18,15 +18,17 @@ from rlvr.data import Row, read_rows, share_with_umask, write_text_atomic
 from rlvr.distributed import accelerate_config_file, barrier, is_main_process, sum_over_ranks
 from rlvr.evaluation import prompt_template, rollout_settings, score_rows, summarize
 from rlvr.gate import GateClosed
+from rlvr.grpo.callbacks import LiveCurvesCallback, loggable, validation_entry
+from rlvr.grpo.checkpoints import (RUNNING_MEAN_FILE, fingerprint, last_checkpoint,
+                                   resumable_checkpoint)
+from rlvr.grpo.metric_keys import BETA, CORRECTNESS, LOSS, REWARD
+from rlvr.grpo.run import run_grpo
 from rlvr.policy import load_policy, policy_path
 from rlvr.provenance import library_versions
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
+from rlvr.stage import record_timing
 from rlvr.stats import drift_kl, finite_mean, kl_source
-from rlvr.grpo.callbacks import LiveCurvesCallback, loggable, validation_entry
-from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, fingerprint, last_checkpoint, resumable_checkpoint
-from rlvr.grpo.metric_keys import BETA, CORRECTNESS, LOSS, REWARD
-from rlvr.grpo.run import run_grpo
 
 LIBRARY_DIR = Path(__file__).resolve().parent
 # The libraries whose versions a training run's fingerprint covers.
@@ -228,6 +230,7 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
         runtime = next((e["train_runtime"] for e in reversed(trainer.state.log_history)
                         if "train_runtime" in e), None)
         if runtime:
+            record_timing(validation_seconds=trainer.validation_seconds, train_runtime=runtime)
             lines.append(f"train: scoring the validation rows took {trainer.validation_seconds:.1f}"
                          f" s of {runtime:.1f} s ({trainer.validation_seconds / runtime:.1%})")
     if resume:

@@ -17,18 +17,33 @@ from tests.helpers import ROOT
 
 
 @pytest.fixture(scope="module")
-def bench():
+def bench_modules():
+    """scripts/bench.py (loaded as the script runs it) and the modules it is made of."""
     spec = importlib.util.spec_from_file_location("bench_script", ROOT / "scripts/bench.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
-    yield module
+    import scripts.bench_figures
+    import scripts.bench_measure
+    import scripts.bench_run
+    yield [module, scripts.bench_figures, scripts.bench_run, scripts.bench_measure]
     sys.modules.pop(spec.name, None)
 
 
-def test_its_doctests_pass(bench):
-    result = doctest.testmod(bench)
-    assert result.attempted >= 10 and result.failed == 0
+@pytest.fixture(scope="module")
+def bench(bench_modules):
+    """Every name of the bench's modules, as one namespace (MEASUREMENTS is the dict main runs)."""
+    from types import SimpleNamespace
+
+    names = {}
+    for module in reversed(bench_modules):
+        names.update(vars(module))
+    return SimpleNamespace(**names)
+
+
+def test_its_doctests_pass(bench_modules):
+    results = [doctest.testmod(module) for module in bench_modules]
+    assert sum(r.attempted for r in results) >= 12 and sum(r.failed for r in results) == 0
 
 
 def test_median_and_min_ignore_missing_samples(bench):
@@ -55,8 +70,8 @@ def test_the_table_has_one_aligned_row_per_figure(bench):
                bench.Figure("c", "no-op dvc repro", "s", [0.8, 0.9, 0.7]),
                bench.Figure("d", "not measured", "s/step", [])]
     lines = bench.format_table(figures).splitlines()
-    assert [c.strip() for c in lines[0].split(" | ")] == ["figure", "median", "min", "n",
-                                                            "target", "met?"]
+    assert [c.strip() for c in lines[0].split(" | ")] == ["figure", "median [95% interval]",
+                                                            "min", "n", "target", "met?"]
     assert len(lines) == 2 + len(figures)
     bars = {tuple(m.start() for m in re.finditer(r"\|", line)) for line in lines if "|" in line}
     assert len(bars) == 1  # every column lines up
@@ -67,6 +82,21 @@ def test_the_table_has_one_aligned_row_per_figure(bench):
     assert rows["reward share"][1:] == ["0.40%", "0.40%", "1", "<= 2.00%", "yes"]
     assert rows["no-op dvc repro"][1:3] == ["0.80 s", "0.70 s"]
     assert rows["not measured"][1:4] == ["-", "-", "0"]
+
+
+def test_the_median_s_interval_narrows_with_more_pairs_and_is_shown(bench):
+    import random
+
+    rng = random.Random(0)
+    pairs = [1.0 + rng.gauss(0, 0.02) for _ in range(40)]
+    few, many = bench.median_interval(pairs[:6]), bench.median_interval(pairs)
+    assert few[0] <= bench.median_min(pairs[:6])[0] <= few[1]
+    assert many[1] - many[0] < few[1] - few[0]
+    assert bench.median_interval([1.0, math.nan, 2.0]) is None  # too few to bound a median
+    figure = bench.Figure("r", "ratio", "x", pairs, bench.Target(">=", 0.99), interval=many)
+    row = bench.format_table([figure]).splitlines()[2]
+    assert f"[{many[0]:.3f}, {many[1]:.3f}]" in row
+    assert figure.to_json()["median_interval_95"] == list(many)
 
 
 def test_the_json_holds_every_figure_with_its_samples_and_no_nan(bench):
@@ -84,7 +114,8 @@ def test_the_json_holds_every_figure_with_its_samples_and_no_nan(bench):
     ratio, flow = out["figures"]
     assert ratio == {"key": "overhead.ratio", "label": "ratio", "unit": "x", "median": 0.98,
                      "min": 0.97, "n": 2, "samples": [0.97, 0.99],
-                     "target": {"op": ">=", "value": 0.98}, "met": True, "note": "steps 20..120"}
+                     "target": {"op": ">=", "value": 0.98}, "met": True, "note": "steps 20..120",
+                     "median_interval_95": None}
     assert flow["median"] is None and flow["samples"] == [None] and flow["met"] is None
     assert out["targets_missed"] == []
 
@@ -180,9 +211,11 @@ def test_a_quick_validation_run_writes_its_figures(tmp_path):
 
 def test_every_figure_the_script_makes_has_a_unit_the_table_can_show(bench):
     # a unit the table does not know crashed a full run at its very end, after 13 minutes
-    tree = ast.parse((ROOT / "scripts/bench.py").read_text())
-    units = [call.args[2].value for call in ast.walk(tree)
+    units = [call.args[2].value for path in bench.MODULES
+             for call in ast.walk(ast.parse((ROOT / path).read_text()))
              if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Figure"]
+    assert sorted(bench.MODULES) == sorted(f"scripts/{p.name}" for p in
+                                           (ROOT / "scripts").glob("bench*.py"))
     assert len(units) >= 15 and set(units) <= set(bench.UNITS), set(units) - set(bench.UNITS)
     with pytest.raises(ValueError, match=r"figure k: unit '%' is not one of"):
         bench.Figure("k", "label", "%", [1.0])

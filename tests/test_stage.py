@@ -48,3 +48,27 @@ def test_known_library_warnings_are_silenced_and_others_still_show():
         warnings.warn("a warning of the user's own", UserWarning)
     assert [str(w.message) for w in shown] == ["`something_else` is deprecated",
                                                "a warning of the user's own"]
+
+
+def test_what_a_stage_measured_goes_to_its_timing_file(monkeypatch, capsys, tmp_path):
+    """record_timing: the parts of a stage's time that the bench reads from JSON, not console."""
+    import json
+
+    from rlvr.stage import record_timing
+
+    monkeypatch.setattr("rlvr.stage._TIMING_PARTS", {})
+    params = Params()
+    params.paths.timing = str(tmp_path / "timing")
+
+    def main(params):
+        record_timing(validation_seconds=1.23456, train_runtime=10.0)
+        return 0
+
+    monkeypatch.setattr("rlvr.stage.load_params", lambda: params)
+    with pytest.raises(SystemExit) as exited:
+        run_stage("smoke", main, gated=False)
+    code, err = exited.value.code, capsys.readouterr().err
+    assert code == 0 and err.startswith("smoke: done in "), err
+    timing = json.loads((tmp_path / "timing" / "smoke.json").read_text())
+    assert timing["validation_seconds"] == 1.235 and timing["train_runtime"] == 10.0
+    assert timing["exit_code"] == 0 and timing["seconds"] >= 0
