@@ -257,7 +257,7 @@ def test_check_params_checks_every_experiment_the_flow_would_run(tmp_path, chang
 
 
 def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
-    from rlvr.config import experiment_params
+    from rlvr.experiments import experiment_params
 
     runs = [(where, params) for where, _, params in experiment_params(ROOT / "params.yaml")]
     assert [where for where, _ in runs] == [
@@ -285,7 +285,7 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
     """A grid value can make an ablation invalid inside the grid's runs (their check_params
     checks the ablations on their own params.yaml): the flow says so before queueing."""
     from flows.experiments import queue_experiments
-    from rlvr.config import check_queued_runs
+    from rlvr.experiments import check_queued_runs
     from rlvr.orchestration import StageFailed
 
     path = _params_file(tmp_path, {"train": {"dynamic_sampling": False}, "orchestration": {
@@ -307,7 +307,7 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
 
 @pytest.mark.slow
 def test_every_run_of_the_committed_grid_passes_its_own_check_params():
-    from rlvr.config import check_queued_runs
+    from rlvr.experiments import check_queued_runs
 
     assert check_queued_runs(ROOT / "params.yaml", "step8") == 16
     assert check_queued_runs(ROOT / "params.yaml") == 4
