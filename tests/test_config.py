@@ -170,20 +170,24 @@ def test_bad_values_are_named_with_the_rule(raw, message):
 
 
 def test_every_number_and_choice_has_a_rule():
-    """Every int and float field states its range (a `rule`, or `each` for its items)."""
-    import dataclasses
-    import typing
+    """Every int and float field, and every number in a list, states its range (Field(ge=...)),
+    where an editor shows it: in the schema."""
+    from rlvr.config import params_schema
+    from rlvr.section import deref
 
-    def walk(cls, prefix):
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            name = f"{prefix}{f.name}"
-            if dataclasses.is_dataclass(hints[f.name]):
-                yield from walk(hints[f.name], name + ".")
-            elif hints[f.name] in (int, float) and f.metadata.get("rule") is None:
-                yield name
+    schema = params_schema()
 
-    assert list(walk(Params, "")) == []
+    def walk(node, name):
+        node = deref(schema, node)
+        for key, child in node.get("properties", {}).items():
+            yield from walk(child, f"{name}.{key}" if name else key)
+        if "items" in node:
+            yield from walk(node["items"], f"{name}[]")
+        if node.get("type") in ("integer", "number") \
+                and not {"minimum", "exclusiveMinimum"} & set(node):
+            yield name
+
+    assert list(walk(schema, "")) == []
 
 
 def test_the_defaults_satisfy_every_rule():
@@ -355,14 +359,9 @@ def test_an_unreadable_params_file_is_one_line(tmp_path, text, message):
 
 
 def test_every_field_has_a_help_string():
-    import dataclasses
-    import typing
+    from rlvr.config import params_schema
 
-    def walk(cls):
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
-            if dataclasses.is_dataclass(hints[f.name]):
-                walk(hints[f.name])
-
-    walk(Params)
+    schema = params_schema()
+    for section in [schema, *schema["$defs"].values()]:
+        for name, field in section["properties"].items():
+            assert field.get("description"), f"{section['title']}.{name} has no help"
