@@ -1,6 +1,7 @@
 """The typed view of params.yaml: one section (a pydantic dataclass, rlvr/section.py) per mapping
 in it, every field with its help string (description), its type and its range, and the rules between
-fields.
+fields. params.schema.json is generated from them (`python -m rlvr.config --schema >
+params.schema.json`) and named on params.yaml's first line, so an editor completes and checks it.
 
 params.yaml is read once, with ruamel.yaml (DVC writes `-S train.learning_rate=3e-5` as `3e-05`,
 which PyYAML reads as a string), and each value is read as its field's type, so a stage never sees a
@@ -9,8 +10,10 @@ string where it expects a number. Errors are one line naming the key, the value 
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,6 +25,7 @@ from rlvr.section import (Bool, Dict, Float, Int, NonEmptyStr, Str, deref, holds
                           require, section, validate)
 
 PARAMS_FILE = Path("params.yaml")
+SCHEMA_FILE = Path("params.schema.json")
 SEED_MAX = 2**32 - 1  # numpy's seed range
 # configs/accelerate/<name>.yaml (tests/test_distributed.py checks they exist and parse).
 ACCELERATE_CONFIG_NAMES = ("ddp", "fsdp", "deepspeed_zero2", "deepspeed_zero3")
@@ -702,3 +706,8 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     """Read and validate params.yaml."""
     return parse_params(read_params_file(path))
 
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--schema"]:
+        sys.exit(f"usage: python -m rlvr.config --schema > {SCHEMA_FILE}")
+    print(json.dumps(params_schema(), indent=2))

@@ -1,5 +1,6 @@
 """params.yaml -> typed config: conversions DVC makes necessary, and errors that say how to fix."""
 
+import json
 import re
 from pathlib import Path
 
@@ -188,6 +189,35 @@ def test_every_number_and_choice_has_a_rule():
             yield name
 
     assert list(walk(schema, "")) == []
+
+
+def test_the_committed_schema_is_the_models_and_params_yaml_names_it():
+    from rlvr.config import SCHEMA_FILE, params_schema
+
+    assert json.loads((ROOT / SCHEMA_FILE).read_text()) == params_schema(), (
+        f"{SCHEMA_FILE} is stale: ./dev run python -m rlvr.config --schema > {SCHEMA_FILE}")
+    first_line = (ROOT / "params.yaml").read_text().splitlines()[0]
+    assert first_line == f"# yaml-language-server: $schema={SCHEMA_FILE}"
+
+
+def test_an_editor_checking_params_yaml_with_the_schema_names_each_bad_key(tmp_path):
+    """What an editor does with the committed schema (yaml-language-server validates with it):
+    the real params.yaml passes; a wrong type, an out-of-range value and an unknown key are each
+    rejected at their key."""
+    import jsonschema
+
+    from rlvr.config import read_params_file
+
+    schema = json.loads((ROOT / "params.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    editor = jsonschema.Draft202012Validator(schema)
+    assert list(editor.iter_errors(read_params_file(ROOT / "params.yaml"))) == []
+    bad = _params_file(tmp_path, {"train": {"max_steps": "many", "grpo": {"beta": -1, "bta": 0}}})
+    assert sorted((e.json_path, e.message) for e in editor.iter_errors(read_params_file(bad))) == [
+        ("$.train.grpo", "Additional properties are not allowed ('bta' was unexpected)"),
+        ("$.train.grpo.beta", "-1 is less than the minimum of 0"),
+        ("$.train.max_steps", "'many' is not of type 'integer'"),
+    ]
 
 
 def test_the_defaults_satisfy_every_rule():
