@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlvr.config import PARAMS_FILE, Params, ParamsError, experiment_params, load_params
+from rlvr.config import PARAMS_FILE, Params, ParamsError, load_params
+from rlvr.experiments import experiment_params
 from rlvr.rewards.registry import check_reward_names
 from rlvr.grpo.config import check_trl_config
 

@@ -4,3 +4,7 @@ one line on stderr and a non-zero exit instead of a traceback."""
 
 class PipelineError(Exception):
     """Base of every error the pipeline reports as a plain line."""
+
+
+class ParamsError(PipelineError, ValueError):
+    """params.yaml holds a value the pipeline cannot use; the message says which and why."""

@@ -1,7 +1,8 @@
-"""DVC experiments: the commands that queue and run the ablations and the sweep, and their
-comparison: one table (params that differ, final reward, held-out success, final KL, verdict) and
-overlaid reward and KL curves, from `dvc exp show --json` and each experiment's committed training
-history.
+"""DVC experiments: the commands that queue and run the ablations, the sweep and the grids, the
+params.yaml each of those runs gets (DVC's `-S` code applied to a copy, checked before anything is
+queued), and their comparison: one table (params that differ, final reward, held-out success,
+final KL, verdict) and overlaid reward and KL curves, from `dvc exp show --json` and each
+experiment's committed training history.
 """
 
 from __future__ import annotations
@@ -10,17 +11,27 @@ import json
 import re
 import statistics
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import PathsParams, override_value
+from rlvr.config import (PARAMS_FILE, OrchestrationParams, Params, ParamsError, PathsParams,
+                         load_params)
+
+
+def override_value(value: Any) -> str:
+    """A value as a `-S` override spells it (YAML's true / false for booleans).
+
+    >>> override_value(False), override_value(0.1), override_value("best_val")
+    ('false', '0.1', 'best_val')
+    """
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
 
 def queue_commands(orchestration) -> list[list[str]]:
     """The `dvc` argument lists that queue params.yaml's ablations and sweep grid, one per call.
 
-    >>> from rlvr.config import OrchestrationParams
     >>> for args in queue_commands(OrchestrationParams(ablations={"no-kl": ["train.grpo.beta=0"]},
     ...                                                sweep={"train.grpo.beta": [0.01, 0.1]})):
     ...     print(" ".join(args))
@@ -60,6 +71,94 @@ def grid_runs(grid: dict[str, list]) -> int:
 def queued_runs(orchestration) -> int:
     """How many experiments queue_commands queues (a sweep call queues one per value)."""
     return len(orchestration.ablations) + sum(len(v) for v in orchestration.sweep.values())
+
+
+def apply_overrides(path: str | Path, overrides: list[str], where: str) -> Params:
+    """Apply `-S` overrides to the params file at `path` in place with DVC's own code (what `dvc
+    exp run -S` runs) and return the checked params; ParamsError starting with `where` if DVC or
+    a params rule rejects them."""
+    from dvc.exceptions import InvalidArgumentError
+    from dvc.utils.hydra import apply_overrides as dvc_apply_overrides
+
+    try:
+        dvc_apply_overrides(path, overrides)
+    except InvalidArgumentError as error:
+        cause = " ".join(str(error.__cause__ or error).split())
+        raise ParamsError(f"{where}: DVC cannot apply it: {cause}") from None
+    try:
+        return load_params(path)
+    except ParamsError as error:
+        raise ParamsError(f"{where}: gives a bad params.yaml: "
+                          f"{str(error).removeprefix('params.yaml: ')}") from None
+
+
+def experiment_runs(orchestration: OrchestrationParams, grid: str | None = None
+                    ) -> list[tuple[str, list[str]]]:
+    """(where, `-S` overrides) of every run the experiments flow queues: the ablations and the
+    sweep, or, given `grid`, only that grid's combinations. (The flow queues them with
+    queue_commands / grid_command; a test expands those with DVC's own sweep code and checks
+    they are these runs.)"""
+    if grid is not None:
+        return _grid_runs(grid, orchestration.grids[grid])
+    runs = [(f"orchestration.ablations.{name}", list(overrides))
+            for name, overrides in orchestration.ablations.items()]
+    runs += [(f"orchestration.sweep.{key}", [f"{key}={override_value(value)}"])
+             for key, values in orchestration.sweep.items() for value in values]
+    return runs
+
+
+def _grid_runs(name: str, grid: dict) -> list[tuple[str, list[str]]]:
+    import itertools
+
+    return [(f"orchestration.grids.{name}",
+             [f"{key}={override_value(value)}" for key, value in zip(grid, combination)])
+            for combination in itertools.product(*grid.values())]  # every combination DVC queues
+
+
+def experiment_params(path: str | Path = PARAMS_FILE) -> Iterator[tuple[str, list[str], Params]]:
+    """Every params.yaml the experiments flow would run: each ablation's, each sweep value's and
+    each grid combination's `-S` overrides applied to a copy of `path` by DVC's own code (Hydra's
+    grammar; a key that is not in params.yaml is an error, as in `dvc exp run`), checked like
+    params.yaml itself.
+    Yields (where, overrides, params); raises ParamsError naming the experiment."""
+    orchestration = load_params(path).orchestration
+    runs = experiment_runs(orchestration)
+    for name in orchestration.grids:
+        runs += experiment_runs(orchestration, name)
+    for where, overrides, params, _ in _applied(path, runs):
+        yield where, overrides, params
+
+
+def _applied(path: str | Path, runs: list[tuple[str, list[str]]]
+             ) -> Iterator[tuple[str, list[str], Params, Path]]:
+    """Each run's overrides applied to a fresh copy of `path` (the copy is reused: read it
+    before the next)."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        for where, overrides in runs:
+            copy = Path(scratch) / "params.yaml"
+            shutil.copyfile(path, copy)
+            params = apply_overrides(copy, overrides, f"params.yaml: {where} = {overrides!r}")
+            yield where, overrides, params, copy
+
+
+def check_queued_runs(path: str | Path = PARAMS_FILE, grid: str | None = None) -> int:
+    """Before the experiments flow queues anything: check every run it would queue as that run's
+    own check_params stage will, which also checks the experiments of the run's params.yaml (an
+    ablation that a grid value makes invalid fails there, after the queue has started).
+    Returns how many runs were checked; ParamsError names the run and the experiment inside it."""
+    orchestration = load_params(path).orchestration
+    runs = experiment_runs(orchestration, grid)
+    for where, overrides, _, copy in _applied(path, runs):
+        try:
+            for _ in experiment_params(copy):
+                pass
+        except ParamsError as error:
+            raise ParamsError(f"{where} = {overrides!r}: its own check_params would fail: "
+                              f"{str(error).removeprefix('params.yaml: ')}") from None
+    return len(runs)
 
 
 def run_queue_env(jobs: int, cpus: int | None = None) -> dict[str, str]:
@@ -346,7 +445,6 @@ def comparison_markdown(experiments: Sequence[Experiment], image: str) -> str:
 
 def compare(cwd: str | Path = ".", out_dir: str | Path = "reports") -> list[Experiment]:
     """Write reports/experiments.md, .html and the overlay PNG; return the experiments."""
-    from rlvr.config import load_params
     from rlvr.data import write_text_atomic
     from rlvr.plots import plot_overlay
     from rlvr.render import to_html

@@ -19,8 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rlvr.config import PARAMS_FILE, Params, ParamsError, apply_overrides
+from rlvr.config import PARAMS_FILE, Params, ParamsError
 from rlvr.data import share_with_umask
+from rlvr.experiments import apply_overrides
 
 PROFILES_DIR = Path("profiles")
 

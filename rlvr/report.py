@@ -377,17 +377,11 @@ def reported_sections(init: str) -> tuple[str, ...]:
 
 
 def _help_text(params_obj: Any, dotted: str) -> str:
-    import dataclasses
-
     obj, parts = params_obj, dotted.split(".")
     for part in parts[:-1]:
         obj = getattr(obj, part, None)
-    if obj is None or not dataclasses.is_dataclass(obj):
-        return ""
-    for f in dataclasses.fields(obj):
-        if f.name == parts[-1]:
-            return f.metadata.get("help", "")
-    return ""
+    field = getattr(type(obj), "__pydantic_fields__", {}).get(parts[-1])  # a params section's
+    return field.description or "" if field is not None else ""
 
 
 def hyperparameter_table(params_path: str | Path, params_obj: Any) -> list[tuple[str, Any, str]]:

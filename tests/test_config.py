@@ -1,5 +1,6 @@
 """params.yaml -> typed config: conversions DVC makes necessary, and errors that say how to fix."""
 
+import json
 import re
 from pathlib import Path
 
@@ -170,20 +171,53 @@ def test_bad_values_are_named_with_the_rule(raw, message):
 
 
 def test_every_number_and_choice_has_a_rule():
-    """Every int and float field states its range (a `rule`, or `each` for its items)."""
-    import dataclasses
-    import typing
+    """Every int and float field, and every number in a list, states its range (Field(ge=...)),
+    where an editor shows it: in the schema."""
+    from rlvr.config import params_schema
+    from rlvr.section import deref
 
-    def walk(cls, prefix):
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            name = f"{prefix}{f.name}"
-            if dataclasses.is_dataclass(hints[f.name]):
-                yield from walk(hints[f.name], name + ".")
-            elif hints[f.name] in (int, float) and f.metadata.get("rule") is None:
-                yield name
+    schema = params_schema()
 
-    assert list(walk(Params, "")) == []
+    def walk(node, name):
+        node = deref(schema, node)
+        for key, child in node.get("properties", {}).items():
+            yield from walk(child, f"{name}.{key}" if name else key)
+        if "items" in node:
+            yield from walk(node["items"], f"{name}[]")
+        if node.get("type") in ("integer", "number") \
+                and not {"minimum", "exclusiveMinimum"} & set(node):
+            yield name
+
+    assert list(walk(schema, "")) == []
+
+
+def test_the_committed_schema_is_the_models_and_params_yaml_names_it():
+    from rlvr.config import SCHEMA_FILE, params_schema
+
+    assert json.loads((ROOT / SCHEMA_FILE).read_text()) == params_schema(), (
+        f"{SCHEMA_FILE} is stale: ./dev run python -m rlvr.config --schema > {SCHEMA_FILE}")
+    first_line = (ROOT / "params.yaml").read_text().splitlines()[0]
+    assert first_line == f"# yaml-language-server: $schema={SCHEMA_FILE}"
+
+
+def test_an_editor_checking_params_yaml_with_the_schema_names_each_bad_key(tmp_path):
+    """What an editor does with the committed schema (yaml-language-server validates with it):
+    the real params.yaml passes; a wrong type, an out-of-range value and an unknown key are each
+    rejected at their key."""
+    import jsonschema
+
+    from rlvr.config import read_params_file
+
+    schema = json.loads((ROOT / "params.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    editor = jsonschema.Draft202012Validator(schema)
+    assert list(editor.iter_errors(read_params_file(ROOT / "params.yaml"))) == []
+    bad = _params_file(tmp_path, {"train": {"max_steps": "many", "grpo": {"beta": -1, "bta": 0}}})
+    assert sorted((e.json_path, e.message) for e in editor.iter_errors(read_params_file(bad))) == [
+        ("$.train.grpo", "Additional properties are not allowed ('bta' was unexpected)"),
+        ("$.train.grpo.beta", "-1 is less than the minimum of 0"),
+        ("$.train.max_steps", "'many' is not of type 'integer'"),
+    ]
 
 
 def test_the_defaults_satisfy_every_rule():
@@ -257,7 +291,7 @@ def test_check_params_checks_every_experiment_the_flow_would_run(tmp_path, chang
 
 
 def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
-    from rlvr.config import experiment_params
+    from rlvr.experiments import experiment_params
 
     runs = [(where, params) for where, _, params in experiment_params(ROOT / "params.yaml")]
     assert [where for where, _ in runs] == [
@@ -285,7 +319,7 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
     """A grid value can make an ablation invalid inside the grid's runs (their check_params
     checks the ablations on their own params.yaml): the flow says so before queueing."""
     from flows.experiments import queue_experiments
-    from rlvr.config import check_queued_runs
+    from rlvr.experiments import check_queued_runs
     from rlvr.orchestration import StageFailed
 
     path = _params_file(tmp_path, {"train": {"dynamic_sampling": False}, "orchestration": {
@@ -307,7 +341,7 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
 
 @pytest.mark.slow
 def test_every_run_of_the_committed_grid_passes_its_own_check_params():
-    from rlvr.config import check_queued_runs
+    from rlvr.experiments import check_queued_runs
 
     assert check_queued_runs(ROOT / "params.yaml", "step8") == 16
     assert check_queued_runs(ROOT / "params.yaml") == 4
@@ -361,14 +395,9 @@ def test_an_unreadable_params_file_is_one_line(tmp_path, text, message):
 
 
 def test_every_field_has_a_help_string():
-    import dataclasses
-    import typing
+    from rlvr.config import params_schema
 
-    def walk(cls):
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
-            if dataclasses.is_dataclass(hints[f.name]):
-                walk(hints[f.name])
-
-    walk(Params)
+    schema = params_schema()
+    for section in [schema, *schema["$defs"].values()]:
+        for name, field in section["properties"].items():
+            assert field.get("description"), f"{section['title']}.{name} has no help"

@@ -139,8 +139,8 @@ def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
     expansion of the commands gives those runs, no more, no fewer."""
     from dvc.utils.hydra import get_hydra_sweeps, to_hydra_overrides
 
-    from rlvr.config import OrchestrationParams, experiment_runs, load_params
-    from rlvr.experiments import grid_command, queue_commands
+    from rlvr.config import OrchestrationParams, load_params
+    from rlvr.experiments import experiment_runs, grid_command, queue_commands
 
     def meaning(overrides):  # (key, parsed value): 'x=false' and DVC's 'x=False' are one run
         return sorted((o.key_or_group, repr(o.value())) for o in to_hydra_overrides(overrides))

@@ -214,7 +214,7 @@ def check_reward_names(funcs: Sequence[str]) -> None:
     >>> check_reward_names(["correctness", "vibes"])
     Traceback (most recent call last):
     ...
-    rlvr.config.ParamsError: params.yaml: rewards.funcs = ['correctness', 'vibes']: unknown reward function(s) ['vibes']; known: ['correctness', 'format', 'length']
+    rlvr.errors.ParamsError: params.yaml: rewards.funcs = ['correctness', 'vibes']: unknown reward function(s) ['vibes']; known: ['correctness', 'format', 'length']
     """
     unknown = [name for name in funcs if name not in REWARD_FUNCS]
     if unknown:
