@@ -93,7 +93,7 @@ def prompt_template(model) -> dict | None:
     """How params.yaml's model section renders prompts: None for plain text, else the chat
     template's variables (model.chat_template_kwargs).
 
-    >>> from rlvr.config import ModelParams
+    >>> from rlvr.training_params import ModelParams
     >>> prompt_template(ModelParams()), prompt_template(ModelParams(chat_template=True))
     (None, {})
     """

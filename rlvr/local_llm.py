@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from rlvr.config import LocalLLMParams
+from rlvr.training_params import LocalLLMParams
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 # Appended after the learned vocabulary, in Qwen's order.

@@ -11,7 +11,8 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from rlvr.config import ParamsError, TinyModelParams
+from rlvr.config import ParamsError
+from rlvr.training_params import TinyModelParams
 from rlvr.data import share_with_umask
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"

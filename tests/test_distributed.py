@@ -4,7 +4,8 @@ and how a rank hands an expected failure to its launcher."""
 import pytest
 
 from rlvr import distributed
-from rlvr.config import ACCELERATE_CONFIG_NAMES, ParamsError, parse_params
+from rlvr.config import ParamsError, parse_params
+from rlvr.training_params import ACCELERATE_CONFIG_NAMES
 
 
 @pytest.mark.parametrize("name", ACCELERATE_CONFIG_NAMES)

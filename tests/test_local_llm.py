@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.config import LocalLLMParams, ParamsError, parse_params
+from rlvr.config import ParamsError, parse_params
+from rlvr.training_params import LocalLLMParams
 from rlvr.data import Row, read_rows
 from rlvr.local_llm import (ENDOFTEXT, IM_END, IM_START, build_local_llm, build_local_llm_model,
                             train_bpe_tokenizer)

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from rlvr.config import BetaScheduleParams, GRPOParams, ParamsError, parse_params
+from rlvr.config import ParamsError, parse_params
+from rlvr.training_params import BetaScheduleParams, GRPOParams
 from rlvr.rewards.registry import normalized_weights
 from rlvr.grpo.advantages import group_checks
 from rlvr.grpo.callbacks import BetaSchedule, FiniteGuardCallback, NonFiniteMetric, loggable

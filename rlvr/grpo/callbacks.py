@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from rlvr.config import BetaScheduleParams
+from rlvr.training_params import BetaScheduleParams
 from rlvr.errors import PipelineError
 from rlvr.grpo.checkpoints import last_checkpoint
 from rlvr.grpo.metric_keys import (GUARDED_KEYS, LOSS, MEAN_REWARD, TIMING_KEYS,

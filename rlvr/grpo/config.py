@@ -13,7 +13,8 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from rlvr.config import ModelParams, ParamsError, TrainParams
+from rlvr.config import ParamsError
+from rlvr.training_params import ModelParams, TrainParams
 from rlvr.grpo.metric_keys import MEAN_REWARD, VALIDATION_PREFIX
 from rlvr.rewards.registry import normalized_weights
 

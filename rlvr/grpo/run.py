@@ -9,7 +9,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from rlvr.config import ModelParams
+from rlvr.training_params import ModelParams
 from rlvr.console import use_console_progress
 from rlvr.grpo.callbacks import BetaSchedule, BetaScheduleCallback, FiniteGuardCallback
 from rlvr.grpo.config import PipelineGRPOConfig, grpo_config, peft_config
