@@ -21,14 +21,14 @@ from rlvr.gate import GateClosed
 from rlvr.grpo.callbacks import LiveCurvesCallback, loggable, validation_entry
 from rlvr.grpo.checkpoints import (RUNNING_MEAN_FILE, fingerprint, last_checkpoint,
                                    resumable_checkpoint)
-from rlvr.grpo.metric_keys import BETA, CORRECTNESS, LOSS, REWARD
+from rlvr.grpo.metric_keys import BETA, CORRECTNESS, LOSS, REWARD, TRAIN_RUNTIME
 from rlvr.grpo.run import run_grpo
 from rlvr.policy import load_policy, policy_path
 from rlvr.provenance import library_versions
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
-from rlvr.stage import record_timing
 from rlvr.stats import drift_kl, finite_mean, kl_source
+from rlvr.timing import record_timing
 
 LIBRARY_DIR = Path(__file__).resolve().parent
 # The libraries whose versions a training run's fingerprint covers.
@@ -227,8 +227,8 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
              f"{final.get('kl', float('nan')):.4f}; model -> {final_dir}",
              f"train: {selection['reason']}"]
     if val_rows:
-        runtime = next((e["train_runtime"] for e in reversed(trainer.state.log_history)
-                        if "train_runtime" in e), None)
+        runtime = next((e[TRAIN_RUNTIME] for e in reversed(trainer.state.log_history)
+                        if TRAIN_RUNTIME in e), None)
         if runtime:
             record_timing(validation_seconds=trainer.validation_seconds, train_runtime=runtime)
             lines.append(f"train: scoring the validation rows took {trainer.validation_seconds:.1f}"

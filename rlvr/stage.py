@@ -29,6 +29,7 @@ from typing import Any
 from rlvr.config import Params, load_params
 from rlvr.data import write_json
 from rlvr.errors import PipelineError
+from rlvr import timing
 from rlvr.gate import require_gate
 
 DVC_YAML = Path("dvc.yaml")
@@ -148,21 +149,10 @@ def stage_view(params: Params, stage: str, dvc_yaml: str | Path = DVC_YAML) -> P
     return params if WHOLE_FILE in allowed else ParamsView(params, allowed, stage)
 
 
-# Parts of a stage's wall time that its main measured (record_timing), for its timing file.
-_TIMING_PARTS: dict[str, float] = {}
-
-
-def record_timing(**seconds: float) -> None:
-    """Add parts of this stage's wall time to its timing file (paths.timing/<stage>.json), e.g.
-    the train stage's seconds scoring the validation rows: the figures the bench reads, so no
-    one parses console text. Under several processes the main rank records and its launcher
-    writes them."""
-    _TIMING_PARTS.update({key: round(value, 3) for key, value in seconds.items()})
-
-
 def _parts_file(params: Params, name: str) -> Path:
-    """Where a launched stage's main rank leaves its timing parts for the launcher."""
-    return Path(params.paths.timing) / f".{name}.parts.json"
+    """Where a launched stage's main rank leaves its timing parts (rlvr.timing) for the launcher
+    (not *.json: the flows list the timing files by that suffix)."""
+    return Path(params.paths.timing) / f".{name}.parts"
 
 
 def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
@@ -173,6 +163,7 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
     from rlvr.rewards.registry import check_reward_names
 
     started = time.perf_counter()
+    timing.PARTS.clear()
     quiet_library_noise()
     in_rank = distributed.launched()
     try:
@@ -187,7 +178,7 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
                                       use_cpu=train.grpo.use_cpu,
                                       config_name=train.accelerate_config)
             with contextlib.suppress(OSError, ValueError):  # none: the ranks measured nothing
-                _TIMING_PARTS.update(json.loads(_parts_file(params, name).read_text()))
+                timing.PARTS.update(json.loads(_parts_file(params, name).read_text()))
                 _parts_file(params, name).unlink()
         else:
             if in_rank:
@@ -203,8 +194,8 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
               "report it with the traceback above", file=sys.stderr)
         sys.exit(1)
     if in_rank:  # the launcher times the whole stage and says how it ended
-        if _TIMING_PARTS and distributed.is_main_process():
-            write_json(_parts_file(params, name), _TIMING_PARTS)
+        if timing.PARTS and distributed.is_main_process():
+            write_json(_parts_file(params, name), timing.PARTS)
         if code:  # a failure the stage has printed itself (smoke's failed checks)
             distributed.report_failure("")
         sys.exit(code)
@@ -212,6 +203,6 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
     # Wall time per stage, for the console and the flows; kept out of every output DVC records,
     # which must be identical between runs with the same seed.
     write_json(Path(params.paths.timing) / f"{name}.json",
-               {"seconds": round(seconds, 1), "exit_code": code, **_TIMING_PARTS})
+               {"seconds": round(seconds, 1), "exit_code": code, **timing.PARTS})
     print(f"{name}: {'done' if code == 0 else 'FAILED'} in {seconds:.1f} s", file=sys.stderr)
     sys.exit(code)

@@ -16,7 +16,7 @@ measurements, by the names --only takes:
   cold        a cold `dvc repro` of the default in a fresh copy of the project (tracked and
               untracked files, outputs left out: tests/helpers.py make_project_copy): its wall
               time and each stage's, from reports/timing/<stage>.json (with the train stage's
-              seconds scoring the validation rows, rlvr.stage.record_timing; never console
+              seconds scoring the validation rows, rlvr.timing.record_timing; never console
               text). The copy is then committed,
               and `noop`, `overhead` and `evaluation` use its up-to-date state and models/base.
   noop        on that up-to-date copy: `dvc repro` with nothing to run (target <= 2 s), and

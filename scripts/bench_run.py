@@ -219,10 +219,11 @@ def worker(spec_file: str) -> None:
     from rlvr.config import parse_params
     from rlvr.data import read_rows, to_hf_dataset, write_json
     from rlvr.distributed import is_main_process, launched, start_rank
-    from rlvr.rewards.registry import build_reward_funcs
     from rlvr.grpo.callbacks import LiveCurvesCallback
     from rlvr.grpo.config import grpo_config, peft_config
+    from rlvr.grpo.metric_keys import LOSS, REWARD
     from rlvr.grpo.run import run_grpo
+    from rlvr.rewards.registry import build_reward_funcs
 
     spec = json.loads(Path(spec_file).read_text())
     params = parse_params(spec["params"])
@@ -276,8 +277,8 @@ def worker(spec_file: str) -> None:
     if is_main_process():
         write_json(spec["result"], {
             "clock": clock.ticks, "processes": trainer.accelerator.num_processes,
-            "rewards": [entry.get("reward") for entry in trainer.state.log_history
-                        if "loss" in entry]})
+            "rewards": [entry.get(REWARD) for entry in trainer.state.log_history
+                        if LOSS in entry]})
 
 
 # --------------------------------------------------------------------------- the flow profile

@@ -146,10 +146,12 @@ def throughput(history: list[dict], completions_per_step: int) -> dict:
     >>> f["completion_tokens_per_s"], f["tokens_per_s"]
     (100.0, 200.0)
     """
-    steps = [entry for entry in history if "loss" in entry]
-    times = [entry["step_time"] for entry in steps]
+    from rlvr.grpo.metric_keys import COMPLETION_LENGTH, LOSS, NUM_TOKENS, STEP_TIME
+
+    steps = [entry for entry in history if LOSS in entry]
+    times = [entry[STEP_TIME] for entry in steps]
     seconds = sum(times)
-    completion_tokens = sum(e["completions/mean_length"] * completions_per_step for e in steps)
+    completion_tokens = sum(e[COMPLETION_LENGTH] * completions_per_step for e in steps)
     return {
         "steps": len(steps),
         "seconds": round(seconds, 3),
@@ -159,7 +161,7 @@ def throughput(history: list[dict], completions_per_step: int) -> dict:
         "median_step_s": round(statistics.median(times), 3),
         "completion_tokens_per_step": round(completion_tokens / len(steps), 1),
         "completion_tokens_per_s": round(completion_tokens / seconds, 1),
-        "tokens_per_s": round(steps[-1]["num_tokens"] / seconds, 1),
+        "tokens_per_s": round(steps[-1][NUM_TOKENS] / seconds, 1),
     }
 
 

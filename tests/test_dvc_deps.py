@@ -171,3 +171,23 @@ def test_checkpoints_are_a_resume_cache_not_an_output():
         outs = {str(out.def_path) for stage in repo.index.stages for out in stage.outs}
     assert PathsParams().final_model in outs
     assert PathsParams().checkpoints not in outs
+
+
+def test_dvc_plots_name_metric_keys_the_trainer_logs():
+    """dvc.yaml's plots read DVCLive's TSVs by file name: each must be a logged metric name
+    (rlvr.grpo.metric_keys), its column the name's last part, as DVCLive writes it."""
+    import yaml
+
+    from rlvr.grpo import metric_keys
+
+    names = {v for v in vars(metric_keys).values() if isinstance(v, str)}
+    plots = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
+    files = {file: column for plot in plots for spec in plot.values()
+             for file, column in spec["y"].items()}
+    assert len(files) >= 5
+    prefix = "${paths.train_live}/plots/metrics/"
+    for file, column in files.items():
+        assert file.startswith(prefix) and file.endswith(".tsv"), file
+        key = file[len(prefix):-len(".tsv")]
+        assert key in names, f"dvc.yaml plots {file}: {key} is not in rlvr.grpo.metric_keys"
+        assert column == key.rsplit("/", 1)[-1]

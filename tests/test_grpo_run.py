@@ -1,5 +1,6 @@
 """Short real GRPO runs on the tiny policy: faults must not crash or hide (NaN, raising rewards)."""
 
+import json
 import math
 from pathlib import Path
 
@@ -113,6 +114,14 @@ def test_no_group_norm_ablation_uses_one_running_mean_baseline(tiny_policy_dir, 
     assert all("running_mean_baseline" in e for e in steps)
     assert trainer.running_mean.value == pytest.approx(steps[-1]["running_mean_baseline"])
     assert (tmp_path / "checkpoint-2" / "running_mean.json").exists()
+    saved = tmp_path / "checkpoint-2" / "training_args.bin"  # TRL's class: loads without rlvr
+    assert b"rlvr" not in saved.read_bytes()
+    assert type(torch.load(saved, weights_only=False)).__name__ == "GRPOConfig"
+    # a resume restores the baseline the checkpoint saved (run_grpo calls this before train())
+    at_step_2 = json.loads((tmp_path / "checkpoint-2" / "running_mean.json").read_text())["value"]
+    assert at_step_2 != trainer.running_mean.value
+    trainer.resume_running_mean(tmp_path / "checkpoint-2")
+    assert trainer.running_mean.value == at_step_2
     # advantages are reward - baseline: a group's advantages no longer average to zero
     assert max(b["max_abs_group_mean"] for b in trainer.batch_checks) > 1e-3
 

@@ -54,9 +54,8 @@ def test_what_a_stage_measured_goes_to_its_timing_file(monkeypatch, capsys, tmp_
     """record_timing: the parts of a stage's time that the bench reads from JSON, not console."""
     import json
 
-    from rlvr.stage import record_timing
+    from rlvr.timing import record_timing
 
-    monkeypatch.setattr("rlvr.stage._TIMING_PARTS", {})
     params = Params()
     params.paths.timing = str(tmp_path / "timing")
 

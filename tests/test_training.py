@@ -229,6 +229,27 @@ def test_a_checkpoint_of_two_ranks_needs_both_rng_states(tmp_path):
     assert checkpoint_problem(checkpoint, ranks=2) == "rng_state_1.pth is truncated or unreadable"
 
 
+def test_a_saved_config_is_trl_s_own_grpo_config(tmp_path):
+    """training_args.bin in models/final and each checkpoint: loads without rlvr, and holds what a
+    plain GRPOConfig of the same values holds."""
+    import pickle
+
+    from trl import GRPOConfig
+
+    from rlvr.grpo.config import PIPELINE_KNOBS, as_trl_config
+
+    params = parse_params({"train": {"dynamic_sampling": True, "max_sampling_rounds": 4}})
+    config = grpo_config(params.train, output_dir=tmp_path, max_steps=3, seed=1,
+                         reward_weights=[1.0, 0.2], dynamic_sampling=True)
+    plain = as_trl_config(config)
+    assert type(plain) is GRPOConfig and type(config) is PipelineGRPOConfig
+    assert b"rlvr" not in pickle.dumps(plain)
+    assert not any(hasattr(plain, knob) for knob in PIPELINE_KNOBS)
+    assert config.max_sampling_rounds == 4  # the trainer's own config keeps its knobs
+    assert vars(plain) == {k: v for k, v in vars(config).items() if k not in PIPELINE_KNOBS}
+    assert list(vars(plain)) == [k for k in vars(config) if k not in PIPELINE_KNOBS]
+
+
 def test_the_curves_written_in_flushes_are_dvclive_s_own_byte_for_byte(tmp_path):
     """LiveCurvesCallback holds points and writes them in flushes (every flush_every steps, at a
     checkpoint, at the end); the files must be those DVCLive writes point by point."""

@@ -36,7 +36,8 @@ def test_the_contract_names_the_pinned_versions():
 @pytest.mark.parametrize("name,owner", [
     ("_generate_and_score_completions", GRPOTrainer), ("_calculate_rewards", GRPOTrainer),
     ("_log_metric", GRPOTrainer), ("_get_train_sampler", GRPOTrainer),
-    ("_save_checkpoint", Trainer), ("_run_epoch", Trainer)])
+    ("_save_checkpoint", GRPOTrainer), ("_run_epoch", Trainer), ("log", GRPOTrainer),
+    ("evaluate", Trainer), ("save_model", Trainer)])
 def test_each_override_matches_the_library_signature(name, owner):
     assert name in CONTRACT
     assert name in vars(PipelineGRPOTrainer), f"the contract lists {name}, the trainer lacks it"
@@ -61,6 +62,31 @@ def test_what_the_trainer_reads_is_still_there():
     assert "self._metrics = {\"train\": defaultdict(list)" in source
     for attribute in ("self.reward_weights =", "self.num_generations =", "self.beta ="):
         assert attribute in source, attribute
+    # _calculate_rewards returns every rank's rewards, gathered: the trainer slices its own
+    assert "rewards_per_func = gather(rewards_per_func)" in inspect.getsource(
+        GRPOTrainer._calculate_rewards)
+    # log folds the metrics the trainer appends to into the logged line, then clears them
+    log = inspect.getsource(GRPOTrainer.log)
+    assert "self._metrics[mode].items()" in log and "self._metrics[mode].clear()" in log
+    # evaluate: what PipelineGRPOTrainer.evaluate does in the Trainer's stead
+    evaluate = inspect.getsource(Trainer.evaluate)
+    assert "self.log(output.metrics)" in evaluate and "on_evaluate" in evaluate
+    assert "metric_for_best_model" in inspect.getsource(Trainer._determine_best_metric)
+
+
+def test_the_checkpoint_layout_is_the_trainer_s():
+    from transformers import trainer as trainer_module
+    from transformers.trainer_callback import ProgressCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    from rlvr.grpo.checkpoints import rng_state_files
+
+    assert PREFIX_CHECKPOINT_DIR == "checkpoint"
+    assert trainer_module.TRAINER_STATE_NAME == "trainer_state.json"
+    source = inspect.getsource(Trainer._save_rng_state)
+    assert '"rng_state.pth"' in source and 'f"rng_state_{self.args.process_index}.pth"' in source
+    assert rng_state_files(1) == ["rng_state.pth"] and rng_state_files(3)[2] == "rng_state_2.pth"
+    assert "self.training_bar = " in inspect.getsource(ProgressCallback)
 
 
 def test_every_test_the_contract_names_exists():

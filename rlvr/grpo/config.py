@@ -5,8 +5,10 @@ theirs)."""
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from collections.abc import Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,11 +16,12 @@ from typing import Any
 from trl import GRPOConfig
 
 from rlvr.config import ParamsError
-from rlvr.training_params import ModelParams, TrainParams
+from rlvr.training_params import GRPOParams, ModelParams, TrainParams
 from rlvr.grpo.metric_keys import MEAN_REWARD, VALIDATION_PREFIX
 from rlvr.rewards.registry import normalized_weights
 
 ADVANTAGES = ("group", "running_mean")
+PIPELINE_KNOBS = ("max_sampling_rounds", "advantage", "running_mean_momentum")
 
 
 @dataclass
@@ -49,6 +52,17 @@ class PipelineGRPOConfig(GRPOConfig):
         super().__post_init__()
 
 
+def as_trl_config(config: GRPOConfig) -> GRPOConfig:
+    """The same config as TRL's own GRPOConfig, without the pipeline's knobs: what a saved model
+    folder keeps in training_args.bin, so that it loads where rlvr is not installed and a model
+    trained with the same values is the same bytes whatever class trained it."""
+    plain = copy.copy(config)
+    plain.__class__ = GRPOConfig
+    for knob in PIPELINE_KNOBS:
+        plain.__dict__.pop(knob, None)
+    return plain
+
+
 def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, seed: int,
                 reward_weights: Sequence[float], save_steps: int | None = None,
                 dynamic_sampling: bool = False, eval_steps: int = 0, select_best: bool = False,
@@ -62,7 +76,8 @@ def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, s
     with the best validation mean reward (the first of equals); chat_template_kwargs:
     model.chat_template_kwargs, the variables TRL renders prompts with."""
     grpo = train.grpo
-    fields = {name: value for name, value in vars(grpo).items() if name != "extra"}
+    fields = {f.name: getattr(grpo, f.name) for f in dataclasses.fields(GRPOParams)
+              if f.name != "extra"}  # getattr: through a stage's params view
     known = set(GRPOConfig.__dataclass_fields__)  # TRL's own: the pipeline's knobs come from train
     unknown = sorted(set(grpo.extra) - known)
     if unknown:
@@ -105,12 +120,12 @@ def check_trl_config(params) -> None:
     """Build the GRPOConfig (and LoraConfig) the smoke and train runs will build, so TRL's own
     checks run before any stage starts; raise ParamsError naming train.grpo with TRL's reason."""
     with tempfile.TemporaryDirectory() as scratch:
-        for steps, save_steps in ((params.smoke.max_steps, None),
-                                  (params.train.max_steps, params.train.save_steps)):
+        for steps, save_steps, sampled in ((params.smoke.max_steps, None, False),
+                                           (params.train.max_steps, params.train.save_steps, True)):
             try:
                 grpo_config(params.train, output_dir=scratch, max_steps=steps,
                             seed=params.seed, reward_weights=params.rewards.weights,
-                            save_steps=save_steps, dynamic_sampling=save_steps is not None,
+                            save_steps=save_steps, dynamic_sampling=sampled,
                             chat_template_kwargs=params.model.chat_template_kwargs)
             except (TypeError, ValueError) as error:
                 if isinstance(error, ParamsError):

@@ -13,6 +13,9 @@ GRAD_NORM = "grad_norm"
 ENTROPY = "entropy"
 COMPLETION_LENGTH = "completions/mean_length"
 NO_SPREAD_SHARE = "frac_reward_zero_std"  # share of groups whose G rewards are all equal
+NUM_TOKENS = "num_tokens"  # prompt + completion tokens so far
+STEP_TIME = "step_time"
+TRAIN_RUNTIME = "train_runtime"  # logged once, at the end of train()
 
 
 def reward_mean(name: str) -> str:
@@ -24,9 +27,16 @@ def reward_mean(name: str) -> str:
     return f"rewards/{name}/mean"
 
 
+FAILURES_SUFFIX = "/failures"
+
+
 def reward_failures(name: str) -> str:
-    """The pipeline's count of a reward function's failures (it scored None), per step."""
-    return f"rewards/{name}/failures"
+    """The pipeline's count of a reward function's failures (it scored None), per step.
+
+    >>> reward_failures("correctness")
+    'rewards/correctness/failures'
+    """
+    return f"rewards/{name}{FAILURES_SUFFIX}"
 
 
 CORRECTNESS = reward_mean("correctness")
@@ -44,7 +54,7 @@ FIRST_BATCH_KL = "dynamic_sampling/kl_first_batch"
 
 # Keys that measure time or throughput: kept out of the metric files, which must be identical
 # between two runs with the same seed.
-TIMING_KEYS = ("step_time", "train_runtime", "train_samples_per_second",
+TIMING_KEYS = (STEP_TIME, TRAIN_RUNTIME, "train_samples_per_second",
                "train_steps_per_second", "total_flos")
 # A NaN or Inf in any of these stops the run (callbacks.FiniteGuardCallback).
 GUARDED_KEYS = (LOSS, KL, FIRST_BATCH_KL, GRAD_NORM)

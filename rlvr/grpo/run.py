@@ -11,7 +11,8 @@ from transformers import TrainerCallback
 
 from rlvr.training_params import ModelParams
 from rlvr.console import use_console_progress
-from rlvr.grpo.callbacks import BetaSchedule, BetaScheduleCallback, FiniteGuardCallback
+from rlvr.grpo.callbacks import (BetaSchedule, BetaScheduleCallback, FiniteGuardCallback,
+                                 LiveCurvesCallback)
 from rlvr.grpo.config import PipelineGRPOConfig, grpo_config, peft_config
 from rlvr.grpo.trainer import PipelineGRPOTrainer
 from rlvr.rewards.registry import RewardFunction
@@ -85,5 +86,12 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
     if resume_from:
         trainer.resume_running_mean(resume_from)
     use_console_progress(trainer, label, train.log_every)
-    trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    except BaseException:
+        # a NaN stop or a crash skips on_train_end: the curves still get every logged step
+        for callback in trainer.callback_handler.callbacks:
+            if isinstance(callback, LiveCurvesCallback):
+                callback.flush()
+        raise
     return trainer

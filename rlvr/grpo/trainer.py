@@ -4,25 +4,30 @@ Trainer's evaluation loop (step 0 and every train.eval_steps; it also keeps the 
 and stops early). Its knobs ride on rlvr.grpo.config.PipelineGRPOConfig (self.args.*).
 
 TRL contract. These privates of trl==1.16.0 (GRPOTrainer) and transformers==5.24.0 (Trainer)
-are overridden or read here; requirements.lock pins both. When either changes, the tests named
-fail; tests/test_trl_contract.py checks the signatures and names below against the installed
-libraries, and that every test named here exists.
+are overridden, called or read here (requirements.lock pins both). When either changes, the test
+named fails; tests/test_trl_contract.py checks the signatures, names and file layout below against
+the installed libraries, and that every test named here exists.
 
-| private (owner)                             | use       | guarded by                                            |
-|---------------------------------------------|-----------|-------------------------------------------------------|
-| _generate_and_score_completions (trl)       | override  | test_dynamic_sampling.py::test_one_round_filters_and_the_loss_sees_the_short_batch |
-| _calculate_rewards (trl)                    | override  | test_dynamic_sampling.py::test_a_batch_of_all_equal_groups_is_resampled_until_full |
-| _log_metric (trl)                           | override  | test_grpo_run.py::test_a_raising_reward_scores_none_counts_it_and_training_goes_on |
-| _get_train_sampler (trl)                    | override  | test_resume.py::test_a_resumed_run_matches_the_uninterrupted_one |
-| _run_epoch (transformers), its epoch kwarg  | override  | test_multiprocess.py::test_kill_9_of_the_whole_run_resumes_to_the_uninterrupted_end |
-| _save_checkpoint (transformers)             | override  | test_grpo_run.py::test_no_group_norm_ablation_uses_one_running_mean_baseline |
-| _metrics["train"] (trl), a list per key     | read      | test_dynamic_sampling.py::test_a_run_with_dynamic_sampling_logs_it_and_stays_finite |
-| _get_per_token_logps_and_entropies (trl)    | read      | test_dynamic_sampling.py::test_with_every_group_kept_the_first_batch_kl_is_trls_kl |
-| trl.models.utils.disable_gradient_checkpointing | read  | test_dynamic_sampling.py::test_measuring_the_first_batch_kl_leaves_training_unchanged |
-| trl.trainer.utils.RepeatSampler and its fields | read   | test_resume.py::test_epoch_replay_sampler_gives_pass_k_of_the_plain_sampler |
-| the scored batch's keys (prompt_ids, prompt_mask, completion_ids, completion_mask, advantages, num_items_in_batch, ref_per_token_logps, old_per_token_logps, tool_mask) | read | test_dynamic_sampling.py::test_merged_groups_are_padded_like_trl |
-| reward_weights, num_generations, beta (trl) | read, beta written | test_grpo_run.py::test_beta_in_force_is_logged_every_step |
-| the logged metric names (rlvr.grpo.metric_keys) | read  | test_trl_contract.py::test_a_step_logs_every_trl_metric_key_we_read |
+| private (owner)                                 | use                 | guarded by |
+|-------------------------------------------------|---------------------|------------|
+| _generate_and_score_completions (trl)           | override            | test_dynamic_sampling.py::test_one_round_filters_and_the_loss_sees_the_short_batch |
+| _calculate_rewards (trl): rewards of every rank, gathered in rank order | override, read | test_dynamic_sampling.py::test_a_batch_of_all_equal_groups_is_resampled_until_full |
+| _log_metric (trl)                               | override            | test_grpo_run.py::test_a_raising_reward_scores_none_counts_it_and_training_goes_on |
+| _get_train_sampler (trl)                        | override            | test_resume.py::test_a_resumed_run_matches_the_uninterrupted_one |
+| _run_epoch (transformers), its epoch kwarg      | override            | test_multiprocess.py::test_kill_9_of_the_whole_run_resumes_to_the_uninterrupted_end |
+| _save_checkpoint (trl, then transformers)       | override            | test_grpo_run.py::test_no_group_norm_ablation_uses_one_running_mean_baseline |
+| log (trl): folds _metrics["train"] into the logs | override           | test_grpo_run.py::test_beta_in_force_is_logged_every_step |
+| evaluate (transformers): Trainer.log and callback_handler.on_evaluate called here, metric_for_best_model read by _determine_best_metric | override | test_validation_during_training.py::test_patience_stops_after_that_many_validations_without_a_new_best |
+| save_model (transformers): training_args.bin    | override            | test_grpo_run.py::test_no_group_norm_ablation_uses_one_running_mean_baseline |
+| _metrics["train"] (trl), a list per key         | read, appended to   | test_dynamic_sampling.py::test_a_run_with_dynamic_sampling_logs_it_and_stays_finite |
+| _get_per_token_logps_and_entropies (trl)        | called              | test_dynamic_sampling.py::test_with_every_group_kept_the_first_batch_kl_is_trls_kl |
+| trl.models.utils.disable_gradient_checkpointing | called              | test_dynamic_sampling.py::test_measuring_the_first_batch_kl_leaves_training_unchanged |
+| trl.trainer.utils.RepeatSampler and its fields  | subclassed          | test_resume.py::test_epoch_replay_sampler_gives_pass_k_of_the_plain_sampler |
+| the scored batch's keys (prompt_ids, prompt_mask, completion_ids, completion_mask, advantages, num_items_in_batch, ref_per_token_logps, old_per_token_logps, tool_mask) | read, cut, merged | test_dynamic_sampling.py::test_merged_groups_are_padded_like_trl |
+| reward_weights, num_generations, beta (trl)     | read, beta written  | test_grpo_run.py::test_beta_in_force_is_logged_every_step |
+| checkpoint-N, trainer_state.json, rng_state.pth / rng_state_N.pth (transformers) | read (rlvr/grpo/checkpoints.py) | test_training.py::test_a_checkpoint_of_two_ranks_needs_both_rng_states |
+| ProgressCallback.training_bar (transformers)    | read (rlvr/console.py) | test_grpo_run.py::test_the_console_shows_one_compact_line_every_log_every_steps |
+| the logged metric names (rlvr.grpo.metric_keys) | read                | test_trl_contract.py::test_a_step_logs_every_trl_metric_key_we_read |
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ from trl.trainer.utils import RepeatSampler
 from rlvr.grpo.advantages import RunningMeanBaseline, group_checks
 from rlvr.grpo.callbacks import validation_entry
 from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, EpochReplaySampler
+from rlvr.grpo.config import PipelineGRPOConfig, as_trl_config
 from rlvr.grpo.dynamic_sampling import local_group_spread, loss_mask, merge_groups, select_groups
-from rlvr.grpo.metric_keys import (BETA, FIRST_BATCH_KL, KEPT_SHARE, LOSS, OVERSAMPLING,
+from rlvr.grpo.metric_keys import (BETA, FAILURES_SUFFIX, FIRST_BATCH_KL, KEPT_SHARE, LOSS,
+                                   OVERSAMPLING,
                                    RUNNING_MEAN_BASELINE, SAMPLING_ROUNDS)
 from rlvr.grpo_math import k3_kl
 
@@ -54,6 +61,9 @@ class PipelineGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args, validation: Callable[[Any, Any], dict[str, float]] | None = None,
                  **kwargs) -> None:
+        if not isinstance(kwargs.get("args"), PipelineGRPOConfig):
+            raise TypeError("PipelineGRPOTrainer needs args=PipelineGRPOConfig(...) (its knobs: "
+                            "rlvr.grpo.config.grpo_config builds one from params)")
         self._epoch_sampler: EpochReplaySampler | None = None  # set while super() builds it
         super().__init__(*args, **kwargs)
         self.running_mean = (RunningMeanBaseline(self.args.running_mean_momentum)
@@ -235,6 +245,17 @@ class PipelineGRPOTrainer(GRPOTrainer):
                                               output["advantages"].tolist(), self.num_generations))
         return output
 
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        super().save_model(output_dir, _internal_call)
+        # training_args.bin as TRL's own GRPOConfig: a saved folder (models/final, a checkpoint)
+        # loads where rlvr is not installed, and holds the bytes a plain GRPOTrainer writes.
+        if self.args.should_save:
+            import torch
+            from transformers.trainer import TRAINING_ARGS_NAME
+
+            folder = Path(output_dir if output_dir is not None else self.args.output_dir)
+            torch.save(as_trl_config(self.args), folder / TRAINING_ARGS_NAME)
+
     def _save_checkpoint(self, model, trial):
         # The running mean must survive a resume, like the RNG state. It is written first: the
         # Trainer writes trainer_state.json last, so a checkpoint with one is whole.
@@ -247,7 +268,7 @@ class PipelineGRPOTrainer(GRPOTrainer):
     def _log_metric(self, name: str, value: float) -> None:
         # TRL averages a reward function's metric over the ranks; a failure count must be their
         # sum (every rank reports once per batch, so the mean of value x ranks is the sum).
-        if name.endswith("/failures"):
+        if name.endswith(FAILURES_SUFFIX):
             value *= self.accelerator.num_processes
         super()._log_metric(name, value)
 
