@@ -6,8 +6,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-import rlvr  # noqa: F401  (sets the offline / no-analytics environment first)
-from tests.helpers import SMALL_RUN, commit_all, dvc, make_project_copy, project_env
+# One torch thread per test process, set before anything imports torch: the tests run on both
+# cores at once (pytest-xdist: ./dev test), and two processes of two threads each
+# would fight over 2 cores; the tiny models' ops gain nothing from a second thread. Stage
+# subprocesses (dvc repro) inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import rlvr  # noqa: E402,F401  (sets the offline / no-analytics environment first)
+from tests.helpers import SMALL_RUN, commit_all, dvc, make_project_copy, project_env  # noqa: E402
 
 # Prefect must never write to the user's ~/.prefect: a throwaway home for the whole test session,
 # set before anything imports prefect.
