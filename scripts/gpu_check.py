@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import runpy
 import statistics
 import sys
@@ -108,15 +109,18 @@ def check_wheels(requirements: str = "scripts/gpu_wheels.txt") -> int:
 
     from packaging.requirements import Requirement
 
+    def canonical(name: str) -> str:  # PEP 503: pydantic_core, pydantic-core, Pydantic.Core
+        return re.sub(r"[-_.]+", "-", name).lower()
+
     lock = {}
     for line in Path("requirements.lock").read_text().split():
         name, _, version = line.partition("==")
-        lock[name.lower().replace("_", "-").replace(".", "-")] = version
+        lock[canonical(name)] = version
     names = [line.split("#")[0].strip() for line in Path(requirements).read_text().splitlines()]
     problems = []
     for name in filter(None, names):
         version = metadata.version(name)
-        wanted = lock[name.lower().replace(".", "-")]
+        wanted = lock[canonical(name)]
         if version != wanted:
             problems.append(f"{name} is {version}, not requirements.lock's {wanted}")
         for text in metadata.requires(name) or []:

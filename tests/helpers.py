@@ -167,8 +167,11 @@ def run_in_terminal(project: Path, *command: str, columns: int = 200) -> str:
 
     main, child = pty.openpty()
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    # COLUMNS and LINES as the terminal's own: a test worker may carry others (pytest-xdist's
+    # workers set 80 x 24), which rich would believe before the terminal's size
     process = subprocess.Popen(list(command), cwd=project, stdin=child, stdout=child,
-                               stderr=child, env={**project_env(project), "TERM": "xterm"})
+                               stderr=child, env={**project_env(project), "TERM": "xterm",
+                                                  "COLUMNS": str(columns), "LINES": "50"})
     os.close(child)
     chunks = []
     while True:
