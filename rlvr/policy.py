@@ -72,8 +72,19 @@ def save_policy(model, tokenizer, folder: str | Path) -> Path:
     """Save model and tokenizer so that `from_pretrained(folder)` (and TRL's reference model) load them."""
     folder = Path(folder)
     model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_tokenizer(tokenizer, folder)
     return folder
+
+
+def save_tokenizer(tokenizer, folder: str | Path) -> None:
+    """The tokenizer as it was loaded, whatever ran since: padding a batch (TRL pads prompts on
+    the left) leaves padding switched on in a fast tokenizer's backend, which tokenizer.json then
+    records, so a run that resumed past its last step (nothing generated since the load) would
+    save other bytes than one that trained to it."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and backend.padding is not None:
+        backend.no_padding()
+    tokenizer.save_pretrained(str(folder))
 
 
 def load_policy(folder: str | Path):

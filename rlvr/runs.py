@@ -23,7 +23,7 @@ from rlvr.grpo.checkpoints import (RUNNING_MEAN_FILE, fingerprint, last_checkpoi
                                    resumable_checkpoint)
 from rlvr.grpo.metric_keys import BETA, CORRECTNESS, LOSS, REWARD, TRAIN_RUNTIME
 from rlvr.grpo.run import run_grpo
-from rlvr.policy import load_policy, policy_path
+from rlvr.policy import load_policy, policy_path, save_tokenizer
 from rlvr.provenance import library_versions
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
@@ -208,7 +208,7 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
     if not is_main_process():
         return None
     try:
-        trainer.processing_class.save_pretrained(str(staging))
+        save_tokenizer(trainer.processing_class, staging)
         share_with_umask(staging)
         shutil.rmtree(final_dir, ignore_errors=True)
         shutil.move(str(staging), final_dir)

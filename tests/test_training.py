@@ -298,3 +298,17 @@ def test_the_curves_written_in_flushes_are_dvclive_s_own_byte_for_byte(tmp_path)
         return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
     ours, theirs = files(tmp_path / "ours"), files(tmp_path / "dvclive")
     assert len(theirs) >= len(keys) + 4 and ours == theirs
+
+
+def test_a_saved_tokenizer_is_the_same_whether_or_not_it_padded_a_batch(tmp_path):
+    """models/final of a run that resumed past its last step (no generation since the load) and
+    of one that trained to it: the same tokenizer.json."""
+    from rlvr.policy import build_char_tokenizer, save_tokenizer
+
+    fresh, used = build_char_tokenizer(), build_char_tokenizer()
+    used(["a", "abc"], padding=True, padding_side="left")  # as TRL pads prompts
+    assert used.backend_tokenizer.padding is not None
+    save_tokenizer(fresh, tmp_path / "fresh")
+    save_tokenizer(used, tmp_path / "used")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (tmp_path / "fresh" / name).read_bytes() == (tmp_path / "used" / name).read_bytes()
