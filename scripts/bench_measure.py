@@ -162,7 +162,8 @@ def measure_overhead(bench: Bench, processes: int = 1) -> None:
             rewards[side].append(result["rewards"])
             profiles[side].append(profile)
             extra = profile.get("checkpoint_extra")
-            say(f"{name}: rep {rep + 1}/{reps}: {side}: {rate:.2f} steps/s (median step "
+            say(f"{name}: pair {rep + 1} (at least {reps}, at most {most}): {side}: {rate:.2f} "
+                f"steps/s (median step "
                 f"{profile['median_step']:.3f} s"
                 + (f", +{extra:.3f} s per checkpoint" if extra is not None else "")
                 + f": {profile['typical_steps_per_s']:.2f} steps/s), reward functions "
