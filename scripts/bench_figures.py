@@ -58,8 +58,8 @@ class Figure:
 
     def to_json(self) -> dict:
         return {"key": self.key, "label": self.label, "unit": self.unit,
-                "median": _finite(self.median), "min": _finite(self.min),
-                "n": len(self.samples), "samples": [_finite(s) for s in self.samples],
+                "median": finite_or_none(self.median), "min": finite_or_none(self.min),
+                "n": len(self.samples), "samples": [finite_or_none(s) for s in self.samples],
                 "target": dataclasses.asdict(self.target) if self.target else None,
                 "met": self.met, "note": self.note,
                 "median_interval_95": list(self.interval) if self.interval else None}
@@ -88,7 +88,7 @@ def median_min(samples: Sequence[float]) -> tuple[float, float]:
     return statistics.median(finite), min(finite)
 
 
-def _finite(x: float | None) -> float | None:
+def finite_or_none(x: float | None) -> float | None:
     """JSON has no NaN: a missing figure is null."""
     return x if x is not None and math.isfinite(x) else None
 

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-from scripts.bench_figures import (Figure, Target, _finite, interleaved, median_interval,
+from scripts.bench_figures import (Figure, Target, finite_or_none, interleaved, median_interval,
                                    median_min, steady_rate, step_profile)
 from scripts.bench_run import (BENCH_SCRIPT, FLOW_PROFILE, ROOT, SCALES, VALIDATION_DATA,
                                VALIDATION_ROWS, Bench, BenchError, flow_breakdown, say)
@@ -195,7 +195,7 @@ def measure_overhead(bench: Bench, processes: int = 1) -> None:
                            "save_steps": params.train.save_steps, "same_trajectory": same,
                            "reward_share_bare": shares["bare"],
                            # per side: the median over repetitions of each run's step profile
-                           "step_profile": {side: {key: _finite(median_min(
+                           "step_profile": {side: {key: finite_or_none(median_min(
                                [p[key] for p in profiles[side]])[0]) for key in profiles[side][0]}
                                for side in sides}}
     if not same:
