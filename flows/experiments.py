@@ -19,7 +19,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from pathlib import Path
 
-from flows import ROOT  # first: it sets PREFECT_HOME before prefect is imported
+from flows import ROOT, drain_prefect  # first: it sets PREFECT_HOME before prefect is imported
 from prefect import flow, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
@@ -94,7 +94,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", help="queue and run only orchestration.grids.GRID")
     try:
-        for row in experiments(grid=parser.parse_args().grid):
-            print(row)
+        rows = experiments(grid=parser.parse_args().grid)
     except PipelineError as error:  # StageFailed, WorkspaceBusy
+        drain_prefect()
         raise SystemExit(f"experiments: {error}") from None
+    drain_prefect()
+    for row in rows:
+        print(row)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from pathlib import Path
 
-from flows import ROOT  # first: it sets PREFECT_HOME before prefect is imported
+from flows import ROOT, drain_prefect  # first: it sets PREFECT_HOME before prefect is imported
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
@@ -109,5 +109,7 @@ if __name__ == "__main__":
     try:
         result = pipeline()
     except PipelineError as error:  # StageFailed, WorkspaceBusy: the run's one line, no traceback
+        drain_prefect()
         raise SystemExit(f"pipeline: {error}") from None
+    drain_prefect()
     print(f"pipeline: {run_summary(result)}")
