@@ -1,6 +1,7 @@
 """Shared fixtures. Everything is offline: tiny models are built locally, never downloaded."""
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -52,10 +53,24 @@ def dvc_env():
 @pytest.fixture(scope="session")
 def cold_run(tmp_path_factory):
     """One cold `dvc repro` of the whole pipeline on SMALL_RUN, its results committed in its own
-    git repository. Slow tests copy it (copy_run) instead of training from scratch each."""
-    project = make_project_copy(tmp_path_factory.mktemp("cold") / "project", SMALL_RUN)
-    (project.parent / "repro.log").write_text(dvc(project, "repro"))  # what the console showed
-    commit_all(project, "cold run")
+    git repository. Slow tests copy it (copy_run) instead of training from scratch each.
+
+    One for the whole test session: under pytest-xdist the first worker to need it makes it in
+    the directory the workers share, the others wait on its lock and then read it (never write).
+    """
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the session's directory, above each worker's own
+    project, done = shared / "cold" / "project", shared / "cold" / "done"
+    with FileLock(str(shared / "cold.lock")):
+        if not done.exists():
+            shutil.rmtree(project.parent, ignore_errors=True)  # a half-made one (a killed run)
+            make_project_copy(project, SMALL_RUN)
+            (project.parent / "repro.log").write_text(dvc(project, "repro"))  # the console
+            commit_all(project, "cold run")
+            done.touch()
     return project
 
 
@@ -63,8 +78,6 @@ def cold_run(tmp_path_factory):
 def copy_run(cold_run, tmp_path):
     """A function returning a fresh copy of the cold run (git history, DVC cache, models and
     checkpoints included)."""
-    import shutil
-
     return lambda name="run": Path(shutil.copytree(cold_run, tmp_path / name, symlinks=True))
 
 

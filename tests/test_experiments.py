@@ -9,7 +9,7 @@ import pytest
 
 from rlvr.experiments import (Experiment, comparison_markdown, comparison_rows, differing_params,
                               parse_exp_show, setting_rows)
-from tests.helpers import run_in_terminal
+from tests.helpers import run_in_terminal, set_params
 
 
 
@@ -71,11 +71,12 @@ def test_runs_that_differ_by_seed_are_one_row_per_setting():
 
 @pytest.mark.slow
 def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
-        small_budget, project_copy, dvc_env, prefect_harness, artifact_versions):
+        copy_run, dvc_env, prefect_harness, artifact_versions):
     from flows.experiments import experiments
 
-    # two experiments at a time: the flow's parallel path (orchestration.jobs)
-    project = project_copy("exps", {**small_budget, "orchestration": {"jobs": 2}})
+    # the shared cold run; two experiments at a time: the flow's parallel path (orchestration.jobs)
+    project = copy_run("exps")
+    set_params(project, {"orchestration": {"jobs": 2}})
     env = dvc_env(project)
 
     def run(*command):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import set_params
+
 KEYS = ["reward-tests", "data-validation", "smoke-checks", "training-summary", "evaluation-audit",
         "retrospective", "retrospective-html"]
 
@@ -49,8 +51,13 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_nightly_deployment_runs_on_a_real_server_and_worker(small_budget, project_copy, tmp_path):
-    project = project_copy("deployed", small_budget)
+def test_nightly_deployment_runs_on_a_real_server_and_worker(copy_run, tmp_path):
+    # The shared cold run with one evaluation param changed: the worker's first run reruns
+    # check_params, evaluate and report (real stages, in the worker's environment), the second
+    # finds everything up to date.
+    project = copy_run("deployed")
+    set_params(project, {"evaluate": {"n_resamples": 400}})
+    evaluated = (project / "metrics/eval.json").stat().st_mtime_ns
     prefect = str(Path(sys.executable).parent / "prefect")
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -110,6 +117,8 @@ def test_nightly_deployment_runs_on_a_real_server_and_worker(small_budget, proje
                                    json.dumps({"artifacts": {"key": {"any_": [key]}}})))
             assert len(found) >= 2, key  # one version per run, under the same key
         assert (project / "reports/retrospective.html").exists()
+        assert (project / "metrics/eval.json").stat().st_mtime_ns > evaluated  # a stage ran
+        assert "n_resamples: 400" in (project / "dvc.lock").read_text()
     finally:
         for process in reversed(started):
             _stop(process)
