@@ -25,7 +25,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from rlvr.config import ParamsError, load_params
-from rlvr.experiments import (check_queued_runs, compare, comparison_rows, grid_command, grid_runs,
+from rlvr.experiments import (check_queued_runs, compare, comparison_rows, grid_commands, grid_runs,
                               queue_commands, queued_runs, run_queue_env, run_queue_to_end)
 from rlvr.errors import PipelineError
 from rlvr.orchestration import StageFailed, failed, provenance_line, run_dvc, workspace_lock
@@ -49,7 +49,8 @@ def queue_experiments(root: str, grid: str | None = None) -> int:
     except ParamsError as error:
         raise StageFailed(str(error)) from None
     if grid is not None:
-        _dvc(root, *grid_command(orchestration.grids[grid]))
+        for args in grid_commands(orchestration.grids[grid]):
+            _dvc(root, *args)
         return grid_runs(orchestration.grids[grid])
     for args in queue_commands(orchestration):
         _dvc(root, *args)

@@ -15,12 +15,13 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict, model_validator
 from ruamel.yaml import YAML
 
 from rlvr.errors import ParamsError
+from rlvr.grpo.metric_keys import CORRECTNESS_REWARD
 from rlvr.section import (Dict, Float, Int, NonEmptyStr, Str, deref, holds, json_schema,
                           require, section, validate)
 from rlvr.training_params import ModelParams, TrainParams
@@ -205,6 +206,9 @@ class ReportParams:
                                 "reward-hacking, overfitting and forgetting alarms.")
 
 
+GRID_SETTINGS = "settings"  # a grid's named sets of overrides (rlvr.experiments.grid_commands)
+
+
 @section("orchestration")
 class OrchestrationParams:
     retries: Int = Field(2, ge=0, description="Retries of a training stage that fails (a killed "
@@ -227,7 +231,8 @@ class OrchestrationParams:
                         description="Experiments flow: param -> values, queued as a grid.")
     grids: Dict = Field(default_factory=dict, description="Experiments flow, only when named "
                         "(`python -m flows.experiments --grid NAME`): name -> {param: values}; "
-                        "every combination is queued (DVC's grid of `-S` lists).")
+                        "every combination is queued (DVC's grid of `-S` lists). A `settings` "
+                        "entry (setting name -> `-S` overrides) crosses each setting with them.")
 
     @model_validator(mode="after")
     def _check(self) -> OrchestrationParams:
@@ -259,11 +264,30 @@ class OrchestrationParams:
             require(isinstance(grid, dict) and bool(grid), f"orchestration.grids.{name}", grid,
                      "must map params to lists of values, e.g. {seed: [0, 1]}")
             for key, values in grid.items():
+                if key == GRID_SETTINGS:
+                    _check_settings(values, f"orchestration.grids.{name}.{GRID_SETTINGS}")
+                    continue
                 _require_param_key(str(key), f"orchestration.grids.{name}")
                 require(isinstance(values, list) and bool(values),
                          f"orchestration.grids.{name}.{key}", values,
                          "must be a non-empty list of values")
         return self
+
+
+def _check_settings(settings: Any, where: str) -> None:
+    """A grid's named settings: name -> a list of `-S` overrides (empty: the params as they are)."""
+    require(isinstance(settings, dict) and bool(settings), where, settings,
+            "must map setting names to lists of `-S` overrides, e.g. {default: [], "
+            "no-kl: [train.grpo.beta=0]}")
+    for name, overrides in settings.items():
+        require(bool(_EXPERIMENT_NAME.fullmatch(str(name))), where, name,
+                "must be a name of letters, digits, '-' and '_'")
+        require(isinstance(overrides, list)
+                and all(isinstance(o, str) and "=" in o for o in overrides),
+                f"{where}.{name}", overrides,
+                "must be a list of `-S` overrides such as train.grpo.beta=0 (or [])")
+        for override in overrides:
+            _require_param_key(override.split("=", 1)[0].strip(), f"{where}.{name}")
 
 
 @section("paths")
@@ -349,6 +373,19 @@ class Params:
                                                "experiments.")
     paths: PathsParams = Field(default_factory=PathsParams, description="Where every output "
                                "lives.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Params:
+        # the remedies that tell a correct sample from a wrong one read the correctness reward
+        train = self.train
+        for key, on in (("train.advantage", train.advantage == "pass_at_k"),
+                        ("train.unlikeliness", train.unlikeliness > 0),
+                        ("train.resample_unsolved", train.resample_unsolved)):
+            require(not on or CORRECTNESS_REWARD in self.rewards.funcs, key,
+                    getattr(train, key.split(".")[1]),
+                    f"needs '{CORRECTNESS_REWARD}' in rewards.funcs (it tells a correct sample "
+                    f"from a wrong one)")
+        return self
 
 
 def _require_param_key(key: str, where: str) -> None:

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from rlvr.audit import (SliceRule, audit_verdict, pass_at_k_curve, split_audit, verdict_line,
                         weighed_regressions)
 from rlvr.data import Row
-from rlvr.grpo.metric_keys import (GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS,
-                                   TAG_SUCCESS_PREFIX, pass_at)
+from rlvr.grpo.metric_keys import (CORRECTNESS_REWARD, GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD,
+                                   SAMPLED_SUCCESS, TAG_SUCCESS_PREFIX, pass_at)
 from rlvr.rewards.registry import RewardFunction
 from rlvr.stats import finite_mean, paired_ci
 
-CORRECTNESS = "correctness"  # the reward function that is the verifier's verdict
+CORRECTNESS = CORRECTNESS_REWARD
 
 
 @dataclass

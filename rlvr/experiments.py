@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import (PARAMS_FILE, OrchestrationParams, Params, ParamsError, PathsParams,
-                         load_params)
+from rlvr.config import (GRID_SETTINGS, PARAMS_FILE, OrchestrationParams, Params, ParamsError,
+                         PathsParams, load_params)
 
 
 def override_value(value: Any) -> str:
@@ -45,27 +45,44 @@ def queue_commands(orchestration) -> list[list[str]]:
     return commands
 
 
-def grid_command(grid: dict[str, list]) -> list[str]:
-    """The `dvc` arguments that queue every combination of a grid (DVC's `-S` lists).
+def grid_commands(grid: dict) -> list[list[str]]:
+    """The `dvc` argument lists that queue every run of a grid: each param's list of values is
+    DVC's grid of `-S` lists; a `settings` entry (name -> `-S` overrides) gives one call per
+    setting, its overrides crossed with those lists.
 
-    >>> " ".join(grid_command({"seed": [0, 1], "train.dynamic_sampling": [False, True]}))
-    'exp run --queue -S seed=0,1 -S train.dynamic_sampling=false,true'
+    >>> for args in grid_commands({"seed": [0, 1], "train.dynamic_sampling": [False, True]}):
+    ...     print(" ".join(args))
+    exp run --queue -S seed=0,1 -S train.dynamic_sampling=false,true
+    >>> for args in grid_commands({"seed": [0, 1], "settings": {
+    ...         "default": [], "pass-at-k": ["train.advantage=pass_at_k"]}}):
+    ...     print(" ".join(args))
+    exp run --queue -S seed=0,1
+    exp run --queue -S train.advantage=pass_at_k -S seed=0,1
     """
-    return ["exp", "run", "--queue",
-            *[a for key, values in grid.items()
-              for a in ("-S", f"{key}={','.join(map(override_value, values))}")]]
+    lists = [a for key, values in grid.items() if key != GRID_SETTINGS
+             for a in ("-S", f"{key}={','.join(map(override_value, values))}")]
+    return [["exp", "run", "--queue", *[a for o in overrides for a in ("-S", o)], *lists]
+            for overrides in grid_settings(grid).values()]
 
 
+def grid_settings(grid: dict) -> dict[str, list[str]]:
+    """A grid's named settings (name -> `-S` overrides); one unnamed empty setting if it has
+    none."""
+    return grid.get(GRID_SETTINGS) or {"": []}
 
-def grid_runs(grid: dict[str, list]) -> int:
-    """How many experiments a grid queues: the product of its lists' lengths.
+
+def grid_runs(grid: dict) -> int:
+    """How many experiments a grid queues: the product of its lists' lengths, times its settings.
 
     >>> grid_runs({"seed": [0, 1, 2, 3], "train.select": ["last", "best_val"]})
+    8
+    >>> grid_runs({"seed": [0, 1, 2, 3], "settings": {"a": [], "b": ["seed=1"]}})
     8
     """
     import math
 
-    return math.prod(len(values) for values in grid.values())
+    return len(grid_settings(grid)) * math.prod(len(values) for key, values in grid.items()
+                                                if key != GRID_SETTINGS)
 
 
 def queued_runs(orchestration) -> int:
@@ -96,7 +113,7 @@ def experiment_runs(orchestration: OrchestrationParams, grid: str | None = None
                     ) -> list[tuple[str, list[str]]]:
     """(where, `-S` overrides) of every run the experiments flow queues: the ablations and the
     sweep, or, given `grid`, only that grid's combinations. (The flow queues them with
-    queue_commands / grid_command; a test expands those with DVC's own sweep code and checks
+    queue_commands / grid_commands; a test expands those with DVC's own sweep code and checks
     they are these runs.)"""
     if grid is not None:
         return _grid_runs(grid, orchestration.grids[grid])
@@ -110,9 +127,12 @@ def experiment_runs(orchestration: OrchestrationParams, grid: str | None = None
 def _grid_runs(name: str, grid: dict) -> list[tuple[str, list[str]]]:
     import itertools
 
-    return [(f"orchestration.grids.{name}",
-             [f"{key}={override_value(value)}" for key, value in zip(grid, combination)])
-            for combination in itertools.product(*grid.values())]  # every combination DVC queues
+    lists = {key: values for key, values in grid.items() if key != GRID_SETTINGS}
+    return [(f"orchestration.grids.{name}" + (f".settings.{setting}" if setting else ""),
+             [*overrides,
+              *[f"{key}={override_value(value)}" for key, value in zip(lists, combination)]])
+            for setting, overrides in grid_settings(grid).items()
+            for combination in itertools.product(*lists.values())]  # every run DVC queues
 
 
 def experiment_params(path: str | Path = PARAMS_FILE) -> Iterator[tuple[str, list[str], Params]]:

@@ -20,6 +20,7 @@ PIPELINE_GRPO_FIELDS = ("output_dir", "max_steps", "seed", "data_seed", "reward_
 # TRL 1.16 GRPOConfig.loss_type values and transformers 5 SchedulerType values (tests check both
 # against the installed libraries).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+CLIPPED_LOSSES = ("grpo", "dr_grpo", "dapo", "bnpo")  # PPO's two-sided clip of the ratio
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
                  "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau",
                  "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay", "greedy")
@@ -160,6 +161,22 @@ class GRPOParams:
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group", description="Advantage scaling: group (divide by the group std), batch, or none.")
     epsilon: Float = Field(0.2, gt=0, description="PPO clip range of the importance ratio.")
+    epsilon_high: Float = Field(0.0, ge=0, description="DAPO's clip-higher (Yu et al. 2025; 0.28 "
+                                "there): the upper clip range, wider than epsilon so unlikely "
+                                "tokens can rise. 0 = epsilon (TRL's default). Acts only when "
+                                "the policy ratio can leave 1: num_iterations > 1.")
+    top_entropy_quantile: Float = Field(1.0, ge=0, le=1, description="Train only on the top "
+                                        "quantile of tokens by entropy (Wang et al. 2025, 'Beyond "
+                                        "the 80/20 Rule'; 0.2 there). 1 = every token.")
+    entropy_coef: Float = Field(0.0, ge=0, description="Entropy bonus in the loss (mean per-token "
+                                "entropy x this); with use_adaptive_entropy, its start. 0 = off.")
+    use_adaptive_entropy: Bool = Field(False, description="Skywork-OR1's adaptive entropy "
+                                       "control: entropy_coef rises while the entropy is below "
+                                       "entropy_target and falls otherwise (TRL's "
+                                       "entropy_coef_delta, _min, _max through extra).")
+    entropy_target: Float = Field(0.2, gt=0, description="use_adaptive_entropy: the mean "
+                                  "per-token entropy (nats) it steers to; the tiny policy's is "
+                                  "~0.4 at step 0.")
     num_iterations: Int = Field(1, ge=1, description="Updates per generated batch (mu in the GRPO "
                                 "paper).")
     max_grad_norm: Float = Field(1.0, gt=0, description="Gradient clipping.")
@@ -186,6 +203,14 @@ class GRPOParams:
                  f"must be divisible by num_generations ({self.num_generations})")
         require(not (self.bf16 and self.use_cpu), "train.grpo.bf16", self.bf16,
                  "needs a GPU: set use_cpu: false, or bf16: false on CPU")
+        # with one update per generated batch the loss sees the policy that sampled it: the
+        # ratio is exactly 1 and no clip range ever acts
+        off_policy = (self.num_iterations > 1 or self.extra.get("steps_per_generation", 1)
+                      > self.gradient_accumulation_steps)
+        require(self.epsilon_high == 0 or off_policy or self.loss_type not in CLIPPED_LOSSES,
+                 "train.grpo.epsilon_high", self.epsilon_high,
+                 "has no effect with num_iterations 1: the policy ratio is exactly 1 when the "
+                 "loss is computed, so clipping never acts; set num_iterations to 2 or more")
         return self
 
 
@@ -206,10 +231,32 @@ class BetaScheduleParams:
 @section("train")
 class TrainParams:
     max_steps: Int = Field(400, ge=1, description="GRPO optimizer steps of the full run.")
-    advantage: Literal["group", "running_mean"] = Field(
+    advantage: Literal["group", "running_mean", "pass_at_k"] = Field(
         "group", description="group: GRPO's per-group baseline (TRL's own computation); "
         "running_mean: the ablation with no group normalisation, one global running mean of the "
-        "reward as the baseline, no std scaling.")
+        "reward as the baseline, no std scaling; pass_at_k: Pass@k training's analytic "
+        "advantages (Chen et al. 2025) on the correctness reward alone, k = train.pass_at_k: a "
+        "group's wrong samples lose less credit once it has a correct one, so a rare correct "
+        "answer keeps its pull (rlvr.grpo.advantages.pass_at_k_advantages).")
+    pass_at_k: Int = Field(4, ge=1, description="advantage pass_at_k: the k of the pass@k the "
+                           "group advantages maximise (1 = GRPO's advantages); at most "
+                           "num_generations.")
+    positive_weight: Float = Field(1.0, gt=0, le=1, description="Weighted REINFORCE (Zhu et al. "
+                                   "2025, lambda 0.1 there): positive advantages are scaled by "
+                                   "this, negative ones kept, so the loss pushes down wrong "
+                                   "answers more than it pulls up liked ones. 1 = off.")
+    unlikeliness: Float = Field(0.0, ge=0, le=1, description="The unlikeliness reward (He et al. "
+                                "2025): a correct sample's correctness reward becomes "
+                                "1 - unlikeliness x (G - rank) / G, rank 0 being its group's "
+                                "most likely correct sample under the policy, so rare correct "
+                                "answers earn more. Costs one forward pass per batch. 0 = off; "
+                                "not with advantage pass_at_k.")
+    resample_unsolved: Bool = Field(False, description="dynamic_sampling only (ignored without "
+                                    "it, as max_sampling_rounds): a prompt whose group "
+                                    "had no correct answer is sampled again (G more) in the next "
+                                    "round, before new prompts are drawn: more samples where "
+                                    "there is no signal, so a rare answer the policy still gives "
+                                    "now and then is found.")
     running_mean_momentum: Float = Field(0.9, ge=0, lt=1, description="running_mean: weight of "
                                          "the old baseline in each update (exponential moving "
                                          "average).")
@@ -265,9 +312,16 @@ class TrainParams:
                      f"({self.eval_steps}) with train.select = 'best_val': the best step must "
                      "have a checkpoint")
         if self.dynamic_sampling:
-            require(self.advantage == "group", "train.dynamic_sampling", True,
-                     "needs train.advantage = 'group' (it drops the groups whose rewards are all "
-                     "equal, which only group baselines leave without a gradient)")
+            require(self.advantage in ("group", "pass_at_k"), "train.dynamic_sampling", True,
+                     "needs train.advantage = 'group' or 'pass_at_k' (it drops the groups that "
+                     "carry no gradient, which only group baselines leave)")
+        require(self.unlikeliness == 0 or self.advantage != "pass_at_k", "train.unlikeliness",
+                 self.unlikeliness, "has no effect with train.advantage = 'pass_at_k' (its "
+                 "advantages read only which answers are correct); set one of them")
+        if self.advantage == "pass_at_k":
+            require(self.pass_at_k <= self.grpo.num_generations, "train.pass_at_k",
+                     self.pass_at_k, f"must be at most train.grpo.num_generations "
+                     f"({self.grpo.num_generations}): pass@k is estimated from one group")
         require(self.patience == 0 or self.select == "best_val", "train.patience",
                  self.patience, "needs train.select = 'best_val' (early stopping keeps the "
                  "best checkpoint); set it to 0 or select best_val")
@@ -301,10 +355,4 @@ class TrainParams:
                      f"needs one optimizer micro-batch per generation (steps_per_generation "
                      f"{per_generation}): a batch left short of kept groups cannot be split; "
                      "set gradient_accumulation_steps and extra.steps_per_generation to 1")
-            # its drift KL is measured when a batch is generated: with num_iterations > 1 most
-            # steps would log TRL's kept-group KL alone, and the KL series would mix the two
-            require(grpo.num_iterations == 1, "train.dynamic_sampling", True,
-                     f"needs train.grpo.num_iterations = 1 (it is {grpo.num_iterations}): "
-                     "the KL the diagnosis reads is measured on each generated batch; set "
-                     "num_iterations to 1 or dynamic_sampling to false")
         return self

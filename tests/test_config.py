@@ -298,13 +298,27 @@ def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
     assert [where for where, _ in runs] == [
         "orchestration.ablations.no-kl", "orchestration.ablations.no-group-norm",
         "orchestration.sweep.train.grpo.beta", "orchestration.sweep.train.grpo.beta",
-        *["orchestration.grids.step8"] * 16]
+        *["orchestration.grids.step8"] * 16,
+        *[f"orchestration.grids.step11.settings.{name}" for name in (
+            "default", "pass-at-k", "positive-weight", "unlikeliness", "resample-unsolved",
+            "clip-higher") for _ in range(4)]]
     assert runs[0][1].train.grpo.beta == 0 and runs[1][1].train.advantage == "running_mean"
     assert [params.train.grpo.beta for _, params in runs[2:4]] == [0.01, 0.1]
     # the grid: every combination, each applied (booleans spelled as YAML's, as DVC queues them)
-    grid = {(p.seed, p.train.select, p.train.dynamic_sampling) for _, p in runs[4:]}
+    grid = {(p.seed, p.train.select, p.train.dynamic_sampling) for _, p in runs[4:20]}
     assert grid == {(seed, select, dynamic) for seed in range(4)
                     for select in ("last", "best_val") for dynamic in (False, True)}
+    # a grid of named settings: each setting's overrides, crossed with the seeds
+    settings = {(where.rsplit(".", 1)[1], p.seed, p.train.advantage, p.train.positive_weight,
+                 p.train.unlikeliness, p.train.resample_unsolved, p.train.grpo.num_iterations,
+                 p.train.grpo.epsilon_high) for where, p in runs[20:]}
+    assert settings == {(name, seed, *knobs) for seed in range(4) for name, knobs in (
+        ("default", ("group", 1.0, 0.0, False, 1, 0.0)),
+        ("pass-at-k", ("pass_at_k", 1.0, 0.0, False, 1, 0.0)),
+        ("positive-weight", ("group", 0.1, 0.0, False, 1, 0.0)),
+        ("unlikeliness", ("group", 1.0, 0.25, False, 1, 0.0)),
+        ("resample-unsolved", ("group", 1.0, 0.0, True, 1, 0.0)),
+        ("clip-higher", ("group", 1.0, 0.0, False, 2, 0.28)))}
 
 
 def test_an_unknown_grid_is_one_line_naming_the_grids():
@@ -312,7 +326,7 @@ def test_an_unknown_grid_is_one_line_naming_the_grids():
     from rlvr.orchestration import StageFailed
 
     with pytest.raises(StageFailed, match=r"--grid nope: params.yaml orchestration.grids has no "
-                                          r"such grid \(it has: step8\)"):
+                                          r"such grid \(it has: step8, step11\)"):
         queue_experiments.fn(str(ROOT), "nope")
 
 
@@ -362,7 +376,8 @@ def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
                 and getattr(node.func, "id", "") == "PipelineGRPOConfig")
     # the subclass's own knobs come from params.train, never from train.grpo.extra
     knobs = set(PipelineGRPOConfig.__dataclass_fields__) - set(GRPOConfig.__dataclass_fields__)
-    assert knobs == {"max_sampling_rounds", "advantage", "running_mean_momentum"}
+    assert knobs == {"max_sampling_rounds", "advantage", "running_mean_momentum", "pass_at_k",
+                     "positive_weight", "unlikeliness", "resample_unsolved"}
     assert set(PIPELINE_GRPO_FIELDS) == {k.arg for k in call.keywords if k.arg} - knobs
     for key in PIPELINE_GRPO_FIELDS:
         with pytest.raises(ParamsError, match=f"train.grpo.extra.{key} = .*: is set by the "):

@@ -168,6 +168,27 @@ def test_with_every_group_kept_the_first_batch_kl_is_trls_kl(tiny_policy_dir, ro
         assert entry[FIRST_BATCH_KL] == pytest.approx(entry["kl"], rel=1e-4, abs=1e-7)
 
 
+def test_with_two_updates_per_batch_the_first_batch_kl_is_measured_every_step(tiny_policy_dir,
+                                                                             rows, tmp_path):
+    """num_iterations 2: TRL generates at steps 1 and 3 and trains on its buffer at steps 2 and
+    4; there the stored first batch is measured with the policy as it is then, importance-weighted
+    as TRL weights its KL. With every group kept it is the batch TRL's loss sees, so both KLs
+    agree at every step."""
+    calls = iter(range(10**9))
+    params = sampled_params(1)
+    params.rewards.weights = [1.0]
+    params.train.grpo.num_iterations, params.train.grpo.learning_rate = 2, 1e-2
+    trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=4,
+                       reward_funcs=[RewardFunction("reward", lambda text, verifier, n:
+                                                    float(next(calls) % 2))],
+                       dynamic_sampling=True)
+    steps = [e for e in trainer.state.log_history if "loss" in e]
+    assert ["dynamic_sampling/rounds" in e for e in steps] == [True, False, True, False]
+    assert steps[1]["kl"] > 1e-4  # the policy moved after step 1's update
+    for entry in steps:
+        assert entry[FIRST_BATCH_KL] == pytest.approx(entry["kl"], rel=1e-4, abs=1e-7)
+
+
 def test_the_first_batch_kl_covers_its_dropped_groups_and_no_later_round(tiny_policy_dir, rows,
                                                                         tmp_path):
     odd = [r for r in rows if r.verifier["target"] % 2]
@@ -176,7 +197,8 @@ def test_the_first_batch_kl_covers_its_dropped_groups_and_no_later_round(tiny_po
     scored, seen = [], []
     score, measure = trainer._score_batch, trainer._first_batch_kl_sums
     trainer._score_batch = lambda batch: scored.append(score(batch)) or scored[-1]
-    trainer._first_batch_kl_sums = lambda output: seen.append(measure(output)) or seen[-1]
+    trainer._first_batch_kl_sums = lambda output, fresh=False: (
+        seen.append(measure(output, fresh)) or seen[-1])
     output = trainer._generate_and_score_completions(_batch(even))  # no spread: all dropped
     assert len(scored) >= 2 and set(_prompts(trainer, output)) <= {r.prompt for r in odd}
     (kl_sum, tokens), = seen  # measured once, on the first batch, whose groups were all dropped
@@ -189,7 +211,8 @@ def test_measuring_the_first_batch_kl_leaves_training_unchanged(tiny_policy_dir,
                                                                 monkeypatch, lora_dropout):
     measured = _run(tiny_policy_dir, rows, tmp_path / "a", spread_if_odd(),
                     lora_dropout=lora_dropout)
-    monkeypatch.setattr(PipelineGRPOTrainer, "_first_batch_kl_sums", lambda self, output: None)
+    monkeypatch.setattr(PipelineGRPOTrainer, "_first_batch_kl_sums",
+                        lambda self, output, fresh=False: None)
     unmeasured = _run(tiny_policy_dir, rows, tmp_path / "b", spread_if_odd(),
                       lora_dropout=lora_dropout)
     assert all(FIRST_BATCH_KL in e for e in measured)
@@ -204,8 +227,6 @@ def test_measuring_the_first_batch_kl_leaves_training_unchanged(tiny_policy_dir,
     ({"dynamic_sampling": True, "grpo": {"gradient_accumulation_steps": 2}, "save_steps": 50},
      "train.dynamic_sampling = True: needs one optimizer micro-batch per generation"),
     ({"max_sampling_rounds": 0}, "train.max_sampling_rounds = 0: must be >= 1"),
-    ({"dynamic_sampling": True, "grpo": {"num_iterations": 2}, "save_steps": 50},
-     "train.dynamic_sampling = True: needs train.grpo.num_iterations = 1 (it is 2)"),
 ])
 def test_dynamic_sampling_params_are_checked(train, message):
     with pytest.raises(ParamsError) as error:

@@ -135,13 +135,13 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
 
 
 def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
-    """flows.experiments queues with queue_commands / grid_command (DVC's `-S` lists, one call
+    """flows.experiments queues with queue_commands / grid_commands (DVC's `-S` lists, one call
     for several runs) and checks experiment_runs first (one entry per run): DVC's own sweep
     expansion of the commands gives those runs, no more, no fewer."""
     from dvc.utils.hydra import get_hydra_sweeps, to_hydra_overrides
 
     from rlvr.config import OrchestrationParams, load_params
-    from rlvr.experiments import experiment_runs, grid_command, queue_commands
+    from rlvr.experiments import experiment_runs, grid_commands, queue_commands
 
     def meaning(overrides):  # (key, parsed value): 'x=false' and DVC's 'x=False' are one run
         return sorted((o.key_or_group, repr(o.value())) for o in to_hydra_overrides(overrides))
@@ -162,13 +162,17 @@ def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
                                   sweep={"train.dynamic_sampling": [False, True],
                                          "train.grpo.beta": [0.01, 0.1, 0.2]},
                                   grids={"g": {"seed": [0, 1], "train.select": ["last", "best_val"],
-                                               "train.eval_steps": [50]}})
+                                               "train.eval_steps": [50]},
+                                         "s": {"seed": [0, 1], "settings": {
+                                             "default": [], "two": ["train.grpo.beta=0",
+                                                                    "train.select=best_val"]}}})
     for orchestration in (committed, made_up):
         assert queued(queue_commands(orchestration)) == checked(experiment_runs(orchestration))
         for name, grid in orchestration.grids.items():
-            assert queued([grid_command(grid)]) == checked(experiment_runs(orchestration, name))
-    assert len(checked(experiment_runs(made_up))) == 6 and len(queued([grid_command(
-        made_up.grids["g"])])) == 4
+            assert queued(grid_commands(grid)) == checked(experiment_runs(orchestration, name))
+    assert len(checked(experiment_runs(made_up))) == 6 and len(queued(grid_commands(
+        made_up.grids["g"]))) == 4
+    assert len(queued(grid_commands(made_up.grids["s"]))) == 4  # 2 settings x 2 seeds
 
 
 FAKE_DVC = """import os, sys, time

@@ -48,7 +48,7 @@ def test_the_pipeline_knobs_ride_on_the_grpo_config(tmp_path):
     for bad, message in (({"advantage": "global"}, "advantage = 'global'"),
                          ({"running_mean_momentum": 1.0}, "must be in \\[0, 1\\)"),
                          ({"max_sampling_rounds": 2, "advantage": "running_mean"},
-                          "needs advantage 'group'")):
+                          "needs group advantages")):
         with pytest.raises(ValueError, match=message):
             PipelineGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **bad)
 

@@ -37,7 +37,7 @@ def test_the_contract_names_the_pinned_versions():
     ("_generate_and_score_completions", GRPOTrainer), ("_calculate_rewards", GRPOTrainer),
     ("_log_metric", GRPOTrainer), ("_get_train_sampler", GRPOTrainer),
     ("_save_checkpoint", GRPOTrainer), ("_run_epoch", Trainer), ("log", GRPOTrainer),
-    ("evaluate", Trainer), ("save_model", Trainer)])
+    ("evaluate", Trainer), ("save_model", Trainer), ("training_step", GRPOTrainer)])
 def test_each_override_matches_the_library_signature(name, owner):
     assert name in CONTRACT
     assert name in vars(PipelineGRPOTrainer), f"the contract lists {name}, the trainer lacks it"
@@ -60,8 +60,15 @@ def test_what_the_trainer_reads_is_still_there():
     for key in keys:
         assert f'"{key}"' in source, key
     assert "self._metrics = {\"train\": defaultdict(list)" in source
-    for attribute in ("self.reward_weights =", "self.num_generations =", "self.beta ="):
+    for attribute in ("self.reward_weights =", "self.num_generations =", "self.beta =",
+                      "self.reward_func_names =", "self.scale_rewards =",
+                      "self.num_iterations =", "self._step ="):
         assert attribute in source, attribute
+    # when TRL generates (PipelineGRPOTrainer.training_step measures the KL on the other steps)
+    prepare = inspect.getsource(GRPOTrainer._prepare_inputs)
+    assert "generate_every = self.args.steps_per_generation * self.num_iterations" in prepare
+    assert "if self._step % generate_every == 0 or self._buffered_inputs is None" in prepare
+    assert "self._step += 1" in inspect.getsource(GRPOTrainer.training_step)
     # _calculate_rewards returns every rank's rewards, gathered: the trainer slices its own
     assert "rewards_per_func = gather(rewards_per_func)" in inspect.getsource(
         GRPOTrainer._calculate_rewards)

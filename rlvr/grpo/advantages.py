@@ -58,3 +58,114 @@ class RunningMeanBaseline:
         self.value = (batch_mean if self.value is None
                       else self.momentum * self.value + (1 - self.momentum) * batch_mean)
         return [r - baseline if math.isfinite(r) else 0.0 for r in rewards]
+
+
+# --- Remedies for forgetting a rare kind of answer (train.advantage pass_at_k,
+# train.positive_weight, train.unlikeliness): pure functions on one batch of G-sized groups,
+# every rank's completions in rank order. "correct" means the correctness reward is 1.
+
+def group_advantages(totals: Sequence[float], num_generations: int,
+                     scale: str = "group") -> list[float]:
+    """GRPO's advantages as TRL 1.16 computes them (multi_objective_aggregation
+    'sum_then_normalize'): each reward minus its group's mean, divided by the group's standard
+    deviation (Bessel-corrected) + 1e-4 (scale 'group'), by the batch's ('batch') or by nothing
+    ('none'). An unscorable (NaN) reward gets 0 and is left out of the means.
+
+    >>> [round(a, 3) for a in group_advantages([1.0, 0.0, 0.0, 0.0], 4)]
+    [1.5, -0.5, -0.5, -0.5]
+    >>> group_advantages([1.0, 1.0, 0.5, 0.0], 2, scale="none")
+    [0.0, 0.0, 0.25, -0.25]
+    """
+    def mean(values):
+        kept = [v for v in values if math.isfinite(v)]
+        return sum(kept) / len(kept) if kept else math.nan
+
+    def std(values):
+        kept = [v for v in values if math.isfinite(v)]
+        if len(kept) < 2:
+            return math.nan
+        m = sum(kept) / len(kept)
+        return math.sqrt(sum((v - m) ** 2 for v in kept) / (len(kept) - 1))
+
+    batch_std = std(totals)
+    advantages = []
+    for start in range(0, len(totals), num_generations):
+        group = totals[start:start + num_generations]
+        centre = mean(group)
+        spread = {"group": std(group), "batch": batch_std, "none": None}[scale]
+        for value in group:
+            a = value - centre
+            if spread is not None:
+                a = a / (spread + 1e-4)
+            advantages.append(a if math.isfinite(a) else 0.0)
+    return advantages
+
+
+def pass_at_k_advantages(correct: Sequence[bool], num_generations: int, k: int) -> list[float]:
+    """Pass@k training's analytic advantages (Chen et al. 2025, "Pass@k Training for Adaptively
+    Balancing Exploration and Exploitation of Large Reasoning Models", sec. 4): the group's
+    reward is pass@k estimated from its n samples, c of them correct,
+    R = 1 - C(n-c, k) / C(n, k), sigma = sqrt(R (1 - R)); a correct sample gets (1 - R) / sigma,
+    a wrong one (1 - R - C(n-c-1, k-1) / C(n-1, k-1)) / sigma; a group all right or all wrong
+    gets 0. With k = 1 they are GRPO's advantages (population std); a larger k takes less
+    credit from the wrong samples of a group that already has a correct one, so a rare correct
+    answer keeps its pull once the others are learned.
+
+    >>> [round(a, 3) for a in pass_at_k_advantages([True, False, False, False], 4, k=1)]
+    [1.732, -0.577, -0.577, -0.577]
+    >>> [round(a, 3) for a in pass_at_k_advantages([True, False, False, False], 4, k=2)]
+    [1.0, -0.333, -0.333, -0.333]
+    >>> pass_at_k_advantages([True, True, False, False], 4, k=4)  # pass@4 is 1 for any wrong 3
+    [0.0, 0.0, 0.0, 0.0]
+    """
+    from math import comb
+
+    advantages = []
+    for start in range(0, len(correct), num_generations):
+        group = list(correct[start:start + num_generations])
+        n, c = len(group), sum(group)
+        if not 0 < c < n or k > n:
+            advantages += [0.0] * n
+            continue
+        reward = 1 - comb(n - c, k) / comb(n, k)
+        sigma = math.sqrt(reward * (1 - reward))
+        if sigma < 1e-12:
+            advantages += [0.0] * n
+            continue
+        wrong = (1 - reward - comb(n - c - 1, k - 1) / comb(n - 1, k - 1)) / sigma
+        advantages += [(1 - reward) / sigma if ok else wrong for ok in group]
+    return advantages
+
+
+def unlikeliness_penalties(correct: Sequence[bool], logps: Sequence[float],
+                           num_generations: int, strength: float) -> list[float]:
+    """The unlikeliness reward (He et al. 2025, "Rewarding the Unlikely: Lifting GRPO Beyond
+    Distribution Sharpening", eq. 3): a correct sample's reward R becomes
+    R (1 - strength (G - rank) / G), rank 0 being the group's most likely correct sample under
+    the policy (sequence log-probability `logps`). Returned: what to subtract from each sample's
+    correctness reward of 1 (0 for a wrong one), so the most likely correct answers earn least
+    and a rare correct answer keeps more of its credit.
+
+    >>> unlikeliness_penalties([True, False, True, True], [-1.0, -0.5, -3.0, -2.0], 4, 0.5)
+    [0.5, 0.0, 0.25, 0.375]
+    """
+    penalties = [0.0] * len(correct)
+    for start in range(0, len(correct), num_generations):
+        indices = [i for i in range(start, min(start + num_generations, len(correct)))
+                   if correct[i]]
+        for rank, i in enumerate(sorted(indices, key=lambda i: -logps[i])):
+            penalties[i] = strength * (num_generations - rank) / num_generations
+    return penalties
+
+
+def weight_positive(advantages: Sequence[float], weight: float) -> list[float]:
+    """Weighted REINFORCE's balance (Zhu et al. 2025, "The Surprising Effectiveness of Negative
+    Reinforcement in LLM Reasoning", W-REINFORCE, lambda = 0.1 there): positive advantages scaled
+    by `weight`, negative ones kept, so pushing down wrong answers, which spreads their
+    probability over the other answers the policy already gives, outweighs pulling up the
+    answers it already likes.
+
+    >>> weight_positive([1.5, -0.5, 0.0, -1.0], 0.1)
+    [0.15000000000000002, -0.5, 0.0, -1.0]
+    """
+    return [a * weight if a > 0 else a for a in advantages]

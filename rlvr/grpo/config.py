@@ -20,8 +20,9 @@ from rlvr.training_params import GRPOParams, ModelParams, TrainParams
 from rlvr.grpo.metric_keys import MEAN_REWARD, VALIDATION_PREFIX
 from rlvr.rewards.registry import normalized_weights
 
-ADVANTAGES = ("group", "running_mean")
-PIPELINE_KNOBS = ("max_sampling_rounds", "advantage", "running_mean_momentum")
+ADVANTAGES = ("group", "running_mean", "pass_at_k")
+PIPELINE_KNOBS = ("max_sampling_rounds", "advantage", "running_mean_momentum", "pass_at_k",
+                  "positive_weight", "unlikeliness", "resample_unsolved")
 
 
 @dataclass
@@ -37,6 +38,19 @@ class PipelineGRPOConfig(GRPOConfig):
                 "normalisation, advantage = reward - one running mean over all past batches."})
     running_mean_momentum: float = field(default=0.9, metadata={
         "help": "advantage running_mean: weight of the old baseline in each update, in [0, 1)."})
+    pass_at_k: int = field(default=4, metadata={
+        "help": "advantage pass_at_k: the k of Pass@k training's analytic advantages (Chen et al. "
+                "2025), computed on the correctness reward; 1..num_generations."})
+    positive_weight: float = field(default=1.0, metadata={
+        "help": "W-REINFORCE (Zhu et al. 2025): positive advantages are scaled by this, in "
+                "(0, 1]; 1 leaves them."})
+    unlikeliness: float = field(default=0.0, metadata={
+        "help": "The unlikeliness reward (He et al. 2025): a correct sample's correctness reward "
+                "is lowered by this x (G - rank) / G, rank 0 the group's most likely correct "
+                "sample; in [0, 1], 0 = off. Not with advantage 'pass_at_k'."})
+    resample_unsolved: bool = field(default=False, metadata={
+        "help": "Dynamic sampling: prompts whose group had no correct answer are sampled again "
+                "in the next round, before new prompts are drawn."})
 
     def __post_init__(self) -> None:
         if self.advantage not in ADVANTAGES:
@@ -46,9 +60,19 @@ class PipelineGRPOConfig(GRPOConfig):
                              "in [0, 1)")
         if self.max_sampling_rounds < 0:
             raise ValueError(f"max_sampling_rounds = {self.max_sampling_rounds}: must be >= 0")
-        if self.max_sampling_rounds and self.advantage != "group":
-            raise ValueError("max_sampling_rounds needs advantage 'group' (dynamic sampling "
-                             "drops the groups whose rewards are all equal)")
+        if self.max_sampling_rounds and self.advantage == "running_mean":
+            raise ValueError("max_sampling_rounds needs group advantages (dynamic sampling "
+                             "drops the groups that carry no gradient)")
+        if self.pass_at_k < 1:
+            raise ValueError(f"pass_at_k = {self.pass_at_k}: must be >= 1")
+        if not 0 < self.positive_weight <= 1:
+            raise ValueError(f"positive_weight = {self.positive_weight}: must be in (0, 1]")
+        if not 0 <= self.unlikeliness <= 1:
+            raise ValueError(f"unlikeliness = {self.unlikeliness}: must be in [0, 1]")
+        if self.unlikeliness and self.advantage == "pass_at_k":
+            raise ValueError("unlikeliness has no effect with advantage 'pass_at_k'")
+        if self.resample_unsolved and not self.max_sampling_rounds:
+            raise ValueError("resample_unsolved needs dynamic sampling (max_sampling_rounds)")
         super().__post_init__()
 
 
@@ -83,6 +107,7 @@ def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, s
     if unknown:
         raise ParamsError(f"params.yaml: train.grpo.extra has unknown GRPOConfig field(s) "
                           f"{unknown}; see trl.GRPOConfig for the names")
+    fields["epsilon_high"] = grpo.epsilon_high or None  # None: TRL takes epsilon
     fields.update(grpo.extra)
     fields.setdefault("activation_checkpointing", False)
     # Several processes: every trained weight takes part in each forward pass, so DDP need not
@@ -112,6 +137,10 @@ def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, s
         train.dynamic_sampling else 0,
         advantage=train.advantage,
         running_mean_momentum=train.running_mean_momentum,
+        pass_at_k=train.pass_at_k,
+        positive_weight=train.positive_weight,
+        unlikeliness=train.unlikeliness,
+        resample_unsolved=train.resample_unsolved and dynamic_sampling and train.dynamic_sampling,
         **fields,
     )
 

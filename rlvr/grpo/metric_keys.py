@@ -39,7 +39,8 @@ def reward_failures(name: str) -> str:
     return f"rewards/{name}{FAILURES_SUFFIX}"
 
 
-CORRECTNESS = reward_mean("correctness")
+CORRECTNESS_REWARD = "correctness"  # the reward function that is the verifier's verdict
+CORRECTNESS = reward_mean(CORRECTNESS_REWARD)
 FORMAT = reward_mean("format")
 LENGTH = reward_mean("length")
 
@@ -49,6 +50,8 @@ RUNNING_MEAN_BASELINE = "running_mean_baseline"  # train.advantage: running_mean
 SAMPLING_ROUNDS = "dynamic_sampling/rounds"
 KEPT_SHARE = "dynamic_sampling/kept_share"  # kept groups / generated groups
 OVERSAMPLING = "dynamic_sampling/oversampling"  # generated groups / groups a batch holds
+# train.resample_unsolved: groups sampled again (no correct answer) / groups a batch holds
+RESAMPLED_UNSOLVED = "dynamic_sampling/resampled_unsolved"
 # The KL over each step's first batch, every group kept or dropped (rlvr.stats.drift_kl says why)
 FIRST_BATCH_KL = "dynamic_sampling/kl_first_batch"
 

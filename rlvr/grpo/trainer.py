@@ -1,5 +1,6 @@
-"""PipelineGRPOTrainer: TRL's GRPOTrainer with dynamic sampling, the running-mean ablation, per-batch
-group checks, the beta in force logged every step, and the validation rows scored in the
+"""PipelineGRPOTrainer: TRL's GRPOTrainer with dynamic sampling, the running-mean ablation, the
+forgetting remedies (pass@k advantages, the unlikeliness reward, weighted positives, unsolved
+prompts sampled again), per-batch group checks, the beta in force logged every step, and the validation rows scored in the
 Trainer's evaluation loop (step 0 and every train.eval_steps; it also keeps the best checkpoint
 and stops early). Its knobs ride on rlvr.grpo.config.PipelineGRPOConfig (self.args.*).
 
@@ -25,6 +26,9 @@ the installed libraries, and that every test named here exists.
 | trl.trainer.utils.RepeatSampler and its fields  | subclassed          | test_resume.py::test_epoch_replay_sampler_gives_pass_k_of_the_plain_sampler |
 | the scored batch's keys (prompt_ids, prompt_mask, completion_ids, completion_mask, advantages, num_items_in_batch, ref_per_token_logps, old_per_token_logps, tool_mask) | read, cut, merged | test_dynamic_sampling.py::test_merged_groups_are_padded_like_trl |
 | reward_weights, num_generations, beta (trl)     | read, beta written  | test_grpo_run.py::test_beta_in_force_is_logged_every_step |
+| training_step (trl); _step, num_iterations and _prepare_inputs' rule: generate when _step % (steps_per_generation x num_iterations) == 0 | override, read | test_dynamic_sampling.py::test_with_two_updates_per_batch_the_first_batch_kl_is_measured_every_step |
+| the KL's importance weighting (use_bias_correction_kl, importance_sampling_level) | copied | test_dynamic_sampling.py::test_with_two_updates_per_batch_the_first_batch_kl_is_measured_every_step |
+| reward_func_names, scale_rewards and the advantage formula (sum_then_normalize), copied in rlvr/grpo/advantages.py | read, copied | test_remedies.py::test_group_advantages_are_trls |
 | checkpoint-N, trainer_state.json, rng_state.pth / rng_state_N.pth (transformers) | read (rlvr/grpo/checkpoints.py) | test_training.py::test_a_checkpoint_of_two_ranks_needs_both_rng_states |
 | ProgressCallback.training_bar (transformers)    | read (rlvr/console.py) | test_grpo_run.py::test_the_console_shows_one_compact_line_every_log_every_steps |
 | the logged metric names (rlvr.grpo.metric_keys) | read                | test_trl_contract.py::test_a_step_logs_every_trl_metric_key_we_read |
@@ -42,13 +46,14 @@ from transformers import Trainer
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from rlvr.grpo.advantages import RunningMeanBaseline, group_checks
+from rlvr.grpo.advantages import (RunningMeanBaseline, group_advantages, group_checks,
+                                   pass_at_k_advantages, unlikeliness_penalties, weight_positive)
 from rlvr.grpo.callbacks import validation_entry
 from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, EpochReplaySampler
 from rlvr.grpo.config import PipelineGRPOConfig, as_trl_config
-from rlvr.grpo.dynamic_sampling import local_group_spread, loss_mask, merge_groups, select_groups
-from rlvr.grpo.metric_keys import (BETA, FAILURES_SUFFIX, FIRST_BATCH_KL, KEPT_SHARE, LOSS,
-                                   OVERSAMPLING,
+from rlvr.grpo.dynamic_sampling import groups_with_signal, loss_mask, merge_groups, select_groups
+from rlvr.grpo.metric_keys import (BETA, CORRECTNESS_REWARD, FAILURES_SUFFIX, FIRST_BATCH_KL,
+                                   KEPT_SHARE, LOSS, OVERSAMPLING, RESAMPLED_UNSOLVED,
                                    RUNNING_MEAN_BASELINE, SAMPLING_ROUNDS)
 from rlvr.grpo_math import k3_kl
 
@@ -72,6 +77,7 @@ class PipelineGRPOTrainer(GRPOTrainer):
         self.validation = validation
         self.validation_seconds = 0.0
         self._last_rewards_per_func = None
+        self._kl_batch = None  # dynamic sampling: the last generated first batch
 
     def resume_running_mean(self, checkpoint: str | Path) -> None:
         """The running-mean baseline as the checkpoint saved it (_save_checkpoint)."""
@@ -124,6 +130,14 @@ class PipelineGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
+    def _correct(self) -> list[bool]:
+        """Whether each completion of the last scored batch, over all ranks, is correct: its
+        correctness reward is 1 (check_params makes the remedies that ask need that reward)."""
+        import torch
+
+        column = self._last_rewards_per_func[:, self.reward_func_names.index(CORRECTNESS_REWARD)]
+        return (torch.nan_to_num(column, nan=0.0) >= 1.0 - 1e-6).tolist()
+
     def _reward_totals(self):
         """The weighted reward of every completion of the last scored batch, over all ranks
         (TRL gathers them); NaN where every reward function returned None."""
@@ -152,14 +166,13 @@ class PipelineGRPOTrainer(GRPOTrainer):
         G = self.num_generations
         needed = len(inputs) // G
         parts, kept, generated, batch, first = [], 0, 0, inputs, None
-        rounds = 0
+        rounds, resampled = 0, 0
         for rounds in range(1, self.args.max_sampling_rounds + 1):
             output = self._score_batch(batch)
             first = first if first is not None else output
-            spread = local_group_spread(self._reward_totals(), len(batch), G,
-                                        self.accelerator.process_index)
-            generated += len(spread)
-            chosen = [g for g, has in enumerate(spread) if has][:needed - kept]
+            signal = groups_with_signal(output["advantages"], G)
+            generated += len(signal)
+            chosen = [g for g, has in enumerate(signal) if has][:needed - kept]
             if chosen:
                 parts.append(select_groups(output, chosen, G))
                 kept += len(chosen)
@@ -167,7 +180,10 @@ class PipelineGRPOTrainer(GRPOTrainer):
             if self.accelerator.gather(short).sum().item() == 0 \
                     or rounds == self.args.max_sampling_rounds:
                 break
-            batch = self._more_prompts(needed, rounds)
+            again = self._unsolved_prompts(batch, chosen) if self.args.resample_unsolved else []
+            resampled += len(again) // G
+            batch = again[:needed * G] + self._more_prompts(needed - len(again[:needed * G]) // G,
+                                                             rounds)
         # Every rank trains on as many groups as the rank that kept fewest (TRL's loss gathers
         # per-completion values, which needs equal batches); none kept anywhere: the first
         # batch, as without dynamic sampling.
@@ -182,41 +198,89 @@ class PipelineGRPOTrainer(GRPOTrainer):
         metrics[SAMPLING_ROUNDS].append(float(rounds))
         metrics[KEPT_SHARE].append(common / generated)
         metrics[OVERSAMPLING].append(generated / needed)
-        kl_sums = self._first_batch_kl_sums(first)
-        if kl_sums is not None:  # the same beta on every rank: all of them reduce, or none
-            kl_sums = self.accelerator.reduce(kl_sums, reduction="sum")
-            metrics[FIRST_BATCH_KL].append((kl_sums[0] / kl_sums[1].clamp(min=1.0)).item())
+        if self.args.resample_unsolved:
+            metrics[RESAMPLED_UNSOLVED].append(resampled / needed)
+        self._kl_batch = first
+        self._log_first_batch_kl(first, fresh=False)
         merged["num_items_in_batch"] = self.accelerator.gather(loss_mask(merged).sum()).sum()
         return merged
 
-    def _first_batch_kl_sums(self, output):
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        # With num_iterations > 1, TRL generates every num_iterations steps (dynamic sampling
+        # needs steps_per_generation 1) and trains on its buffer in between: on those steps the
+        # drift KL is measured on the stored first batch with the policy as it is now, so the
+        # series the diagnosis reads has one value per step, whatever num_iterations.
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self.args.max_sampling_rounds and self._kl_batch is not None \
+                and self._step % generate_every != 0:
+            self._log_first_batch_kl(self._kl_batch, fresh=True)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def _log_first_batch_kl(self, batch, fresh: bool) -> None:
+        kl_sums = self._first_batch_kl_sums(batch, fresh)
+        if kl_sums is not None:  # the same beta on every rank: all of them reduce, or none
+            kl_sums = self.accelerator.reduce(kl_sums, reduction="sum")
+            self._metrics["train"][FIRST_BATCH_KL].append(
+                (kl_sums[0] / kl_sums[1].clamp(min=1.0)).item())
+
+    def _first_batch_kl_sums(self, output, fresh: bool = False):
         """This rank's (sum, token count) of the per-token k3 KL, current policy to reference,
         over every completion of the step's first scored batch, its groups kept or dropped: the
         batch a run without dynamic sampling trains on and measures TRL's kl over (stats.drift_kl
         says why). The later rounds' prompts add cost, not a truer figure. None when beta is 0 in
-        force, as TRL then computes no reference log-probs and logs no KL. A forward pass without
-        gradients, in the model's train mode as TRL's own; torch's RNG state is restored after it
-        (dropout, e.g. LoRA's, would draw), so training samples the same rollouts with or
-        without it."""
+        force, as TRL then computes no reference log-probs and logs no KL. fresh: the batch was
+        generated by an earlier policy (num_iterations > 1): the current policy's log-probs are
+        computed anew, and each token's KL is weighted by the importance ratio of the current to
+        the sampling policy, as TRL weights its own (use_bias_correction_kl, its default): the
+        estimate of the current policy's KL from another policy's samples."""
         import torch
-        from trl.models.utils import disable_gradient_checkpointing
 
         ref = output.get("ref_per_token_logps")
         if ref is None:
             return None
-        logps = output.get("old_per_token_logps")  # TRL's, when it computed them: the same
-        if logps is None:
-            completion = output["completion_ids"]
-            devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-            with torch.no_grad(), torch.random.fork_rng(devices=devices), \
-                    disable_gradient_checkpointing(self.model,
-                                                   self.args.gradient_checkpointing_kwargs):
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, torch.cat([output["prompt_ids"], completion], dim=1),
-                    torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
-                    completion.size(1), batch_size=self.args.per_device_train_batch_size)
         mask = loss_mask(output)
-        return torch.stack([(k3_kl(logps, ref) * mask).sum(), mask.sum().float()])
+        logps = self._policy_token_logps(output, fresh)
+        kl = k3_kl(logps, ref)
+        old = output.get("old_per_token_logps")
+        if fresh and old is not None and self.args.use_bias_correction_kl:
+            log_ratio = logps - old
+            if self.args.importance_sampling_level == "sequence":
+                log_ratio = ((log_ratio * mask).sum(-1, keepdim=True)
+                             / mask.sum(-1, keepdim=True).clamp(min=1.0))
+            kl = kl * log_ratio.exp()
+        return torch.stack([(kl * mask).sum(), mask.sum().float()])
+
+    def _policy_token_logps(self, output, fresh: bool = False):
+        """The current policy's per-token log-probs of a scored batch's completions: TRL's, when
+        it computed them at generation (old_per_token_logps) and not `fresh`, else a forward pass
+        without gradients, in the model's train mode as TRL's own; torch's RNG state is restored
+        after it (dropout, e.g. LoRA's, would draw), so training samples the same rollouts with or
+        without it."""
+        import torch
+        from trl.models.utils import disable_gradient_checkpointing
+
+        logps = None if fresh else output.get("old_per_token_logps")
+        if logps is not None:
+            return logps
+        completion = output["completion_ids"]
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices), \
+                disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, torch.cat([output["prompt_ids"], completion], dim=1),
+                torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
+                completion.size(1), batch_size=self.args.per_device_train_batch_size)
+        return logps
+
+    def _unsolved_prompts(self, batch: list[dict], chosen: list[int]) -> list[dict]:
+        """train.resample_unsolved: this rank's prompts of `batch` whose group had no correct
+        answer and was not kept, each repeated G times, to be sampled again."""
+        G = self.num_generations
+        n = len(batch)
+        correct = self._correct()[self.accelerator.process_index * n:
+                                  (self.accelerator.process_index + 1) * n]
+        return [batch[g * G] for g in range(n // G)
+                if g not in chosen and not any(correct[g * G:(g + 1) * G]) for _ in range(G)]
 
     def _more_prompts(self, count: int, round_: int) -> list[dict]:
         """`count` training rows, each repeated G times, drawn by a generator seeded by the seed,
@@ -229,21 +293,51 @@ class PipelineGRPOTrainer(GRPOTrainer):
         return [self.train_dataset[i] for i in rows for _ in range(self.num_generations)]
 
     def _score_batch(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        if self.running_mean is not None:
-            import torch
+        """TRL's scored batch, its advantages replaced where a pipeline knob asks: the
+        running-mean ablation, pass@k advantages, the unlikeliness reward; then the positive
+        ones weighted (train.positive_weight). The group checks see the advantages before that
+        weighting, which alone leaves a group's mean below 0 by design."""
+        import torch
 
-            totals = self._reward_totals()
-            advantages = self.running_mean.advantages(totals.tolist())
+        output = super()._generate_and_score_completions(inputs)
+        advantages = None  # every rank's, in rank order
+        if self.running_mean is not None:
+            advantages = self.running_mean.advantages(self._shaped_totals(output))
+            self._metrics["train"][RUNNING_MEAN_BASELINE].append(float(self.running_mean.value))
+        elif self.args.advantage == "pass_at_k":
+            advantages = pass_at_k_advantages(self._correct(), self.num_generations,
+                                              self.args.pass_at_k)
+        elif self.args.unlikeliness:
+            advantages = group_advantages(self._shaped_totals(output), self.num_generations,
+                                          self.scale_rewards)
+        if advantages is not None:
             n = len(inputs)
             local = advantages[self.accelerator.process_index * n:
                                (self.accelerator.process_index + 1) * n]
             output["advantages"] = torch.tensor(local, dtype=output["advantages"].dtype,
                                                 device=output["advantages"].device)
-            self._metrics["train"][RUNNING_MEAN_BASELINE].append(float(self.running_mean.value))
         self.batch_checks.append(group_checks([x["prompt"] for x in inputs],
                                               output["advantages"].tolist(), self.num_generations))
+        if self.args.positive_weight != 1:
+            output["advantages"] = torch.tensor(
+                weight_positive(output["advantages"].tolist(), self.args.positive_weight),
+                dtype=output["advantages"].dtype, device=output["advantages"].device)
         return output
+
+    def _shaped_totals(self, output) -> list[float]:
+        """Every rank's weighted rewards of a scored batch; with the unlikeliness reward, each
+        correct sample's correctness reward lowered by its penalty, ranked by the sequence
+        log-probability of the policy that sampled it (one forward pass without gradients, as
+        _first_batch_kl_sums)."""
+        if not self.args.unlikeliness:
+            return self._reward_totals().tolist()
+        logps = self._policy_token_logps(output)
+        sequence = self.accelerator.gather((logps * loss_mask(output)).sum(dim=1)).tolist()
+        correct = self._correct()
+        penalties = unlikeliness_penalties(correct, sequence, self.num_generations,
+                                           self.args.unlikeliness)
+        weight = float(self.reward_weights[self.reward_func_names.index(CORRECTNESS_REWARD)])
+        return [t - weight * p for t, p in zip(self._reward_totals().tolist(), penalties)]
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call)
