@@ -140,7 +140,7 @@ def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, s
         pass_at_k=train.pass_at_k,
         positive_weight=train.positive_weight,
         unlikeliness=train.unlikeliness,
-        resample_unsolved=train.resample_unsolved and dynamic_sampling and train.dynamic_sampling,
+        resample_unsolved=dynamic_sampling and train.dynamic_sampling and train.resample_unsolved,
         **fields,
     )
 

@@ -1,5 +1,5 @@
 """DAPO's dynamic sampling (Yu et al. 2025) on TRL's scored batches: which groups carry a
-gradient, and scored batches cut to some groups or merged, padded as TRL pads them.
+gradient on this rank, and scored batches cut to some groups or merged, padded as TRL pads them.
 PipelineGRPOTrainer._dynamically_sampled runs the rounds with these."""
 
 from __future__ import annotations
@@ -8,17 +8,25 @@ import math
 from collections.abc import Sequence
 
 
-def groups_with_signal(advantages, num_generations: int) -> list[bool]:
-    """For each group of `num_generations` consecutive completions, whether any of its
-    advantages is non-zero: a group with none gives the loss no gradient. With GRPO's group
-    advantages that is a group whose rewards differ (unscorable rewards get 0); with the
-    remedies' advantages (rlvr.grpo.advantages) it is whatever they left a signal in.
+def local_group_spread(values, local_size: int, num_generations: int, rank: int) -> list[bool]:
+    """For each group of this rank's `local_size` completions (groups of `num_generations`,
+    consecutive), whether its `values` differ: the rewards its advantages are computed from (a
+    group of equal ones has no gradient). `values` holds every rank's in rank order; NaN
+    (unscorable) ones are ignored. (Not the advantages themselves: TRL's float32 mean of equal
+    rewards can be off by a rounding error, which its division by std + 1e-4 lifts far from 0.)
 
     >>> import torch
-    >>> groups_with_signal(torch.tensor([0.5, -0.5, 0.0, 0.0, 0.0, 1e-9]), 2)
-    [True, False, False]
+    >>> values = torch.tensor([1., 1., 0., 1., 5., 5., float("nan"), 2.])
+    >>> local_group_spread(values, 4, 2, rank=0), local_group_spread(values, 4, 2, rank=1)
+    ([False, True], [False, False])
     """
-    return (advantages.view(-1, num_generations).abs() > 1e-6).any(dim=1).tolist()
+    import torch
+
+    mine = values[rank * local_size:(rank + 1) * local_size].view(-1, num_generations)
+    finite = torch.isfinite(mine)
+    high = torch.where(finite, mine, torch.full_like(mine, -math.inf)).max(dim=1).values
+    low = torch.where(finite, mine, torch.full_like(mine, math.inf)).min(dim=1).values
+    return ((high - low) > 1e-6).tolist()
 
 
 def loss_mask(output: dict):

@@ -51,7 +51,7 @@ from rlvr.grpo.advantages import (RunningMeanBaseline, group_advantages, group_c
 from rlvr.grpo.callbacks import validation_entry
 from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, EpochReplaySampler
 from rlvr.grpo.config import PipelineGRPOConfig, as_trl_config
-from rlvr.grpo.dynamic_sampling import groups_with_signal, loss_mask, merge_groups, select_groups
+from rlvr.grpo.dynamic_sampling import local_group_spread, loss_mask, merge_groups, select_groups
 from rlvr.grpo.metric_keys import (BETA, CORRECTNESS_REWARD, FAILURES_SUFFIX, FIRST_BATCH_KL,
                                    KEPT_SHARE, LOSS, OVERSAMPLING, RESAMPLED_UNSOLVED,
                                    RUNNING_MEAN_BASELINE, SAMPLING_ROUNDS)
@@ -78,6 +78,7 @@ class PipelineGRPOTrainer(GRPOTrainer):
         self.validation_seconds = 0.0
         self._last_rewards_per_func = None
         self._kl_batch = None  # dynamic sampling: the last generated first batch
+        self._signal_basis: list[float] = []  # _score_batch: what the advantages come from
 
     def resume_running_mean(self, checkpoint: str | Path) -> None:
         """The running-mean baseline as the checkpoint saved it (_save_checkpoint)."""
@@ -170,7 +171,8 @@ class PipelineGRPOTrainer(GRPOTrainer):
         for rounds in range(1, self.args.max_sampling_rounds + 1):
             output = self._score_batch(batch)
             first = first if first is not None else output
-            signal = groups_with_signal(output["advantages"], G)
+            signal = local_group_spread(torch.tensor(self._signal_basis), len(batch), G,
+                                        self.accelerator.process_index)
             generated += len(signal)
             chosen = [g for g, has in enumerate(signal) if has][:needed - kept]
             if chosen:
@@ -301,14 +303,18 @@ class PipelineGRPOTrainer(GRPOTrainer):
 
         output = super()._generate_and_score_completions(inputs)
         advantages = None  # every rank's, in rank order
+        # what the advantages are computed from, every rank's: a group where it is all equal
+        # carries no gradient (dynamic sampling drops it)
+        self._signal_basis = self._shaped_totals(output)
         if self.running_mean is not None:
-            advantages = self.running_mean.advantages(self._shaped_totals(output))
+            advantages = self.running_mean.advantages(self._signal_basis)
             self._metrics["train"][RUNNING_MEAN_BASELINE].append(float(self.running_mean.value))
         elif self.args.advantage == "pass_at_k":
+            self._signal_basis = [float(c) for c in self._correct()]
             advantages = pass_at_k_advantages(self._correct(), self.num_generations,
                                               self.args.pass_at_k)
         elif self.args.unlikeliness:
-            advantages = group_advantages(self._shaped_totals(output), self.num_generations,
+            advantages = group_advantages(self._signal_basis, self.num_generations,
                                           self.scale_rewards)
         if advantages is not None:
             n = len(inputs)
