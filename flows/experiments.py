@@ -25,7 +25,8 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from rlvr.config import ParamsError, load_params
-from rlvr.experiments import (check_queued_runs, compare, comparison_rows, grid_commands, grid_runs,
+from rlvr.comparison import compare, comparison_rows
+from rlvr.experiments import (check_queued_runs, grid_commands, grid_runs,
                               queue_commands, queued_runs, run_queue_env, run_queue_to_end)
 from rlvr.errors import PipelineError
 from rlvr.orchestration import StageFailed, failed, provenance_line, run_dvc, workspace_lock

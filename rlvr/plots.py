@@ -220,20 +220,88 @@ def plot_pass_at_k(evaluation: Mapping, path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
-def plot_overlay(histories: Mapping[str, Sequence[dict]], path: str | Path) -> Path:
-    """Reward and KL curves (moving averages) of several runs, overlaid: one colour per run."""
+def settings_figure(settings: Mapping[str, Sequence[tuple[Sequence[dict], Sequence[dict]]]]):
+    """One line per setting, labelled by what it changes: the mean over its runs (seeds) with a
+    band from their lowest to their highest, in four panels: training reward and KL to the
+    reference (moving averages), and on the validation rows pass@1 and the success of the tag
+    that fell most over all the runs (the kind of problem a mean hides). `settings` maps each
+    label to its runs' (training history, validation entries); the legend sits below the panels,
+    off the curves."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    for i, (name, history) in enumerate(histories.items()):
-        for ax, read in zip(axes, (lambda e: e.get(REWARD), drift_kl)):
-            points = [(h["step"], read(h)) for h in history if read(h) is not None]
-            if points:
+    runs = [run for group in settings.values() for run in group]
+    tag = most_fallen_tag([validation for _, validation in runs])
+    panels = [("Training reward (moving average)", "history", lambda e: e.get(REWARD)),
+              ("KL to reference (moving average)", "history", drift_kl),
+              ("Validation pass@1", "validation", lambda e: e.get(PASS_AT_PREFIX + "1"))]
+    if tag is not None:
+        panels.append((f"Validation success, tag {_plain(tag)} (fell most)", "validation",
+                       lambda e: e.get(TAG_SUCCESS_PREFIX + tag)))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for i, (label, group) in enumerate(settings.items()):
+        for ax, (_, source, read) in zip(axes[0], panels):
+            curves = []
+            for history, validation in group:
+                points = [(e["step"], read(e)) for e in (history if source == "history"
+                                                           else validation)
+                          if read(e) is not None]
+                if not points:
+                    continue
                 steps, values = zip(*points)
-                ax.plot(steps, moving_average(values, max(1, len(values) // 20)),
-                        color=f"C{i}", label=name, linewidth=1.5)
-    for ax, title in zip(axes, ("Reward (moving average)", "KL to reference (moving average)")):
+                if source == "history":  # per step: smooth; validation: a few scored steps
+                    values = moving_average(values, max(1, len(values) // 20))
+                curves.append(dict(zip(steps, values)))
+            if not curves:
+                continue
+            steps = sorted(set().union(*curves))
+            at = [[c[s] for c in curves if s in c] for s in steps]
+            ax.plot(steps, [sum(v) / len(v) for v in at], color=f"C{i % 10}", linewidth=1.5,
+                    label=f"{_plain(label)} ({len(group)} run{'s' * (len(group) > 1)})")
+            if len(curves) > 1:
+                ax.fill_between(steps, [min(v) for v in at], [max(v) for v in at],
+                                color=f"C{i % 10}", alpha=0.15, linewidth=0)
+    for ax, (title, _, _) in zip(axes[0], panels):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(labels) + 2) // 3), 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, max(1, len(labels))),
+               fontsize=8, frameon=False)
+    return fig
+
+
+def plot_settings(settings: Mapping[str, Sequence[tuple[Sequence[dict], Sequence[dict]]]],
+                  path: str | Path) -> Path:
+    """settings_figure written to `path` (PNG)."""
+    fig = settings_figure(settings)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    pyplot().close(fig)
+    return path
+
+
+def most_fallen_tag(validations: Sequence[Sequence[dict]]) -> str | None:
+    """The tag whose validation success fell most, first scored step to last, averaged over the
+    runs that scored it; None where no run scored a tag.
+
+    >>> most_fallen_tag([[{"step": 0, "success/add": 0.2, "success/sub": 0.3},
+    ...                   {"step": 50, "success/add": 0.5, "success/sub": 0.1}]])
+    'sub'
+    """
+    changes: dict[str, list[float]] = {}
+    for validation in validations:
+        if len(validation) < 2:
+            continue
+        first, last = validation[0], validation[-1]
+        for key in first:
+            if key.startswith(TAG_SUCCESS_PREFIX) and key in last:
+                changes.setdefault(key[len(TAG_SUCCESS_PREFIX):], []).append(last[key] - first[key])
+    if not changes:
+        return None
+    return min(changes, key=lambda tag: sum(changes[tag]) / len(changes[tag]))
+
+
+def _plain(text: str) -> str:
+    """Text from data or params as matplotlib draws it literally ('$' would start mathtext)."""
+    return str(text).replace("$", r"\$")

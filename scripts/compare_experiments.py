@@ -7,7 +7,7 @@ writes one table (params that differ, final reward, held-out greedy success and 
 KL, verdict) with overlaid reward and KL curves (reports/figures/experiments.png).
 """
 
-from rlvr.experiments import compare, comparison_rows
+from rlvr.comparison import compare, comparison_rows
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.experiments import (Experiment, comparison_markdown, comparison_rows, differing_params,
-                              parse_exp_show, setting_rows)
+from rlvr.comparison import (Experiment, comparison_markdown, comparison_rows, differing_params,
+                             parse_exp_show, setting_rows, settings, tag_rows)
 from tests.helpers import run_in_terminal, set_params
 
 
@@ -39,34 +39,82 @@ def test_missing_metrics_leave_blanks_not_errors():
     assert table == [["x", None, None, None, None, None, None]]
 
 
-def test_runs_that_differ_by_seed_are_one_row_per_setting():
-    def run(name, seed, select, delta, ci_low, greedy, chosen, seconds):
-        return Experiment(name, name, {"seed": seed, "train.select": select, "train.beta": 0.05},
-                          evaluation={"reward0": 0.3, "reward": 0.3 + delta, "ci_low": ci_low,
-                                      "greedy0": 0.25, "greedy": greedy},
-                          train_summary={"selection": {"chosen_step": chosen}},
-                          stage_seconds={"train": seconds} if seconds else {"report": 1.5})
+def _slice(tag, rows, before, after, regressed=False):
+    return {"tag": tag, "rows": rows, "step0": {"pass@1": before}, "final": {"pass@1": after},
+            "regressed": regressed}
 
-    experiments = [Experiment("baseline (abc1234)", "abc", {"seed": 0, "train.select": "last",
-                                                            "train.beta": 0.05},
-                              evaluation={"reward0": 0.0, "reward": 9.0,
-                                          "ci_low": 9.0}),  # not a setting's run
-                   run("a", 1, "last", 0.10, -0.01, 0.375, 400, 100.0),
-                   run("b", 0, "last", 0.20, 0.05, 0.5, 400, 110.0),
-                   run("c", 0, "best_val", 0.30, 0.10, 0.5, 200, 120.0),
-                   run("d", 1, "best_val", 0.20, 0.02, 0.625, 250, None),  # train restored
-                   run("e", 2, "alone", 0.9, 0.5, 1.0, 50, 1.0)]  # one run: not a comparison
+
+def _runs():
+    def run(name, seed, select, delta, ci_low, seconds, sub_after, regressed):
+        return Experiment(
+            name, name, {"seed": seed, "train.select": select, "train.beta": 0.05},
+            evaluation={"reward0": 0.3, "reward": 0.3 + delta, "ci_low": ci_low,
+                        "pass1_0": 0.2, "pass1": 0.2 + delta, "passn_0": 0.8, "passn": 0.7},
+            eval_summary={"heldout": {"slices": [_slice("add", 28, 0.2, 0.4),
+                                                 _slice("sub", 16, 0.15, sub_after, regressed)]}},
+            train_summary={"selection": {"validation": [
+                {"step": 0, "pass_at_1": 0.2, "success/add": 0.2, "success/sub": 0.15},
+                {"step": 50, "pass_at_1": 0.3, "success/add": 0.4, "success/sub": sub_after}]}},
+            history=[{"step": s, "reward": 0.3 + s / 100, "kl": s / 1000} for s in (1, 2, 3)],
+            stage_seconds={"train": seconds} if seconds else {"report": 1.5})
+
+    return [Experiment("baseline (abc1234)", "abc", {"seed": 0, "train.select": "last",
+                                                     "train.beta": 0.05},
+                       evaluation={"reward0": 0.0, "reward": 9.0, "ci_low": 9.0}),  # not a run
+            run("a", 1, "last", 0.10, -0.01, 100.0, 0.0, True),
+            run("b", 0, "last", 0.20, 0.05, 110.0, 0.01, True),
+            run("c", 0, "best_val", 0.30, 0.10, 120.0, 0.2, False),
+            run("d", 1, "best_val", 0.20, 0.02, None, 0.1, True),  # train restored from cache
+            run("e", 2, "alone", 0.9, 0.5, 1.0, 0.3, False)]  # one run: not a comparison
+
+
+def test_runs_that_differ_by_seed_are_one_row_per_setting_named_by_what_it_changes():
+    experiments = _runs()
+    groups = settings(experiments)
+    assert {label: [e.name for e in group] for label, group in groups.items()} == {
+        "default": ["b", "a"], "train.select=best_val": ["c", "d"],
+        "train.select=alone": ["e"]}
     header, rows = setting_rows(experiments)
-    assert header[:2] == ["train.select", "runs (seed)"]
-    assert rows[0][:5] == ["last", "0, 1", pytest.approx(0.15), -0.01, "1/2"]
-    assert rows[0][5:] == ["0.250 → 0.438", "400, 400", pytest.approx(105.0)]
-    assert rows[1][:5] == ["best_val", "0, 1", pytest.approx(0.25), 0.02, "2/2"]
-    assert rows[1][5:] == ["0.250 → 0.562", "200, 250", pytest.approx(120.0)]
+    assert header[:2] == ["setting", "runs (seed)"]
+    assert rows[0][:6] == ["default", "0, 1", pytest.approx(0.15), "+0.050, -0.010", "1/2",
+                           "sub 2/2"]
+    assert rows[0][6:] == ["0.200 → 0.350", "0.800 → 0.700", pytest.approx(105.0)]
+    assert rows[1][:6] == ["train.select=best_val", "0, 1", pytest.approx(0.25),
+                           "+0.100, +0.020", "2/2", "sub 1/2"]
+    assert rows[1][8] == pytest.approx(120.0)  # d's training was restored: not in the mean
     assert len(rows) == 2
+    header, rows = tag_rows(experiments)
+    assert header == ["setting", "add (28 rows)", "sub (16 rows)"]
+    assert rows == [["default", "0.200 → 0.400", "0.150 → 0.005"],
+                    ["train.select=best_val", "0.200 → 0.400", "0.150 → 0.150"]]
     markdown = comparison_markdown(experiments, "figures/experiments.png")
-    assert "## Settings over seeds" in markdown and "| best\\_val | 0, 1 | 0.250 |" in markdown
+    assert "## Settings over seeds" in markdown and "| train.select=best\\_val | 0, 1 | 0.250 |" \
+        in markdown
     # nothing repeated: no section
     assert "## Settings over seeds" not in comparison_markdown(experiments[:2], "x.png")
+
+
+def test_the_experiments_figure_draws_one_line_per_setting_with_the_legend_off_the_curves():
+    from rlvr.comparison import setting_curves
+    from rlvr.plots import pyplot, settings_figure
+
+    curves = setting_curves(_runs())
+    assert list(curves) == ["default", "train.select=best_val", "train.select=alone"]
+    figure = settings_figure(curves)
+    axes = figure.axes
+    assert [ax.get_title() for ax in axes] == [
+        "Training reward (moving average)", "KL to reference (moving average)",
+        "Validation pass@1", "Validation success, tag sub (fell most)"]
+    for ax in axes:
+        assert [line.get_label() for line in ax.get_lines()] == [
+            "default (2 runs)", "train.select=best_val (2 runs)", "train.select=alone (1 run)"]
+        assert len(ax.collections) == 2  # a band for each setting of several runs
+    sub = axes[3].get_lines()[0].get_ydata().tolist()
+    assert sub == pytest.approx([0.15, 0.005])  # the mean of the default's two seeds
+    figure.canvas.draw()
+    legend = figure.legends[0].get_window_extent()
+    assert all(legend.y1 <= ax.get_tightbbox().y0 for ax in axes)  # below every panel
+    pyplot().close(figure)
 
 
 @pytest.mark.slow
@@ -98,7 +146,7 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
                for row in rows)
     assert (project / "reports" / "figures" / "experiments.png").stat().st_size > 10_000
     assert "data:image/png;base64," in (project / "reports" / "experiments.html").read_text()
-    from rlvr.experiments import compare
+    from rlvr.comparison import compare
 
     timed = {e.name: e.stage_seconds for e in compare(project)}  # from each run's queue log
     assert len(timed) == 5 and all(seconds.get("train", 0) > 1 for name, seconds in timed.items()

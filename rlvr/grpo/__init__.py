@@ -4,7 +4,7 @@
     config.py            PipelineGRPOConfig (GRPOConfig + the pipeline's knobs), grpo_config
     trainer.py           PipelineGRPOTrainer and its TRL contract (the privates it touches)
     dynamic_sampling.py  DAPO's dynamic sampling: tensor helpers on TRL's scored batches
-    advantages.py        the running-mean baseline ablation and the per-batch group checks
+    advantages.py        the running-mean ablation, the forgetting remedies, the group checks
     callbacks.py         beta schedule, NaN guard, DVCLive curves
     checkpoints.py       resume: whole-checkpoint checks, the run fingerprint, the epoch sampler
     run.py               run_grpo: one GRPO run from params (smoke and train call it)

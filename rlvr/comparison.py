@@ -1,0 +1,329 @@
+"""The comparison of DVC experiments (rlvr.experiments queues and runs them): one table of every
+run (params that differ, final reward, held-out success, final KL, verdict), one row per setting
+over its seeds (the goal figures and the per-tag success), and the curves of each setting, from
+`dvc exp show --json` and each experiment's committed outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import PathsParams, load_params
+
+
+# Where each run's results live (params.yaml `paths`; the defaults, unless compare is given others).
+DEFAULT_PATHS = PathsParams()
+
+
+BASELINE = "baseline ("  # how parse_exp_show names the commit's own run: "baseline (abc1234)"
+
+
+@dataclass
+class Experiment:
+    name: str
+    rev: str
+    params: dict[str, Any]
+    train: dict = field(default_factory=dict)
+    evaluation: dict = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+    eval_summary: dict = field(default_factory=dict)  # the evaluate stage's detail
+    train_summary: dict = field(default_factory=dict)  # the train stage's (selection included)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # stages it ran (queue log)
+
+    @property
+    def is_baseline(self) -> bool:
+        """The commit's own run, not one of its DVC experiments (see parse_exp_show)."""
+        return self.name.startswith(BASELINE)
+
+    @property
+    def delta(self) -> float | None:
+        """The test file's paired delta of mean reward, step 0 -> final: the evaluate stage's
+        summary keeps it (metrics/eval.json only its CI, and reward0 and reward)."""
+        summary = self.eval_summary.get("heldout", {}).get("delta_mean_reward", {})
+        if "value" in summary:
+            return summary["value"]
+        reward0, reward = self.evaluation.get("reward0"), self.evaluation.get("reward")
+        return None if reward0 is None or reward is None else reward - reward0
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else key))
+        return out
+    return {prefix: tree}
+
+
+def _entry(name: str, data: dict, paths: PathsParams) -> Experiment:
+    params = data.get("params", {}).get("params.yaml", {}).get("data", {})
+    metrics = data.get("metrics", {})
+    return Experiment(name=name, rev=data["rev"], params=_flatten(params),
+                      train=metrics.get(paths.train_metrics, {}).get("data", {}),
+                      evaluation=metrics.get(paths.eval_metrics, {}).get("data", {}))
+
+
+def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> list[Experiment]:
+    """The baseline commit and its experiments from `dvc exp show --json` (the workspace is
+    skipped: it is not a recorded run)."""
+    found = []
+    for row in rows:
+        if row.get("rev") == "workspace" or not row.get("data"):
+            continue
+        found.append(_entry(f"{BASELINE}{row['rev'][:7]})", row["data"], paths))
+        for experiment in row.get("experiments") or []:
+            for rev in experiment.get("revs", []):
+                if rev.get("data"):
+                    found.append(_entry(rev.get("name") or rev["rev"][:7], rev["data"], paths))
+    return found
+
+
+def exp_show(cwd: str | Path = ".") -> list[dict]:
+    from rlvr.orchestration import run_dvc
+
+    run = run_dvc(cwd, "exp", "show", "--json")
+    if run.returncode != 0:
+        raise RuntimeError(f"dvc exp show failed: {run.stderr[-2000:]}")
+    return json.loads(run.stdout)
+
+
+def _committed(rev: str, cwd: str | Path, path: str) -> str | None:
+    run = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=cwd, capture_output=True,
+                         text=True)
+    return run.stdout if run.returncode == 0 else None
+
+
+def read_history(rev: str, cwd: str | Path = ".", history: str = DEFAULT_PATHS.train_history
+                 ) -> list[dict]:
+    """The training history committed in an experiment's (or the baseline's) git revision."""
+    text = _committed(rev, cwd, history)
+    return [json.loads(line) for line in (text or "").splitlines() if line]
+
+
+def read_json(rev: str, cwd: str | Path, path: str) -> dict:
+    """A JSON output committed in an experiment's git revision ({} if it has none)."""
+    text = _committed(rev, cwd, path)
+    return json.loads(text) if text else {}
+
+
+# The line every stage ends with (rlvr.stage), in the log `dvc queue logs` keeps of a queued run.
+_STAGE_DONE = re.compile(r"^(\w+): done in ([0-9.]+) s$", re.MULTILINE)
+
+
+def stage_seconds(log: str) -> dict[str, float]:
+    """Wall time of each stage a run ran, from its `NAME: done in S s` lines (a stage DVC skipped
+    or restored from its run cache has none).
+
+    >>> stage_seconds("Stage 'smoke' didn't change, skipping\\ntrain: done in 59.2 s\\n")
+    {'train': 59.2}
+    """
+    return {name: float(seconds) for name, seconds in _STAGE_DONE.findall(log)}
+
+
+def queue_log(name: str, cwd: str | Path = ".") -> str:
+    """What a queued experiment printed (`dvc queue logs`; empty once the queue forgot it)."""
+    from rlvr.orchestration import run_dvc
+
+    run = run_dvc(cwd, "queue", "logs", name)
+    return run.stdout if run.returncode == 0 else ""
+
+
+def differing_params(experiments: Sequence[Experiment]) -> list[str]:
+    keys = sorted({k for e in experiments for k in e.params})
+    return [k for k in keys if len({json.dumps(e.params.get(k)) for e in experiments}) > 1]
+
+
+def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[list[Any]]]:
+    params = differing_params(experiments)
+    header = ["experiment", *params, "final reward (last 10 steps)", "held-out greedy success",
+              "held-out mean reward", "KL final vs step 0 (held-out samples)",
+              "training KL (last 10 steps)", "verdict"]
+    rows = []
+    for e in experiments:
+        rows.append([e.name, *[e.params.get(p) for p in params],
+                     e.train.get("reward"), e.evaluation.get("greedy"),
+                     e.evaluation.get("reward"),
+                     e.eval_summary.get("heldout", {}).get("kl_final_vs_step0"),
+                     e.train.get("kl"), e.evaluation.get("verdict")])
+    return header, rows
+
+
+def settings(experiments: Sequence[Experiment], over: str = "seed") -> dict[str, list[Experiment]]:
+    """The runs (not the baseline commit's own) grouped by their params other than `over`, each
+    group labelled by what it changes from the baseline commit's params ("default": nothing;
+    with no baseline, the params the runs differ in), its runs in `over` order.
+
+    >>> base = Experiment("baseline (abc)", "abc", {"seed": 0, "train.unlikeliness": 0.0})
+    >>> runs = [Experiment(n, n, {"seed": seed, "train.unlikeliness": u})
+    ...         for n, seed, u in (("a", 1, 0.0), ("b", 0, 0.0), ("c", 0, 0.25))]
+    >>> {label: [e.name for e in group] for label, group in settings([base, *runs]).items()}
+    {'default': ['b', 'a'], 'train.unlikeliness=0.25': ['c']}
+    """
+    runs = [e for e in experiments if not e.is_baseline]
+    base = next((e.params for e in experiments if e.is_baseline), None)
+    keys = (sorted({k for e in runs for k in e.params} | set(base)) if base is not None
+            else differing_params(runs))
+    groups: dict[str, list[Experiment]] = {}
+    for e in runs:
+        changed = [f"{k}={_spelled(e.params.get(k))}" for k in keys if k != over
+                   and (base is None or json.dumps(e.params.get(k)) != json.dumps(base.get(k)))
+                   and not _same_number(e.params.get(k), (base or {}).get(k))]
+        groups.setdefault(", ".join(changed) or "default", []).append(e)
+    for group in groups.values():
+        group.sort(key=lambda e: json.dumps(e.params.get(over)))
+    return groups
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    """0 and 0.0 (a `-S` override may spell a float as an int) are one value; True is not 1."""
+    return (isinstance(a, (int, float)) and isinstance(b, (int, float))
+            and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+
+
+def _spelled(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _mean(values: Sequence[Any]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _pair(group: Sequence[Experiment], before: str, after: str) -> str | None:
+    """'0.220 → 0.429': the mean over the runs of metrics/eval.json's `before` and `after`."""
+    a, b = (_mean([e.evaluation.get(k) for e in group]) for k in (before, after))
+    return None if a is None or b is None else f"{a:.3f} → {b:.3f}"
+
+
+def _slices(e: Experiment) -> list[dict]:
+    """The held-out per-tag slices of a run's evaluation (Step 9's audit)."""
+    return e.eval_summary.get("heldout", {}).get("slices", [])
+
+
+def setting_rows(experiments: Sequence[Experiment], over: str = "seed", timed: str = "train"
+                 ) -> tuple[list[str], list[list[Any]]]:
+    """One row per setting with more than one run (settings): the mean over its runs of the
+    test-file (held-out) mean-reward delta, each run's CI low and how many are above 0, the tags
+    that regressed (the verdict's rule) and in how many runs, held-out pass@1 and pass@n step 0
+    -> final, and the mean wall time of stage `timed` over the runs that ran it (not those DVC
+    restored from its cache)."""
+    header = ["setting", f"runs ({over})", "held-out delta mean reward (mean)",
+              "CI low of each run", "runs with CI low > 0", "tags regressed (runs)",
+              "pass@1 step 0 → final", "pass@n step 0 → final", f"{timed} stage, s (mean)"]
+    rows = []
+    for label, group in settings(experiments, over).items():
+        if len(group) < 2:
+            continue
+        lows = [e.evaluation.get("ci_low") for e in group]
+        regressed: dict[str, int] = {}
+        for e in group:
+            for tag in sorted({s["tag"] for s in _slices(e) if s.get("regressed")}):
+                regressed[tag] = regressed.get(tag, 0) + 1
+        rows.append([
+            label, ", ".join(str(e.params.get(over)) for e in group),
+            _mean([e.delta for e in group]),
+            ", ".join("?" if low is None else f"{low:+.3f}" for low in lows),
+            f"{sum(low is not None and low > 0 for low in lows)}/{len(group)}",
+            ", ".join(f"{tag} {n}/{len(group)}" for tag, n in regressed.items()) or "none",
+            _pair(group, "pass1_0", "pass1"), _pair(group, "passn_0", "passn"),
+            _mean([e.stage_seconds.get(timed) for e in group])])
+    return header, rows
+
+
+def tag_rows(experiments: Sequence[Experiment], over: str = "seed"
+             ) -> tuple[list[str], list[list[Any]]]:
+    """Per setting with more than one run: each held-out tag's sampled success (pass@1) at step 0
+    -> final, the mean over the runs; the tags in the order the evaluation lists them."""
+    grouped = {label: group for label, group in settings(experiments, over).items()
+               if len(group) > 1}
+    tags: dict[str, int] = {}
+    for group in grouped.values():
+        for e in group:
+            for s in _slices(e):
+                tags.setdefault(s["tag"], s.get("rows", 0))
+    header = ["setting", *[f"{tag} ({rows} rows)" for tag, rows in tags.items()]]
+    rows = []
+    for label, group in grouped.items():
+        row = [label]
+        for tag in tags:
+            found = [s for e in group for s in _slices(e) if s["tag"] == tag]
+            a = _mean([s.get("step0", {}).get("pass@1") for s in found])
+            b = _mean([s.get("final", {}).get("pass@1") for s in found])
+            row.append(None if a is None or b is None else f"{a:.3f} → {b:.3f}")
+        rows.append(row)
+    return header, rows
+
+
+def comparison_markdown(experiments: Sequence[Experiment], image: str) -> str:
+    from rlvr.render import md_image, md_table
+
+    header, rows = comparison_rows(experiments)
+    lines = ["# Experiments", "",
+             f"{len(experiments)} runs: the baseline commit and its DVC experiments "
+             "(`dvc exp show`). Columns between the name and the results are the params that "
+             "differ.", ""]
+    lines += md_table(header, rows)
+    header, rows = setting_rows(experiments)
+    if rows:
+        lines += ["", "## Settings over seeds", "",
+                  "Runs that differ only by seed, one row per setting, named by what it changes "
+                  "from the baseline commit: the test-file (held-out) mean-reward delta step 0 -> "
+                  "final, the 95% bootstrap CI low of each run, the tags that regressed (the "
+                  "verdict's rule), held-out pass@1 and pass@n, and the train stage's wall time "
+                  "(`dvc queue logs`; runs whose training DVC restored from its cache are left "
+                  "out of that mean).", ""]
+        lines += md_table(header, rows)
+        header, rows = tag_rows(experiments)
+        lines += ["", "Held-out success (pass@1) per tag, step 0 -> final, mean over the runs:",
+                  ""]
+        lines += md_table(header, rows)
+    lines += ["", md_image("each setting's curves: mean over its runs, band from lowest to "
+                           "highest", image), ""]
+    return "\n".join(lines)
+
+
+def setting_curves(experiments: Sequence[Experiment]) -> dict[str, list[tuple[list, list]]]:
+    """What plot_settings draws: each setting's runs' (training history, validation entries);
+    the baseline commit's run too, unless a setting is the default (the same params)."""
+    groups = settings(experiments)
+    curves = {label: [(e.history, _validation(e)) for e in group]
+              for label, group in groups.items()}
+    for e in experiments:
+        if e.is_baseline and "default" not in groups:
+            curves = {e.name: [(e.history, _validation(e))], **curves}
+    return curves
+
+
+def _validation(e: Experiment) -> list[dict]:
+    return e.train_summary.get("selection", {}).get("validation", [])
+
+
+def compare(cwd: str | Path = ".", out_dir: str | Path = "reports") -> list[Experiment]:
+    """Write reports/experiments.md, .html and the settings' curves; return the experiments."""
+    from rlvr.data import write_text_atomic
+    from rlvr.plots import plot_settings
+    from rlvr.render import to_html
+
+    paths = load_params(Path(cwd) / "params.yaml").paths
+    experiments = parse_exp_show(exp_show(cwd), paths)
+    for e in experiments:
+        e.history = read_history(e.rev, cwd, paths.train_history)
+        e.eval_summary = read_json(e.rev, cwd, paths.eval_summary)
+        e.train_summary = read_json(e.rev, cwd, paths.train_summary)
+        if not e.is_baseline:
+            e.stage_seconds = stage_seconds(queue_log(e.name, cwd))
+    out = Path(cwd) / out_dir
+    plot_settings(setting_curves(experiments), out / "figures" / "experiments.png")
+    figure = "figures/experiments.png"
+    markdown = comparison_markdown(experiments, figure)
+    write_text_atomic(out / "experiments.md", markdown)
+    write_text_atomic(out / "experiments.html",
+                      to_html(markdown, out, images=[figure], title="Experiments"))
+    return experiments
