@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, settings
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import rlvr  # noqa: E402,F401  (sets the offline / no-analytics environment first)
-from tests.helpers import SMALL_RUN, commit_all, dvc, make_project_copy, project_env  # noqa: E402
+from tests.helpers import (SMALL_RUN, commit_all, dvc, made_once, make_project_copy,  # noqa: E402
+                           project_env)
 
 # Prefect must never write to the user's ~/.prefect: a throwaway home for the whole test session,
 # set before anything imports prefect.
@@ -56,22 +57,17 @@ def cold_run(tmp_path_factory):
     git repository. Slow tests copy it (copy_run) instead of training from scratch each.
 
     One for the whole test session: under pytest-xdist the first worker to need it makes it in
-    the directory the workers share, the others wait on its lock and then read it (never write).
-    """
-    from filelock import FileLock
-
+    the directory the workers share, the others wait for it and then read it (never write)."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # the session's directory, above each worker's own
-    project, done = shared / "cold" / "project", shared / "cold" / "done"
-    with FileLock(str(shared / "cold.lock")):
-        if not done.exists():
-            shutil.rmtree(project.parent, ignore_errors=True)  # a half-made one (a killed run)
-            make_project_copy(project, SMALL_RUN)
-            (project.parent / "repro.log").write_text(dvc(project, "repro"))  # the console
-            commit_all(project, "cold run")
-            done.touch()
-    return project
+
+    def make(project: Path) -> None:
+        make_project_copy(project, SMALL_RUN)
+        (project.parent / "repro.log").write_text(dvc(project, "repro"))  # the console
+        commit_all(project, "cold run")
+
+    return made_once(shared / "cold" / "project", make)
 
 
 @pytest.fixture

@@ -62,6 +62,22 @@ def make_project_copy(copy: Path, overrides: dict | None = None) -> Path:
     return copy
 
 
+def made_once(path: Path, make) -> Path:
+    """`path`, made by `make(path)` by the first process to ask (test workers share it): the
+    others wait on a lock beside it, then find it whole. A half-made one (its maker killed) is
+    made again."""
+    from filelock import FileLock
+
+    done = path.parent / f"{path.name}.done"
+    with FileLock(str(path.parent) + ".lock"):
+        if not done.exists():
+            shutil.rmtree(path.parent, ignore_errors=True)
+            path.parent.mkdir(parents=True)
+            make(path)
+            done.touch()
+    return path
+
+
 def project_env(project: Path) -> dict:
     """The environment to run the project's commands in a copy: this venv's executables, the
     copy's code."""
