@@ -270,3 +270,45 @@ def test_clip_higher_without_a_second_update_is_refused_as_doing_nothing():
     # with two updates per batch it acts, dynamic sampling included (its KL: test_dynamic_sampling)
     parse_params({"train": {"dynamic_sampling": True, "save_steps": 50,
                             "grpo": {"epsilon_high": 0.28, "num_iterations": 2}}})
+
+
+def _hand_made_batch(trainer, rows, ratio: float, advantage: float):
+    """A scored batch whose every token has importance ratio `ratio` (its sampling log-probs set
+    below the policy's) and every completion the advantage `advantage`."""
+    output = trainer._generate_and_score_completions(_batch(rows))
+    logps = trainer._policy_token_logps(output, fresh=True)
+    output["old_per_token_logps"] = logps - math.log(ratio)
+    output["advantages"] = torch.full_like(output["advantages"], advantage)
+    trainer.current_gradient_accumulation_steps = 1  # what the training loop sets
+    return output
+
+
+@pytest.mark.parametrize("epsilon_high,clipped", [(0.0, 1.0), (0.28, 0.0)])
+def test_clip_higher_lets_a_ratio_of_1_25_through_where_epsilon_0_2_clips_it(
+        tiny_policy_dir, rows, tmp_path, epsilon_high, clipped):
+    """TRL computes it: with epsilon 0.2 a positive-advantage token at ratio 1.25 is clipped (its
+    gradient is cut); with epsilon_high 0.28 it is not (DAPO's clip-higher)."""
+    odd, _ = _split(rows)
+    trainer = _trainer(tiny_policy_dir, rows, tmp_path,
+                       {"grpo": {"num_generations": G, "per_device_train_batch_size": 2 * G,
+                                 "max_completion_length": 6, "num_iterations": 2,
+                                 "epsilon_high": epsilon_high}, "save_steps": 50})
+    inputs = _hand_made_batch(trainer, odd[:2], ratio=1.25, advantage=1.0)
+    trainer._compute_loss(trainer.model, inputs)
+    assert trainer._metrics["train"]["clip_ratio/high_mean"][-1] == clipped
+
+
+def test_the_entropy_bonus_lowers_the_loss_by_coef_times_the_mean_entropy(tiny_policy_dir, rows,
+                                                                          tmp_path):
+    odd, _ = _split(rows)
+    losses, entropies = [], []
+    for coef in (0.0, 0.05):
+        trainer = _trainer(tiny_policy_dir, rows, tmp_path / str(coef),
+                           {"grpo": {"num_generations": G, "per_device_train_batch_size": 2 * G,
+                                     "max_completion_length": 6, "entropy_coef": coef}})
+        torch.manual_seed(0)
+        inputs = _hand_made_batch(trainer, odd[:2], ratio=1.0, advantage=0.5)
+        losses.append(trainer._compute_loss(trainer.model, inputs).item())
+        entropies.append(trainer._metrics["train"]["entropy"][-1])
+    assert entropies[0] == pytest.approx(entropies[1]) and entropies[0] > 0.1
+    assert losses[1] == pytest.approx(losses[0] - 0.05 * entropies[0], rel=1e-4, abs=1e-6)
