@@ -106,16 +106,17 @@ def require_smoke(path: str | Path) -> None:
 
 def run_metrics(history: list[dict], window: int = 10) -> dict:
     """What a run ended at (history.jsonl has every step): the final KL and beta, and first vs
-    last `window` steps' means."""
+    last `window` steps' means of what they logged (with num_iterations > 1 TRL logs the reward
+    only on the steps that generate)."""
     last = history[-1] if history else {}
     final = {"kl": drift_kl(last), "beta": last.get(BETA)}
     return {
         "steps": len(history),
         "final": {key: value for key, value in final.items() if value is not None},
-        f"first{window}_mean_reward": finite_mean(e[REWARD] for e in history[:window]),
-        f"last{window}_mean_reward": finite_mean(e[REWARD] for e in history[-window:]),
+        f"first{window}_mean_reward": finite_mean(e.get(REWARD) for e in history[:window]),
+        f"last{window}_mean_reward": finite_mean(e.get(REWARD) for e in history[-window:]),
         f"last{window}_mean_correctness": finite_mean(
-            e[CORRECTNESS] for e in history[-window:] if CORRECTNESS in e),
+            e.get(CORRECTNESS) for e in history[-window:]),
         # drift_kl: the KL a run without dynamic sampling would log, so settings compare
         f"last{window}_mean_kl": finite_mean(drift_kl(e) for e in history[-window:]),
         "max_kl": max((drift_kl(e) for e in history if drift_kl(e) is not None), default=None),

@@ -17,6 +17,7 @@ from rlvr.grpo.dynamic_sampling import merge_groups
 from rlvr.grpo.metric_keys import FIRST_BATCH_KL
 from rlvr.grpo.run import build_trainer, run_grpo
 from rlvr.grpo.trainer import PipelineGRPOTrainer
+from rlvr.runs import run_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
@@ -184,6 +185,11 @@ def test_with_two_updates_per_batch_the_first_batch_kl_is_measured_every_step(ti
                        dynamic_sampling=True)
     steps = [e for e in trainer.state.log_history if "loss" in e]
     assert ["dynamic_sampling/rounds" in e for e in steps] == [True, False, True, False]
+    # TRL logs the reward only on the steps that generate: the run's summary reads what is there
+    assert ["reward" in e for e in steps] == [True, False, True, False]
+    metrics = run_metrics(steps)
+    assert metrics["first10_mean_reward"] == pytest.approx((steps[0]["reward"]
+                                                            + steps[2]["reward"]) / 2)
     assert steps[1]["kl"] > 1e-4  # the policy moved after step 1's update
     for entry in steps:
         assert entry[FIRST_BATCH_KL] == pytest.approx(entry["kl"], rel=1e-4, abs=1e-7)
