@@ -16,7 +16,7 @@ import regex
 
 from rlvr.data import Line
 from rlvr.rewards.registry import VERIFIERS, score_correctness, verifier_problems
-from rlvr.rewards.verifiers import (COUNTDOWN_SEARCH_NODES, MAX_COUNTDOWN_VALUE,
+from rlvr.rewards.verifiers import (ANSWER_CLOSE, ANSWER_OPEN, COUNTDOWN_SEARCH_NODES, MAX_COUNTDOWN_VALUE,
                                     CountdownSearchExceeded, countdown_reward, countdown_solution,
                                     format_reward)
 
@@ -222,13 +222,16 @@ def _countdown_solvable(verifier: Any, fields_ok: bool | None
 
 def _format_accepts(answer: str | None, format_pattern: str | None) -> tuple[bool | None, str]:
     """Does the format reward accept the row's known-correct answer (the countdown solver's, the
-    exact_match target)? None where there is no such answer or no format reward."""
+    exact_match target), bare or in answer tags (the block the verifier reads)? None where there
+    is no such answer or no format reward."""
     if answer is None or format_pattern is None:
         return None, ""
-    if format_reward(answer, format_pattern) == 1.0:
+    if any(format_reward(form, format_pattern) == 1.0
+           for form in (answer, f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}")):
         return True, ""
     return False, (f"its correct answer {quoted(answer)} does not match "
-                   f"{quoted(format_pattern)}, so the format reward would punish it")
+                   f"{quoted(format_pattern)}, bare or in {ANSWER_OPEN} tags, so the format "
+                   "reward would punish it")
 
 
 def _exact_match_answerable(verifier: Any, fields_ok: bool | None) -> tuple[bool | None, str]:

@@ -287,13 +287,27 @@ def test_the_format_pattern_must_accept_each_rows_correct_answer(files):
     assert problem == (
         f"{files[0]}: row cd-train-005 (line 5): rewards.format_pattern rejects the row's correct "
         f"answer: set the pattern for your data (or drop 'format' from rewards.funcs): its "
-        f"correct answer '142' does not match {COUNTDOWN_PATTERN!r}, so the format reward would "
-        f"punish it [format_accepts_answer]")
+        f"correct answer '142' does not match {COUNTDOWN_PATTERN!r}, bare or in <answer> tags, "
+        f"so the format reward would punish it [format_accepts_answer]")
     # a pattern for the data accepts it; with no format reward there is nothing to check
     assert validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT,
                           format_pattern=r"^\s*(\d+|\(*\d+\)*(\s*[-+*/]\s*\(*\d+\)*)+)\s*$"
                           )[0].problems == []
     assert _validate(*files)[0].problems == []
+
+
+
+def test_a_format_pattern_asking_for_answer_tags_accepts_the_answer_in_them(files, tmp_path):
+    """The GPU profile's pattern wants `<answer>...</answer>` (the block the verifier reads):
+    the committed rows' answers pass in those tags."""
+    from rlvr.profiles import apply_profile
+
+    params = apply_profile(ROOT / "profiles/gpu.yaml", ROOT / "params.yaml",
+                           tmp_path / "gpu" / "params.yaml")
+    pattern = params.rewards.format_pattern
+    assert "<answer>" in pattern
+    assert [r.problems for r in validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT,
+                                               format_pattern=pattern)] == [[], []]
 
 
 # --------------------------------------------------------------------------- unreadable input
