@@ -45,8 +45,10 @@ _SHOWN_CHARS = 80
 
 # Columns that explain a failing row; each rule names the one it prints (Rule.detail).
 DETAIL_COLUMNS = ["line_detail", "text_detail", "fields_detail", "bounds_detail", "regex_detail",
-                   "countdown_detail", "exact_match_detail", "format_detail", "split_detail",
-                   "tags_detail"]
+                   "countdown_detail", "exact_match_detail", "format_detail", "tokenizer_detail",
+                   "split_detail", "tags_detail"]
+# How many of a row's characters outside the tokenizer's alphabet its problem line names.
+_SHOWN_UNENCODABLE = 8
 
 
 def _text(value: Any) -> str | None:
@@ -264,12 +266,27 @@ def lines_frame(lines: Sequence[Line]) -> pd.DataFrame:
     }, columns=["line", "id", "is_text", "length_ok", "is_json_object", *DETAIL_COLUMNS])
 
 
+def _encodable(prompt: Any, answer: str | None, alphabet: str | None) -> tuple[bool | None, str]:
+    """Does the tokenizer's `alphabet` (None: it encodes any text) hold every character of the
+    prompt and of the known-correct answer?"""
+    if alphabet is None or not isinstance(prompt, str):
+        return None, ""
+    missing = sorted(set(prompt + (answer or "")) - set(alphabet))
+    if not missing:
+        return True, ""
+    shown = ", ".join(quoted(c) for c in missing[:_SHOWN_UNENCODABLE])
+    more = f" and {len(missing) - _SHOWN_UNENCODABLE} more" if len(missing) > _SHOWN_UNENCODABLE \
+        else ""
+    return False, f"{shown}{more}"
+
+
 def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None = None,
-               format_pattern: str | None = None) -> pd.DataFrame:
+               format_pattern: str | None = None, alphabet: str | None = None) -> pd.DataFrame:
     """One row per JSON object, with the flags the custom rules need and the text explaining them.
     `other_prompts` (file -> its prompts) names, per row, the other files holding its prompt;
     `format_pattern`: the format reward's pattern (None: no format reward), which must accept
-    each row's known-correct answer."""
+    each row's known-correct answer; `alphabet`: the characters the policy's tokenizer encodes
+    (None: any text), which must hold each row's prompt and known-correct answer."""
     other_prompts = other_prompts or {}
     records = []
     for line in lines:
@@ -287,6 +304,7 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
         answerable, answer_detail = _exact_match_answerable(verifier, usable)
         known = solution if solvable else verifier["target"] if answerable else None
         formatted, format_detail = _format_accepts(known, format_pattern)
+        encodable, tokenizer_detail = _encodable(obj.get("prompt"), known, alphabet)
         tags_ok, tags_detail = _tags_detail(obj)
         records.append({
             "line": line.number,
@@ -301,6 +319,7 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
             "countdown_solvable": solvable,
             "exact_match_answerable": answerable,
             "format_accepts_answer": formatted,
+            "tokenizer_encodes": encodable,
             "tags_ok": tags_ok,
             "line_detail": "",
             "text_detail": text_detail,
@@ -310,11 +329,13 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
             "countdown_detail": solve_detail,
             "exact_match_detail": answer_detail,
             "format_detail": format_detail,
+            "tokenizer_detail": tokenizer_detail,
             "split_detail": ", ".join(f"also in {path}" for path, prompts in other_prompts.items()
                                       if obj.get("prompt") in prompts),
             "tags_detail": tags_detail,
         })
     columns = ["line", "id", "prompt", "verifier_type", "text_ok", "verifier_fields_ok",
                "verifier_bounds_ok", "regex_compiles", "countdown_searched", "countdown_solvable",
-               "exact_match_answerable", "format_accepts_answer", "tags_ok", *DETAIL_COLUMNS]
+               "exact_match_answerable", "format_accepts_answer", "tokenizer_encodes", "tags_ok",
+               *DETAIL_COLUMNS]
     return pd.DataFrame.from_records(records, columns=columns).astype(object)

@@ -310,6 +310,28 @@ def test_a_format_pattern_asking_for_answer_tags_accepts_the_answer_in_them(file
                                                format_pattern=pattern)] == [[], []]
 
 
+def test_text_the_tiny_tokenizer_cannot_encode_is_one_line_naming_row_and_characters(files):
+    """The tiny model's character tokenizer reads printable ASCII: with model.init tiny, a
+    Chinese prompt or an emoji in an answer would reach the model as <unk>, so validate names
+    the row and the characters; with a byte-level tokenizer (alphabet None) they pass."""
+    from rlvr.training_params import TINY_ALPHABET
+
+    _edit_row(files[0], 4, _set("prompt", "用 3 和 5 算出 15: "))
+    _edit_row(files[0], 5, _set("verifier", {"type": "exact_match", "target": "ok 😀"}))
+    problems = validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT,
+                              alphabet=TINY_ALPHABET)[0].problems
+    assert len(problems) == 2 and all(p.endswith("[tokenizer_encodes]") for p in problems)
+    assert problems[0] == (
+        f"{files[0]}: row cd-train-005 (line 5): prompt or correct answer holds characters the "
+        "tiny model's tokenizer cannot encode (model.init tiny reads printable ASCII only: use "
+        "model.init local_llm or a pretrained model, whose byte-level tokenizers encode any "
+        "text): '出', '和', '用', '算' [tokenizer_encodes]")
+    assert problems[1].startswith(f"{files[0]}: row cd-train-006 (line 6): ")
+    assert problems[1].endswith(": '😀' [tokenizer_encodes]")
+    assert [r.problems for r in validate_files(str(files[0]), str(files[1]), ROWS,
+                                               MAX_PROMPT)] == [[], []]
+
+
 # --------------------------------------------------------------------------- unreadable input
 # Each kind of unreadable input is one problem line naming the file, the line (and row id when
 # the line is a row) and the rule, or, for a file that cannot be read at all, one DataError line
@@ -360,7 +382,8 @@ def test_the_validate_stage_prints_one_line_and_exits_1(files, tmp_path, monkeyp
         paths=SimpleNamespace(data_docs=str(tmp_path / "docs"),
                               validation_summary=str(tmp_path / "summary.json"),
                               validation_metrics=str(tmp_path / "metrics.json")),
-        rewards=SimpleNamespace(funcs=["correctness", "format"], format_pattern=r"\d"))
+        rewards=SimpleNamespace(funcs=["correctness", "format"], format_pattern=r"\d"),
+        model=SimpleNamespace(init="tiny"))
     monkeypatch.chdir(ROOT)
     with pytest.raises(SystemExit) as exited:
         run_stage("validate", lambda view: stages.validate.main(params), gated=False)
