@@ -8,16 +8,13 @@ fixed alphabet, its weights from a seeded random init.
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 
 from rlvr.config import ParamsError
-from rlvr.training_params import TinyModelParams
+from rlvr.training_params import TINY_ALPHABET, TinyModelParams
 from rlvr.data import share_with_umask
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
-# Every printable ASCII character, newline included; anything else maps to <unk>.
-ALPHABET = string.printable.replace("\x0b", "").replace("\x0c", "").replace("\r", "")
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 
@@ -29,7 +26,7 @@ def build_char_tokenizer():
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {token: i for i, token in enumerate([PAD, EOS, UNK, *ALPHABET])}
+    vocab = {token: i for i, token in enumerate([PAD, EOS, UNK, *TINY_ALPHABET])}
     core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()

@@ -16,8 +16,9 @@ import regex
 
 from rlvr.data import Line
 from rlvr.rewards.registry import VERIFIERS, score_correctness, verifier_problems
-from rlvr.rewards.verifiers import (COUNTDOWN_SEARCH_NODES, MAX_COUNTDOWN_VALUE,
-                                    CountdownSearchExceeded, countdown_reward, countdown_solution)
+from rlvr.rewards.verifiers import (ANSWER_CLOSE, ANSWER_OPEN, COUNTDOWN_SEARCH_NODES, MAX_COUNTDOWN_VALUE,
+                                    CountdownSearchExceeded, countdown_reward, countdown_solution,
+                                    format_reward)
 
 # The longest exact_match target or regex pattern a row may give, in characters: far above any
 # answer or format (the default format pattern has 41), far below what would slow every reward
@@ -44,7 +45,10 @@ _SHOWN_CHARS = 80
 
 # Columns that explain a failing row; each rule names the one it prints (Rule.detail).
 DETAIL_COLUMNS = ["line_detail", "text_detail", "fields_detail", "bounds_detail", "regex_detail",
-                   "countdown_detail", "exact_match_detail", "split_detail", "tags_detail"]
+                   "countdown_detail", "exact_match_detail", "format_detail", "tokenizer_detail",
+                   "split_detail", "tags_detail"]
+# How many of a row's characters outside the tokenizer's alphabet its problem line names.
+_SHOWN_UNENCODABLE = 8
 
 
 def _text(value: Any) -> str | None:
@@ -197,24 +201,39 @@ def _regex_compiles(verifier: Any, fields_ok: bool | None) -> tuple[bool | None,
 
 
 def _countdown_solvable(verifier: Any, fields_ok: bool | None
-                        ) -> tuple[bool | None, bool | None, str]:
-    """(searched within the budget, solvable, why not): None where the rule does not apply."""
+                        ) -> tuple[bool | None, bool | None, str, str | None]:
+    """(searched within the budget, solvable, why not, the solver's answer): None where the rule
+    does not apply."""
     if not fields_ok or verifier.get("type") != "countdown":
-        return None, None, ""
+        return None, None, "", None
     numbers, target = verifier["numbers"], verifier["target"]
     division = verifier.get("allow_division", False)
     try:
         solution = countdown_solution(numbers, target, division, max_nodes=COUNTDOWN_SEARCH_NODES)
     except CountdownSearchExceeded:
         return False, None, (f"{target} from {numbers}"
-                             f"{' with division' if division else ''}")
+                             f"{' with division' if division else ''}"), None
     if solution is None:
-        return True, False, f"{target} cannot be made from {numbers}"
+        return True, False, f"{target} cannot be made from {numbers}", None
     # The verifier has the last word: a row counts as answerable only if it rewards an answer.
     if countdown_reward(solution, numbers, target, division) != 1.0:
         return True, False, (f"the verifier scores the solver's answer {solution!r} as 0, so no "
-                             f"answer to {target} from {numbers} can earn a reward")
-    return True, True, ""
+                             f"answer to {target} from {numbers} can earn a reward"), None
+    return True, True, "", solution
+
+
+def _format_accepts(answer: str | None, format_pattern: str | None) -> tuple[bool | None, str]:
+    """Does the format reward accept the row's known-correct answer (the countdown solver's, the
+    exact_match target), bare or in answer tags (the block the verifier reads)? None where there
+    is no such answer or no format reward."""
+    if answer is None or format_pattern is None:
+        return None, ""
+    if any(format_reward(form, format_pattern) == 1.0
+           for form in (answer, f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}")):
+        return True, ""
+    return False, (f"its correct answer {quoted(answer)} does not match "
+                   f"{quoted(format_pattern)}, bare or in {ANSWER_OPEN} tags, so the format "
+                   "reward would punish it")
 
 
 def _exact_match_answerable(verifier: Any, fields_ok: bool | None) -> tuple[bool | None, str]:
@@ -247,10 +266,27 @@ def lines_frame(lines: Sequence[Line]) -> pd.DataFrame:
     }, columns=["line", "id", "is_text", "length_ok", "is_json_object", *DETAIL_COLUMNS])
 
 
-def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None = None
-               ) -> pd.DataFrame:
+def _encodable(prompt: Any, answer: str | None, alphabet: str | None) -> tuple[bool | None, str]:
+    """Does the tokenizer's `alphabet` (None: it encodes any text) hold every character of the
+    prompt and of the known-correct answer?"""
+    if alphabet is None or not isinstance(prompt, str):
+        return None, ""
+    missing = sorted(set(prompt + (answer or "")) - set(alphabet))
+    if not missing:
+        return True, ""
+    shown = ", ".join(quoted(c) for c in missing[:_SHOWN_UNENCODABLE])
+    more = f" and {len(missing) - _SHOWN_UNENCODABLE} more" if len(missing) > _SHOWN_UNENCODABLE \
+        else ""
+    return False, f"{shown}{more}"
+
+
+def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None = None,
+               format_pattern: str | None = None, alphabet: str | None = None) -> pd.DataFrame:
     """One row per JSON object, with the flags the custom rules need and the text explaining them.
-    `other_prompts` (file -> its prompts) names, per row, the other files holding its prompt."""
+    `other_prompts` (file -> its prompts) names, per row, the other files holding its prompt;
+    `format_pattern`: the format reward's pattern (None: no format reward), which must accept
+    each row's known-correct answer; `alphabet`: the characters the policy's tokenizer encodes
+    (None: any text), which must hold each row's prompt and known-correct answer."""
     other_prompts = other_prompts or {}
     records = []
     for line in lines:
@@ -264,8 +300,11 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
         bounds_ok, bounds_detail = _bounds_detail(verifier, fields_ok)
         usable = fields_ok and bounds_ok  # the checks below run only on values in bounds
         compiles, regex_detail = _regex_compiles(verifier, usable)
-        searched, solvable, solve_detail = _countdown_solvable(verifier, usable)
+        searched, solvable, solve_detail, solution = _countdown_solvable(verifier, usable)
         answerable, answer_detail = _exact_match_answerable(verifier, usable)
+        known = solution if solvable else verifier["target"] if answerable else None
+        formatted, format_detail = _format_accepts(known, format_pattern)
+        encodable, tokenizer_detail = _encodable(obj.get("prompt"), known, alphabet)
         tags_ok, tags_detail = _tags_detail(obj)
         records.append({
             "line": line.number,
@@ -279,6 +318,8 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
             "countdown_searched": searched,
             "countdown_solvable": solvable,
             "exact_match_answerable": answerable,
+            "format_accepts_answer": formatted,
+            "tokenizer_encodes": encodable,
             "tags_ok": tags_ok,
             "line_detail": "",
             "text_detail": text_detail,
@@ -287,11 +328,14 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
             "regex_detail": regex_detail,
             "countdown_detail": solve_detail,
             "exact_match_detail": answer_detail,
+            "format_detail": format_detail,
+            "tokenizer_detail": tokenizer_detail,
             "split_detail": ", ".join(f"also in {path}" for path, prompts in other_prompts.items()
                                       if obj.get("prompt") in prompts),
             "tags_detail": tags_detail,
         })
     columns = ["line", "id", "prompt", "verifier_type", "text_ok", "verifier_fields_ok",
                "verifier_bounds_ok", "regex_compiles", "countdown_searched", "countdown_solvable",
-               "exact_match_answerable", "tags_ok", *DETAIL_COLUMNS]
+               "exact_match_answerable", "format_accepts_answer", "tokenizer_encodes", "tags_ok",
+               *DETAIL_COLUMNS]
     return pd.DataFrame.from_records(records, columns=columns).astype(object)

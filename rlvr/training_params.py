@@ -5,6 +5,7 @@ with the other sections into Params."""
 
 from __future__ import annotations
 
+import string
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -26,6 +27,10 @@ LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "cons
                  "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay", "greedy")
 # A byte-level BPE tokenizer holds the 256 byte tokens and the 3 special tokens before any merge.
 LOCAL_LLM_MIN_VOCAB = 300
+# What the tiny model's character tokenizer encodes (rlvr.policy.build_char_tokenizer): every
+# printable ASCII character, newline included; anything else would be <unk>, so validate
+# rejects rows that hold anything else when model.init is tiny.
+TINY_ALPHABET = string.printable.replace("\x0b", "").replace("\x0c", "").replace("\r", "")
 
 
 @section("model.tiny")

@@ -124,6 +124,17 @@ def row_rules(expected_rows: int | None, max_prompt_chars: int,
         Rule("exact_match_answerable", "exact_match target can never be matched",
              E.ExpectColumnValuesToBeInSet(column="exact_match_answerable", value_set=[True]),
              detail="exact_match_detail"),
+        Rule("format_accepts_answer",
+             "rewards.format_pattern rejects the row's correct answer: set the pattern for your "
+             "data (or drop 'format' from rewards.funcs)",
+             E.ExpectColumnValuesToBeInSet(column="format_accepts_answer", value_set=[True]),
+             detail="format_detail"),
+        Rule("tokenizer_encodes",
+             "prompt or correct answer holds characters the tiny model's tokenizer cannot encode "
+             "(model.init tiny reads printable ASCII only: use model.init local_llm or a "
+             "pretrained model, whose byte-level tokenizers encode any text)",
+             E.ExpectColumnValuesToBeInSet(column="tokenizer_encodes", value_set=[True]),
+             detail="tokenizer_detail"),
         Rule("tags", f"tags are malformed (optional: a list of 1-{MAX_TAGS} distinct names)",
              E.ExpectColumnValuesToBeInSet(column="tags_ok", value_set=[True]),
              detail="tags_detail"),
@@ -208,11 +219,14 @@ def _problem_lines(path: str, rule: Rule, result: Any) -> list[str]:
 
 
 def validate_files(train_path: str, eval_path: str, train_rows: int, max_prompt_chars: int,
-                   docs_dir: str | Path | None = None, val_path: str | None = None
+                   docs_dir: str | Path | None = None, val_path: str | None = None,
+                   format_pattern: str | None = None, alphabet: str | None = None
                    ) -> list[FileReport]:
     """Validate the training, validation (when given) and held-out test files against the
-    contract: the same rules for each, `train_rows` rows in the training file, and no prompt in
-    two of the files. Reports come in that order.
+    contract: the same rules for each, `train_rows` rows in the training file, no prompt in
+    two of the files, (given the format reward's `format_pattern`) every row's known-correct
+    answer in that format and (given the tokenizer's `alphabet`) every prompt and known-correct
+    answer in that alphabet. Reports come in that order.
 
     Data Docs HTML is written to `docs_dir` (replaced whole, only once every file was validated).
     They are a view for people, not a DVC output: GX stamps them with the run time, so their bytes
@@ -238,7 +252,7 @@ def validate_files(train_path: str, eval_path: str, train_rows: int, max_prompt_
             others = {other: prompts[other] for other in paths if other != path}
             stem = Path(path).stem.replace("_", "-")
             checks = runner.run(f"{stem}-lines", lines_frame(lines), line_rules())
-            rows = rows_frame(lines, others)
+            rows = rows_frame(lines, others, format_pattern, alphabet)
             expected = train_rows if path == train_path else None
             checks += runner.run(f"{stem}-rows", rows,
                                  row_rules(expected, max_prompt_chars, others))

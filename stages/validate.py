@@ -2,7 +2,9 @@
 
     dvc repro validate              (or: python -m stages.validate)
 
-Writes reports/validation/summary.json (per file and rule, whether it held), its headline
+With the format reward in rewards.funcs, every row's known-correct answer must match
+rewards.format_pattern; with model.init tiny, every prompt and known-correct answer must be
+text its character tokenizer encodes (printable ASCII). Writes reports/validation/summary.json (per file and rule, whether it held), its headline
 metrics/data.json (a DVC metric) and the Data Docs HTML under
 reports/validation/data_docs/. On any problem it prints one line per problem
 (file, row id or line, rule) and exits non-zero, so nothing downstream runs.
@@ -12,16 +14,21 @@ from pathlib import Path
 
 from rlvr.config import Params
 from rlvr.data import write_json
+from rlvr.grpo.metric_keys import FORMAT_REWARD
 from rlvr.metrics import validation_metrics
+from rlvr.training_params import TINY_ALPHABET
 from rlvr.stage import run_stage
 from rlvr.validation import summary, validate_files
 
 def main(params: Params) -> int:
-    data, paths = params.data, params.paths
+    data, paths, rewards = params.data, params.paths, params.rewards
     print(f"validate: checking {data.train_path}, {data.val_path} and {data.eval_path}")
     reports = validate_files(data.train_path, data.eval_path, data.train_rows,
                              data.max_prompt_chars, docs_dir=paths.data_docs,
-                             val_path=data.val_path)
+                             val_path=data.val_path,
+                             format_pattern=(rewards.format_pattern if FORMAT_REWARD in rewards.funcs
+                                             else None),
+                             alphabet=TINY_ALPHABET if params.model.init == "tiny" else None)
     result = summary(reports)
     write_json(paths.validation_summary, result)
     write_json(paths.validation_metrics, validation_metrics(result))

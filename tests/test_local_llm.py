@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rlvr.config import ParamsError, parse_params
@@ -61,6 +61,7 @@ def test_the_tokenizer_round_trips_the_task_text(built, rows):
 
 
 @given(st.text())
+@example("用 3 和 5 算出 15: 😀")  # Chinese and an emoji: bytes the task text never held
 def test_the_tokenizer_round_trips_any_unicode(built, text):
     _, tokenizer = built
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text

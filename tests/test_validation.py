@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from rlvr.config import load_params
+
 from rlvr.data import MAX_LINE_BYTES, DataError
 from rlvr.errors import PipelineError
 from rlvr.rewards.verifiers import COUNTDOWN_SEARCH_NODES
@@ -269,6 +271,67 @@ def test_a_user_dataset_may_mix_verifier_types(files):
     assert [r.problems for r in _validate(*files)] == [[], []]
 
 
+COUNTDOWN_PATTERN = load_params(ROOT / "params.yaml").rewards.format_pattern
+
+
+def test_the_format_pattern_must_accept_each_rows_correct_answer(files):
+    """The format reward must not punish a correct answer: the default (countdown) pattern
+    accepts every committed row's solver answer, and rejects a bare number, so an exact_match
+    row whose target is one is a problem line naming the row, the answer and the pattern."""
+    assert [r.problems for r in validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT,
+                                               format_pattern=COUNTDOWN_PATTERN)] == [[], []]
+    _edit_row(files[0], 4, _set("verifier", {"type": "exact_match", "target": "142"}))
+    _edit_row(files[0], 5, _set("verifier", {"type": "regex", "pattern": r"^\d+$"}))
+    (problem,) = validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT,
+                                format_pattern=COUNTDOWN_PATTERN)[0].problems
+    assert problem == (
+        f"{files[0]}: row cd-train-005 (line 5): rewards.format_pattern rejects the row's correct "
+        f"answer: set the pattern for your data (or drop 'format' from rewards.funcs): its "
+        f"correct answer '142' does not match {COUNTDOWN_PATTERN!r}, bare or in <answer> tags, "
+        f"so the format reward would punish it [format_accepts_answer]")
+    # a pattern for the data accepts it; with no format reward there is nothing to check
+    assert validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT,
+                          format_pattern=r"^\s*(\d+|\(*\d+\)*(\s*[-+*/]\s*\(*\d+\)*)+)\s*$"
+                          )[0].problems == []
+    assert _validate(*files)[0].problems == []
+
+
+
+def test_a_format_pattern_asking_for_answer_tags_accepts_the_answer_in_them(files, tmp_path):
+    """The GPU profile's pattern wants `<answer>...</answer>` (the block the verifier reads):
+    the committed rows' answers pass in those tags."""
+    from rlvr.profiles import apply_profile
+
+    params = apply_profile(ROOT / "profiles/gpu.yaml", ROOT / "params.yaml",
+                           tmp_path / "gpu" / "params.yaml")
+    pattern = params.rewards.format_pattern
+    assert "<answer>" in pattern
+    assert [r.problems for r in validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT,
+                                               format_pattern=pattern)] == [[], []]
+
+
+def test_text_the_tiny_tokenizer_cannot_encode_is_one_line_naming_row_and_characters(files):
+    """The tiny model's character tokenizer reads printable ASCII: with model.init tiny, a
+    Chinese prompt or an emoji in an answer would reach the model as <unk>, so validate names
+    the row and the characters; with a byte-level tokenizer (alphabet None) they pass."""
+    from rlvr.training_params import TINY_ALPHABET
+
+    _edit_row(files[0], 4, _set("prompt", "用 3 和 5 算出 15: "))
+    _edit_row(files[0], 5, _set("verifier", {"type": "exact_match", "target": "ok 😀"}))
+    problems = validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT,
+                              alphabet=TINY_ALPHABET)[0].problems
+    assert len(problems) == 2 and all(p.endswith("[tokenizer_encodes]") for p in problems)
+    assert problems[0] == (
+        f"{files[0]}: row cd-train-005 (line 5): prompt or correct answer holds characters the "
+        "tiny model's tokenizer cannot encode (model.init tiny reads printable ASCII only: use "
+        "model.init local_llm or a pretrained model, whose byte-level tokenizers encode any "
+        "text): '出', '和', '用', '算' [tokenizer_encodes]")
+    assert problems[1].startswith(f"{files[0]}: row cd-train-006 (line 6): ")
+    assert problems[1].endswith(": '😀' [tokenizer_encodes]")
+    assert [r.problems for r in validate_files(str(files[0]), str(files[1]), ROWS,
+                                               MAX_PROMPT)] == [[], []]
+
+
 # --------------------------------------------------------------------------- unreadable input
 # Each kind of unreadable input is one problem line naming the file, the line (and row id when
 # the line is a row) and the rule, or, for a file that cannot be read at all, one DataError line
@@ -318,7 +381,9 @@ def test_the_validate_stage_prints_one_line_and_exits_1(files, tmp_path, monkeyp
                              val_path=str(DATA / "grpo_val.jsonl"), max_prompt_chars=MAX_PROMPT),
         paths=SimpleNamespace(data_docs=str(tmp_path / "docs"),
                               validation_summary=str(tmp_path / "summary.json"),
-                              validation_metrics=str(tmp_path / "metrics.json")))
+                              validation_metrics=str(tmp_path / "metrics.json")),
+        rewards=SimpleNamespace(funcs=["correctness", "format"], format_pattern=r"\d"),
+        model=SimpleNamespace(init="tiny"))
     monkeypatch.chdir(ROOT)
     with pytest.raises(SystemExit) as exited:
         run_stage("validate", lambda view: stages.validate.main(params), gated=False)

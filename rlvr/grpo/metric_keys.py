@@ -41,7 +41,8 @@ def reward_failures(name: str) -> str:
 
 CORRECTNESS_REWARD = "correctness"  # the reward function that is the verifier's verdict
 CORRECTNESS = reward_mean(CORRECTNESS_REWARD)
-FORMAT = reward_mean("format")
+FORMAT_REWARD = "format"  # the reward function of rewards.format_pattern
+FORMAT = reward_mean(FORMAT_REWARD)
 LENGTH = reward_mean("length")
 
 # --- logged by the pipeline's trainer and callbacks

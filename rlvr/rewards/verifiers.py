@@ -44,11 +44,14 @@ _INLINE_REGEX_S = 0.005
 # Python's `re` flag values differ from the `regex` package's for ASCII only.
 _RE_TO_REGEX_FLAGS = {re.IGNORECASE: regex.IGNORECASE, re.MULTILINE: regex.MULTILINE,
                       re.DOTALL: regex.DOTALL, re.VERBOSE: regex.VERBOSE, re.ASCII: regex.ASCII}
-_EXPRESSION_CHARS = frozenset("0123456789+-*/() \t\n\r")
+# The characters of an expression besides whitespace, which is any character str.isspace
+# accepts (a no-break, thin or ideographic space as much as a line break, as str.strip and
+# exact_match see it). Digits are ASCII only.
+_EXPRESSION_CHARS = frozenset("0123456789+-*/()")
 # A claimed result after '=' is an integer of at most this many characters (int() of a huge
-# literal is slow: the bound keeps scoring fast on adversarial text).
+# literal is slow: the bound keeps scoring fast on adversarial text), ASCII digits.
 MAX_CLAIM_CHARS = 32
-_CLAIM = re.compile(r"[ \t\n\r]*-?[0-9]{1,%d}[ \t\n\r]*" % MAX_CLAIM_CHARS)  # ASCII only
+_CLAIM = re.compile(r"-?[0-9]{1,%d}" % MAX_CLAIM_CHARS)
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 
 
@@ -188,7 +191,7 @@ def countdown_value(expression: str, numbers: Sequence[int],
     Legal: only the given numbers, each at most once; + - * (and / when allowed); parentheses.
     No unary minus (so a negative number can never be written: the data contract rejects rows
     that give one), no other literals, no names. Precedence is Python's, which is arithmetic's.
-    Line breaks inside the expression count as spaces.
+    Any whitespace (line breaks, no-break or ideographic spaces) counts as a space.
 
     >>> countdown_value("2+3*5", [2, 3, 5])
     Fraction(17, 1)
@@ -196,8 +199,10 @@ def countdown_value(expression: str, numbers: Sequence[int],
     True
     >>> countdown_value("(2 +\\n 3) * 5", [2, 3, 5])
     Fraction(25, 1)
+    >>> countdown_value("\\u00a02\\u2009*\\u30005", [2, 5])
+    Fraction(10, 1)
     """
-    if not set(expression) <= _EXPRESSION_CHARS:
+    if not all(c in _EXPRESSION_CHARS or c.isspace() for c in expression):
         return None
     text = " ".join(expression.split())
     if not text or len(text) > MAX_EXPRESSION_CHARS:
@@ -229,7 +234,7 @@ def countdown_reward(output: str, numbers: Sequence[int], target: int,
     0.0
     """
     expression, equals, claim = extract_answer(output).partition("=")
-    if equals and not (_CLAIM.fullmatch(claim) and int(claim) == target):
+    if equals and not (_CLAIM.fullmatch(claim.strip()) and int(claim) == target):
         return 0.0
     value = countdown_value(expression, numbers, allow_division)
     return 1.0 if value is not None and value == target else 0.0

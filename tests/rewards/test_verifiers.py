@@ -7,6 +7,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rlvr.rewards import (countdown_reward, countdown_solution, countdown_value,
                           exact_match_reward, extract_answer, format_reward)
@@ -80,6 +82,11 @@ def test_format_times_out_instead_of_hanging_on_catastrophic_backtracking():
     ("3*5 = \u0661\u0665", [3, 5], 15, 0.0),    # digits are ASCII, in the claim as in the expression
     ("3*5 = \uff11\uff15", [3, 5], 15, 0.0),
     ("(3 +\n5) *\n2", [3, 5, 2], 16, 1.0),  # line breaks inside an expression are spaces
+    ("\u00a03*5\u00a0", [3, 5], 15, 1.0),   # so is any Unicode whitespace: no-break spaces,
+    ("3\u2009*\u20095", [3, 5], 15, 1.0),    # thin spaces,
+    ("3\u3000*\u30005", [3, 5], 15, 1.0),    # ideographic spaces,
+    ("3*5 =\u00a015\u2003", [3, 5], 15, 1.0),  # around a stated result too
+    ("3\u200b*5", [3, 5], 15, 0.0),          # a zero-width space is not whitespace (isspace)
     ("-3+5", [-3, 5], 2, 0.0),           # no unary minus: a negative number cannot be written,
     ("5+(-3)", [-3, 5], 2, 0.0),         # so the data contract rejects rows that give one
     ("5-3", [-3, 5], 2, 0.0),
@@ -92,6 +99,23 @@ def test_format_times_out_instead_of_hanging_on_catastrophic_backtracking():
 ])
 def test_countdown(output, numbers, target, expected):
     assert countdown_reward(output, numbers, target) == expected
+
+
+WHITESPACE = [c for c in map(chr, range(0x3001)) if c.isspace()]
+
+
+@given(st.lists(st.sampled_from(["3", "*", "5", "+", "2", "(", ")", "-"]), min_size=1,
+                max_size=9),
+       st.lists(st.text(st.sampled_from(WHITESPACE), min_size=1, max_size=2), min_size=10,
+                max_size=10))
+def test_any_unicode_whitespace_between_tokens_scores_as_a_space(tokens, gaps):
+    """An answer scores the same with any whitespace between its tokens: what a space gives
+    (a no-break or ideographic space, a line break, ... everything str.isspace accepts)."""
+    spaced = " ".join(tokens)
+    padded = "".join(gap + token for gap, token in zip(gaps, tokens)) + gaps[-1]
+    for target in (15, 17, 10, 3):
+        assert countdown_reward(padded, [3, 5, 2], target) == countdown_reward(
+            spaced, [3, 5, 2], target)
 
 
 def test_countdown_division_when_enabled_is_exact():
