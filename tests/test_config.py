@@ -355,11 +355,22 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_run_of_the_committed_grid_passes_its_own_check_params():
-    from rlvr.experiments import check_queued_runs
+def test_every_run_of_the_committed_grid_passes_its_own_check_params(tmp_path):
+    from rlvr.experiments import check_queued_runs, experiment_params
+    from tests.helpers import SMALL_RUN, set_params
 
-    assert check_queued_runs(ROOT / "params.yaml", "step8") == 16
-    assert check_queued_runs(ROOT / "params.yaml") == 4
+    # each step11 run checks, as its own check_params will, every experiment on its params:
+    # the ablations, the sweep and both grids
+    assert check_queued_runs(ROOT / "params.yaml", "step11") == 24
+    # the slow tests' budgets (checkpoints every 3 or 4 steps) carry the same experiments, which
+    # their check_params checks: each must still be valid on top of them
+    for name, budget in (("small_run", SMALL_RUN), ("small_budget", {"train": {
+            "max_steps": 6, "save_steps": 3, "eval_steps": 3}})):  # 3: odd, as no grid has
+        copy = tmp_path / name / "params.yaml"
+        copy.parent.mkdir()
+        copy.write_text((ROOT / "params.yaml").read_text())
+        set_params(copy.parent, budget)
+        assert len(list(experiment_params(copy))) == 4 + 16 + 24, name
 
 
 def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
