@@ -85,10 +85,11 @@ def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> 
     return found
 
 
-def exp_show(cwd: str | Path = ".") -> list[dict]:
+def exp_show(cwd: str | Path = ".", rev: str | None = None) -> list[dict]:
+    """`dvc exp show --json`: the experiments of HEAD, or of commit `rev`."""
     from rlvr.orchestration import run_dvc
 
-    run = run_dvc(cwd, "exp", "show", "--json")
+    run = run_dvc(cwd, "exp", "show", "--json", *(["--rev", rev] if rev else []))
     if run.returncode != 0:
         raise RuntimeError(f"dvc exp show failed: {run.stderr[-2000:]}")
     return json.loads(run.stdout)
@@ -305,14 +306,16 @@ def _validation(e: Experiment) -> list[dict]:
     return e.train_summary.get("selection", {}).get("validation", [])
 
 
-def compare(cwd: str | Path = ".", out_dir: str | Path = "reports") -> list[Experiment]:
-    """Write reports/experiments.md, .html and the settings' curves; return the experiments."""
+def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", rev: str | None = None
+            ) -> list[Experiment]:
+    """Write reports/experiments.md, .html and the settings' curves of the experiments of HEAD
+    (or of commit `rev`, e.g. a grid run before later commits); return the experiments."""
     from rlvr.data import write_text_atomic
     from rlvr.plots import plot_settings
     from rlvr.render import to_html
 
     paths = load_params(Path(cwd) / "params.yaml").paths
-    experiments = parse_exp_show(exp_show(cwd), paths)
+    experiments = parse_exp_show(exp_show(cwd, rev), paths)
     for e in experiments:
         e.history = read_history(e.rev, cwd, paths.train_history)
         e.eval_summary = read_json(e.rev, cwd, paths.eval_summary)

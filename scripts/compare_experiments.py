@@ -1,17 +1,22 @@
 """Compare the baseline run with its DVC experiments: reports/experiments.md and .html.
 
-    ./dev run python scripts/compare_experiments.py
+    ./dev run python scripts/compare_experiments.py [--rev COMMIT]
 
-Reads `dvc exp show --json` (params and metrics) and each run's committed training history, and
-writes one table (params that differ, final reward, held-out greedy success and mean reward, final
-KL, verdict) with overlaid reward and KL curves (reports/figures/experiments.png).
+Reads `dvc exp show --json` (params and metrics; the experiments of HEAD, or of COMMIT) and each
+run's committed outputs, and writes one table of every run (params that differ, final reward,
+held-out greedy success and mean reward, final KL, verdict), one row per setting over its seeds,
+and each setting's curves (reports/figures/experiments.png).
 """
+
+import argparse
 
 from rlvr.comparison import compare, comparison_rows
 
 
 def main() -> None:
-    experiments = compare()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rev", help="compare the experiments of this commit (default: HEAD)")
+    experiments = compare(rev=parser.parse_args().rev)
     header, rows = comparison_rows(experiments)
     print(" | ".join(header))
     for row in rows:
