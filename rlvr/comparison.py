@@ -72,7 +72,8 @@ def _entry(name: str, data: dict, paths: PathsParams) -> Experiment:
 
 def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> list[Experiment]:
     """The baseline commit and its experiments from `dvc exp show --json` (the workspace is
-    skipped: it is not a recorded run)."""
+    skipped: it is not a recorded run; so is a failed experiment, whose files are its
+    baseline's: failed_experiments names those)."""
     found = []
     for row in rows:
         if row.get("rev") == "workspace" or not row.get("data"):
@@ -80,9 +81,16 @@ def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> 
         found.append(_entry(f"{BASELINE}{row['rev'][:7]})", row["data"], paths))
         for experiment in row.get("experiments") or []:
             for rev in experiment.get("revs", []):
-                if rev.get("data"):
+                if rev.get("data") and not rev.get("error"):
                     found.append(_entry(rev.get("name") or rev["rev"][:7], rev["data"], paths))
     return found
+
+
+def failed_experiments(rows: Sequence[dict]) -> list[str]:
+    """The names of the experiments `dvc exp show --json` marks as failed."""
+    return [rev.get("name") or rev.get("rev", "?")[:7] for row in rows
+            for experiment in row.get("experiments") or [] for rev in experiment.get("revs", [])
+            if rev.get("error")]
 
 
 def exp_show(cwd: str | Path = ".", rev: str | None = None) -> list[dict]:
@@ -262,14 +270,18 @@ def tag_rows(experiments: Sequence[Experiment], over: str = "seed"
     return header, rows
 
 
-def comparison_markdown(experiments: Sequence[Experiment], image: str) -> str:
-    from rlvr.render import md_image, md_table
+def comparison_markdown(experiments: Sequence[Experiment], image: str,
+                        failed: Sequence[str] = ()) -> str:
+    from rlvr.render import md_escape, md_image, md_table
 
     header, rows = comparison_rows(experiments)
     lines = ["# Experiments", "",
              f"{len(experiments)} runs: the baseline commit and its DVC experiments "
              "(`dvc exp show`). Columns between the name and the results are the params that "
              "differ.", ""]
+    if failed:
+        lines += [f"Failed, so left out (`dvc queue logs NAME` says why): "
+                  f"{md_escape(', '.join(failed))}.", ""]
     lines += md_table(header, rows)
     header, rows = setting_rows(experiments)
     if rows:
@@ -315,7 +327,8 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", rev: str | N
     from rlvr.render import to_html
 
     paths = load_params(Path(cwd) / "params.yaml").paths
-    experiments = parse_exp_show(exp_show(cwd, rev), paths)
+    shown = exp_show(cwd, rev)
+    experiments = parse_exp_show(shown, paths)
     for e in experiments:
         e.history = read_history(e.rev, cwd, paths.train_history)
         e.eval_summary = read_json(e.rev, cwd, paths.eval_summary)
@@ -325,7 +338,7 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", rev: str | N
     out = Path(cwd) / out_dir
     plot_settings(setting_curves(experiments), out / "figures" / "experiments.png")
     figure = "figures/experiments.png"
-    markdown = comparison_markdown(experiments, figure)
+    markdown = comparison_markdown(experiments, figure, failed_experiments(shown))
     write_text_atomic(out / "experiments.md", markdown)
     write_text_atomic(out / "experiments.html",
                       to_html(markdown, out, images=[figure], title="Experiments"))

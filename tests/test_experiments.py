@@ -271,3 +271,18 @@ def test_a_queue_that_ends_by_itself_is_left_alone(tmp_path, monkeypatch):
     run = run_queue_to_end(tmp_path, 1, poll=0.1, grace=0.5, dvc=(sys.executable, str(script)))
     assert (run.returncode, run.stdout) == (3, "done\n")
 
+
+
+def test_a_failed_experiment_is_named_and_left_out_not_shown_with_its_baselines_figures():
+    """DVC lists a failed experiment with its baseline's files: it must not read as a run."""
+    from rlvr.comparison import failed_experiments
+
+    shown = [{"rev": "abc1234", "data": {"rev": "abc1234", "params": {}, "metrics": {}},
+              "experiments": [
+        {"revs": [{"name": "ok-run", "rev": "1" * 40, "data": {"rev": "1" * 40}}]},
+        {"revs": [{"name": "broke_1", "rev": "2" * 40, "data": {"rev": "2" * 40},
+                   "error": {"msg": "Experiment run failed", "type": ""}}]}]}]
+    assert [e.name for e in parse_exp_show(shown)] == ["baseline (abc1234)", "ok-run"]
+    assert failed_experiments(shown) == ["broke_1"]
+    markdown = comparison_markdown(parse_exp_show(shown), "x.png", failed_experiments(shown))
+    assert "Failed, so left out (`dvc queue logs NAME` says why): broke\\_1." in markdown
