@@ -218,6 +218,18 @@ def _problem_lines(path: str, rule: Rule, result: Any) -> list[str]:
     return lines
 
 
+def contract_options(params) -> dict:
+    """The rules the run's own params add to the contract (validate_files' keywords): the format
+    reward's pattern when the format reward is on, and the tiny tokenizer's alphabet when the
+    policy is the tiny model (other policies' tokenizers are byte-level)."""
+    from rlvr.grpo.metric_keys import FORMAT_REWARD
+    from rlvr.training_params import TINY_ALPHABET
+
+    rewards = params.rewards
+    return {"format_pattern": rewards.format_pattern if FORMAT_REWARD in rewards.funcs else None,
+            "alphabet": TINY_ALPHABET if params.model.init == "tiny" else None}
+
+
 def validate_files(train_path: str, eval_path: str, train_rows: int, max_prompt_chars: int,
                    docs_dir: str | Path | None = None, val_path: str | None = None,
                    format_pattern: str | None = None, alphabet: str | None = None

@@ -14,21 +14,16 @@ from pathlib import Path
 
 from rlvr.config import Params
 from rlvr.data import write_json
-from rlvr.grpo.metric_keys import FORMAT_REWARD
 from rlvr.metrics import validation_metrics
-from rlvr.training_params import TINY_ALPHABET
 from rlvr.stage import run_stage
-from rlvr.validation import summary, validate_files
+from rlvr.validation import contract_options, summary, validate_files
 
 def main(params: Params) -> int:
-    data, paths, rewards = params.data, params.paths, params.rewards
+    data, paths = params.data, params.paths
     print(f"validate: checking {data.train_path}, {data.val_path} and {data.eval_path}")
     reports = validate_files(data.train_path, data.eval_path, data.train_rows,
                              data.max_prompt_chars, docs_dir=paths.data_docs,
-                             val_path=data.val_path,
-                             format_pattern=(rewards.format_pattern if FORMAT_REWARD in rewards.funcs
-                                             else None),
-                             alphabet=TINY_ALPHABET if params.model.init == "tiny" else None)
+                             val_path=data.val_path, **contract_options(params))
     result = summary(reports)
     write_json(paths.validation_summary, result)
     write_json(paths.validation_metrics, validation_metrics(result))
