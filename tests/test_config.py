@@ -301,7 +301,7 @@ def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
         *["orchestration.grids.step8"] * 16,
         *[f"orchestration.grids.step11.settings.{name}" for name in (
             "default", "pass-at-k", "positive-weight", "unlikeliness", "resample-unsolved",
-            "clip-higher") for _ in range(4)]]
+            "resample-and-pass-at-k", "clip-higher") for _ in range(4)]]
     assert runs[0][1].train.grpo.beta == 0 and runs[1][1].train.advantage == "running_mean"
     assert [params.train.grpo.beta for _, params in runs[2:4]] == [0.01, 0.1]
     # the grid: every combination, each applied (booleans spelled as YAML's, as DVC queues them)
@@ -318,6 +318,7 @@ def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
         ("positive-weight", ("group", 0.1, 0.0, False, 1, 0.0)),
         ("unlikeliness", ("group", 1.0, 0.25, False, 1, 0.0)),
         ("resample-unsolved", ("group", 1.0, 0.0, True, 1, 0.0)),
+        ("resample-and-pass-at-k", ("pass_at_k", 1.0, 0.0, True, 1, 0.0)),
         ("clip-higher", ("group", 1.0, 0.0, False, 2, 0.28)))}
 
 
@@ -361,7 +362,7 @@ def test_every_run_of_the_committed_grid_passes_its_own_check_params(tmp_path):
 
     # each step11 run checks, as its own check_params will, every experiment on its params:
     # the ablations, the sweep and both grids
-    assert check_queued_runs(ROOT / "params.yaml", "step11") == 24
+    assert check_queued_runs(ROOT / "params.yaml", "step11") == 28
     # the slow tests' budgets (checkpoints every 3 or 4 steps) carry the same experiments, which
     # their check_params checks: each must still be valid on top of them
     for name, budget in (("small_run", SMALL_RUN), ("small_budget", {"train": {
