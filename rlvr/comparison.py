@@ -24,6 +24,10 @@ DEFAULT_PATHS = PathsParams()
 
 BASELINE = "baseline ("  # how parse_exp_show names the commit's own run: "baseline (abc1234)"
 
+# Params that steer the flows (grids, ablations), not a run: a grid grown between two commits
+# must not make their runs look like different settings.
+NOT_RUN_PARAMS = "orchestration."
+
 
 @dataclass
 class Experiment:
@@ -36,6 +40,7 @@ class Experiment:
     eval_summary: dict = field(default_factory=dict)  # the evaluate stage's detail
     train_summary: dict = field(default_factory=dict)  # the train stage's (selection included)
     stage_seconds: dict[str, float] = field(default_factory=dict)  # stages it ran (queue log)
+    commit: str = ""  # the baseline commit it was queued on (parse_exp_show)
 
     @property
     def is_baseline(self) -> bool:
@@ -62,27 +67,31 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: tree}
 
 
-def _entry(name: str, data: dict, paths: PathsParams) -> Experiment:
+def _entry(name: str, data: dict, paths: PathsParams, commit: str) -> Experiment:
     params = data.get("params", {}).get("params.yaml", {}).get("data", {})
     metrics = data.get("metrics", {})
-    return Experiment(name=name, rev=data["rev"], params=_flatten(params),
+    return Experiment(name=name, rev=data["rev"], commit=commit,
+                      params={k: v for k, v in _flatten(params).items()
+                              if not k.startswith(NOT_RUN_PARAMS)},
                       train=metrics.get(paths.train_metrics, {}).get("data", {}),
                       evaluation=metrics.get(paths.eval_metrics, {}).get("data", {}))
 
 
 def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> list[Experiment]:
-    """The baseline commit and its experiments from `dvc exp show --json` (the workspace is
-    skipped: it is not a recorded run; so is a failed experiment, whose files are its
-    baseline's: failed_experiments names those)."""
+    """The baseline commits and their experiments from `dvc exp show --json`, the params that
+    steer a run only (the workspace is skipped: it is not a recorded run; so is a failed
+    experiment, whose files are its baseline's: failed_experiments names those)."""
     found = []
     for row in rows:
         if row.get("rev") == "workspace" or not row.get("data"):
             continue
-        found.append(_entry(f"{BASELINE}{row['rev'][:7]})", row["data"], paths))
+        commit = row["rev"][:7]
+        found.append(_entry(f"{BASELINE}{commit})", row["data"], paths, commit))
         for experiment in row.get("experiments") or []:
             for rev in experiment.get("revs", []):
                 if rev.get("data") and not rev.get("error"):
-                    found.append(_entry(rev.get("name") or rev["rev"][:7], rev["data"], paths))
+                    found.append(_entry(rev.get("name") or rev["rev"][:7], rev["data"], paths,
+                                        commit))
     return found
 
 
@@ -93,14 +102,17 @@ def failed_experiments(rows: Sequence[dict]) -> list[str]:
             if rev.get("error")]
 
 
-def exp_show(cwd: str | Path = ".", rev: str | None = None) -> list[dict]:
-    """`dvc exp show --json`: the experiments of HEAD, or of commit `rev`."""
+def exp_show(cwd: str | Path = ".", revs: Sequence[str] = ()) -> list[dict]:
+    """`dvc exp show --json`: the experiments of HEAD, or of each commit of `revs`."""
     from rlvr.orchestration import run_dvc
 
-    run = run_dvc(cwd, "exp", "show", "--json", *(["--rev", rev] if rev else []))
-    if run.returncode != 0:
-        raise RuntimeError(f"dvc exp show failed: {run.stderr[-2000:]}")
-    return json.loads(run.stdout)
+    rows = []
+    for rev in revs or [None]:
+        run = run_dvc(cwd, "exp", "show", "--json", *(["--rev", rev] if rev else []))
+        if run.returncode != 0:
+            raise RuntimeError(f"dvc exp show failed: {run.stderr[-2000:]}")
+        rows += json.loads(run.stdout)
+    return rows
 
 
 def _committed(rev: str, cwd: str | Path, path: str) -> str | None:
@@ -165,9 +177,11 @@ def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[
 
 
 def settings(experiments: Sequence[Experiment], over: str = "seed") -> dict[str, list[Experiment]]:
-    """The runs (not the baseline commit's own) grouped by their params other than `over`, each
-    group labelled by what it changes from the baseline commit's params ("default": nothing;
-    with no baseline, the params the runs differ in), its runs in `over` order.
+    """The runs (not the baseline commits' own) grouped by their params other than `over`, each
+    group labelled by what it changes from its baseline commit's params (of the first baseline
+    if its own is not listed; "default": nothing; with no baseline, the params the runs differ
+    in), its runs in `over` order: runs queued on several commits of the same defaults group
+    together.
 
     >>> base = Experiment("baseline (abc)", "abc", {"seed": 0, "train.unlikeliness": 0.0})
     >>> runs = [Experiment(n, n, {"seed": seed, "train.unlikeliness": u})
@@ -176,11 +190,13 @@ def settings(experiments: Sequence[Experiment], over: str = "seed") -> dict[str,
     {'default': ['b', 'a'], 'train.unlikeliness=0.25': ['c']}
     """
     runs = [e for e in experiments if not e.is_baseline]
-    base = next((e.params for e in experiments if e.is_baseline), None)
-    keys = (sorted({k for e in runs for k in e.params} | set(base)) if base is not None
+    bases = {e.commit: e.params for e in experiments if e.is_baseline}
+    first = next(iter(bases.values()), None)
+    keys = (sorted({k for e in experiments for k in e.params}) if first is not None
             else differing_params(runs))
     groups: dict[str, list[Experiment]] = {}
     for e in runs:
+        base = bases.get(e.commit, first)
         changed = [f"{k}={_spelled(e.params.get(k))}" for k in keys if k != over
                    and (base is None or json.dumps(e.params.get(k)) != json.dumps(base.get(k)))
                    and not _same_number(e.params.get(k), (base or {}).get(k))]
@@ -276,7 +292,7 @@ def comparison_markdown(experiments: Sequence[Experiment], image: str,
 
     header, rows = comparison_rows(experiments)
     lines = ["# Experiments", "",
-             f"{len(experiments)} runs: the baseline commit and its DVC experiments "
+             f"{len(experiments)} runs: the baseline commit(s) and their DVC experiments "
              "(`dvc exp show`). Columns between the name and the results are the params that "
              "differ.", ""]
     if failed:
@@ -287,7 +303,7 @@ def comparison_markdown(experiments: Sequence[Experiment], image: str,
     if rows:
         lines += ["", "## Settings over seeds", "",
                   "Runs that differ only by seed, one row per setting, named by what it changes "
-                  "from the baseline commit: the test-file (held-out) mean-reward delta step 0 -> "
+                  "from its baseline commit: the test-file (held-out) mean-reward delta step 0 -> "
                   "final, the 95% bootstrap CI low of each run, the tags that regressed (the "
                   "verdict's rule), held-out pass@1 and pass@n, and the train stage's wall time "
                   "(`dvc queue logs`; runs whose training DVC restored from its cache are left "
@@ -318,16 +334,17 @@ def _validation(e: Experiment) -> list[dict]:
     return e.train_summary.get("selection", {}).get("validation", [])
 
 
-def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", rev: str | None = None
+def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", revs: Sequence[str] = ()
             ) -> list[Experiment]:
     """Write reports/experiments.md, .html and the settings' curves of the experiments of HEAD
-    (or of commit `rev`, e.g. a grid run before later commits); return the experiments."""
+    (or of the commits `revs`, e.g. a grid run over several commits); return the
+    experiments."""
     from rlvr.data import write_text_atomic
     from rlvr.plots import plot_settings
     from rlvr.render import to_html
 
     paths = load_params(Path(cwd) / "params.yaml").paths
-    shown = exp_show(cwd, rev)
+    shown = exp_show(cwd, revs)
     experiments = parse_exp_show(shown, paths)
     for e in experiments:
         e.history = read_history(e.rev, cwd, paths.train_history)

@@ -1,11 +1,12 @@
 """Compare the baseline run with its DVC experiments: reports/experiments.md and .html.
 
-    ./dev run python scripts/compare_experiments.py [--rev COMMIT]
+    ./dev run python scripts/compare_experiments.py [--rev COMMIT ...]
 
-Reads `dvc exp show --json` (params and metrics; the experiments of HEAD, or of COMMIT) and each
-run's committed outputs, and writes one table of every run (params that differ, final reward,
-held-out greedy success and mean reward, final KL, verdict), one row per setting over its seeds,
-and each setting's curves (reports/figures/experiments.png).
+Reads `dvc exp show --json` (params and metrics; the experiments of HEAD, or of each COMMIT given:
+the runs of one grid queued on several commits) and each run's committed outputs, and writes one
+table of every run (params that differ, final reward, held-out greedy success and mean reward,
+final KL, verdict), one row per setting over its seeds, and each setting's curves
+(reports/figures/experiments.png).
 """
 
 import argparse
@@ -15,8 +16,10 @@ from rlvr.comparison import compare, comparison_rows
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rev", help="compare the experiments of this commit (default: HEAD)")
-    experiments = compare(rev=parser.parse_args().rev)
+    parser.add_argument("--rev", action="append", default=[],
+                        help="compare the experiments of this commit (default: HEAD); repeat it "
+                             "to compare runs queued on several commits")
+    experiments = compare(revs=parser.parse_args().rev)
     header, rows = comparison_rows(experiments)
     print(" | ".join(header))
     for row in rows:

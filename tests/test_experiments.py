@@ -34,6 +34,33 @@ def test_parse_exp_show_and_the_comparison_table():
     assert table[1] == ["no-kl", 0.0, 0.7, 0.5, 0.6, 0.2, 0.1, "improved"]
 
 
+def test_runs_queued_on_two_commits_group_by_what_they_change_from_their_own_baseline():
+    """A grid grown between two commits (orchestration.*) is not a setting; a run is labelled
+    against its own commit's defaults, so a default changed between the commits shows."""
+    def data(rev, grid, select, seed=0):
+        return {"rev": rev, "params": {"params.yaml": {"data": {
+            "seed": seed, "train": {"select": select, "advantage": "group"},
+            "orchestration": {"grids": {"g": {"seed": grid}}}}}}, "metrics": {}}
+
+    def commit(rev, grid, select, runs):
+        return {"rev": rev, "data": data(rev, grid, select), "experiments": [
+            {"revs": [{"rev": f"{name}0000", "name": name, "data": data(
+                f"{name}0000", grid, run_select, seed)}]} for name, run_select, seed in runs]}
+
+    shown = [commit("aaaaaaa11", [0, 1], "last", [("a0", "last", 0), ("b1", "best_val", 1)]),
+             commit("bbbbbbb22", [0, 1, 2, 3], "last", [("a3", "last", 3),
+                                                         ("b2", "best_val", 2)]),
+             commit("ccccccc33", [0], "best_val", [("c1", "best_val", 1), ("c2", "last", 2)])]
+    experiments = parse_exp_show(shown)
+    assert [e.commit for e in experiments if not e.is_baseline] == [
+        "aaaaaaa", "aaaaaaa", "bbbbbbb", "bbbbbbb", "ccccccc", "ccccccc"]
+    assert not any(k.startswith("orchestration.") for e in experiments for k in e.params)
+    assert {label: [e.name for e in group] for label, group in settings(experiments).items()} == {
+        "default": ["a0", "c1", "a3"], "train.select=best_val": ["b1", "b2"],
+        "train.select=last": ["c2"]}
+    assert differing_params(experiments) == ["seed", "train.select"]
+
+
 def test_missing_metrics_leave_blanks_not_errors():
     header, table = comparison_rows([Experiment("x", "r", {})])
     assert table == [["x", None, None, None, None, None, None]]
