@@ -205,8 +205,10 @@ def write_text_atomic(path: str | Path, text: str) -> None:
             handle.write(text)
         share_with_umask(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None:  # a failed write names none
+            raise OSError(error.errno, error.strerror, str(path)) from error
         raise
 
 

@@ -19,8 +19,9 @@ from rlvr.distributed import accelerate_config_file, barrier, is_main_process, s
 from rlvr.evaluation import prompt_template, rollout_settings, score_rows, summarize
 from rlvr.gate import GateClosed
 from rlvr.grpo.callbacks import LiveCurvesCallback, loggable, validation_entry
-from rlvr.grpo.checkpoints import (RUNNING_MEAN_FILE, fingerprint, last_checkpoint,
-                                   resumable_checkpoint)
+from rlvr.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
+from rlvr.grpo.checkpoints import (RUNNING_MEAN_FILE, checkpoint_problem, fingerprint,
+                                   last_checkpoint, resumable_checkpoint)
 from rlvr.grpo.metric_keys import BETA, CORRECTNESS, LOSS, REWARD, TRAIN_RUNTIME
 from rlvr.grpo.run import run_grpo
 from rlvr.policy import load_policy, policy_path, save_tokenizer
@@ -160,6 +161,24 @@ def selection_record(params: Params, state) -> dict:
     return record
 
 
+def interrupted(error: Exception, checkpoint_dir: str, own_state: list[str]) -> Exception:
+    """A stop signal or a full disk during training, said with what a rerun will do (the
+    checkpoint it resumes from, found as the rerun will find it); any other error as it is."""
+    folder = None if isinstance(error, Stopped) else full_disk_folder(error, checkpoint_dir)
+    if not isinstance(error, Stopped) and folder is None:
+        return error
+    resume = last_checkpoint(checkpoint_dir, own_state)
+    rerun = (f"`dvc repro` resumes from {resume}" if resume else
+             "`dvc repro` trains from the start (no whole checkpoint was saved yet)")
+    if isinstance(error, Stopped):
+        return Stopped(f"{error}; {rerun}")
+    needed = folder_bytes(resume) if resume and folder == checkpoint_dir else None
+    damaged = [str(p) for p in sorted(Path(checkpoint_dir).glob("checkpoint-*"))
+               if str(p) != resume and checkpoint_problem(p, own_state)]
+    return DiskFull(disk_full_line(folder, rerun + (f", skipping the damaged {damaged[-1]}"
+                                                    if damaged else ""), needed))
+
+
 def train_run(params: Params, paths: PathsParams) -> dict | None:
     """The full run: resume from a checkpoint of this very run if there is one, train, then
     write the final model, the history, the curves; return the metrics and the lines to print
@@ -191,10 +210,13 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
         resume = last_checkpoint(checkpoint_dir, own_state)
     elif resume:
         print(f"train: resuming from {resume}")
-    trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
-                       save_steps=params.train.save_steps, resume_from=resume,
-                       callbacks=[LiveCurvesCallback(paths.train_live)], val_rows=val_rows,
-                       dynamic_sampling=True)
+    try:
+        trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
+                           save_steps=params.train.save_steps, resume_from=resume,
+                           callbacks=[LiveCurvesCallback(paths.train_live)], val_rows=val_rows,
+                           dynamic_sampling=True)
+    except Exception as error:  # noqa: BLE001 - the machine's faults get what a rerun does
+        raise interrupted(error, checkpoint_dir, own_state) from error
     history = step_history(trainer.state.log_history)
     selection = selection_record(params, trainer.state)
 

@@ -29,6 +29,7 @@ from typing import Any
 from rlvr.config import Params, load_params
 from rlvr.data import write_json
 from rlvr.errors import PipelineError
+from rlvr.faults import Stopped, disk_full_line, full_disk_folder, stop_on_sigterm
 from rlvr import timing
 from rlvr.gate import require_gate
 
@@ -165,6 +166,7 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
     started = time.perf_counter()
     timing.PARTS.clear()
     quiet_library_noise()
+    stop_on_sigterm()
     in_rank = distributed.launched()
     try:
         params = load_params()
@@ -187,8 +189,15 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
     except PipelineError as error:
         if not distributed.report_failure(f"{name}: {error}"):
             print(f"{name}: {error}", file=sys.stderr)
-        sys.exit(1)
-    except Exception:  # noqa: BLE001 - a bug: its traceback, then one line that says so
+        sys.exit(Stopped.exit_code if isinstance(error, Stopped) else 1)
+    except Exception as error:  # noqa: BLE001 - a bug: its traceback, then one line that says so
+        folder = full_disk_folder(error)
+        if folder is not None:  # not a bug: the machine's disk (train says more: rlvr.runs)
+            line = f"{name}: " + disk_full_line(
+                folder, f"`dvc repro` runs {name} again, keeping the stages before it")
+            if not distributed.report_failure(line):
+                print(line, file=sys.stderr)
+            sys.exit(1)
         traceback.print_exc()
         print(f"{name}: FAILED on an unexpected error: this is a bug in the pipeline, please "
               "report it with the traceback above", file=sys.stderr)

@@ -1,6 +1,9 @@
 """What every stage shares (rlvr/stage.py): a pipeline error is one line, a bug is its traceback and
 one line saying so, and the libraries' known noise is silenced while other warnings still show."""
 
+import errno
+import os
+import signal
 import warnings
 
 import pytest
@@ -11,9 +14,51 @@ from rlvr.stage import KNOWN_LIBRARY_WARNINGS, quiet_library_noise, run_stage
 
 def _run(monkeypatch, main, capsys) -> tuple[int, str]:
     monkeypatch.setattr("rlvr.stage.load_params", Params)
-    with pytest.raises(SystemExit) as exited:
-        run_stage("smoke", main, gated=False)
+    previous = signal.getsignal(signal.SIGTERM)  # run_stage sets its own
+    try:
+        with pytest.raises(SystemExit) as exited:
+            run_stage("smoke", main, gated=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return exited.value.code, capsys.readouterr().err
+
+
+def test_sigterm_is_one_line_and_the_exit_code_a_shell_gives_it(monkeypatch, capsys):
+    def main(params):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10**8):  # the handler raises in here, at the next bytecode
+            pass
+        return 0
+
+    code, err = _run(monkeypatch, main, capsys)
+    assert (code, err) == (143, "smoke: stopped by SIGTERM\n")
+
+
+def test_a_full_disk_is_one_line_naming_the_folder_not_a_bug(monkeypatch, capsys, tmp_path):
+    from rlvr.data import write_json
+
+    def main(params):
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")  # as a write raises it
+
+        monkeypatch.setattr("os.fdopen", full)
+        write_json(tmp_path / "out" / "summary.json", {"a": 1})
+
+    code, err = _run(monkeypatch, main, capsys)
+    assert code == 1
+    assert err.startswith(f"smoke: the disk is full: writing in {tmp_path / 'out'} failed (")
+    assert err.endswith(" free); free some space, then rerun: `dvc repro` runs smoke again, "
+                        "keeping the stages before it\n")
+    assert not list((tmp_path / "out").iterdir())  # nothing half-written
+
+
+def test_a_write_failure_that_names_no_cause_on_a_disk_with_room_is_a_bug(monkeypatch, capsys):
+    def main(params):  # torch.save's message, but this disk has room: not a full disk
+        raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0: "
+                           "file write failed")
+
+    code, err = _run(monkeypatch, main, capsys)
+    assert code == 1 and "Traceback (most recent call last)" in err and "this is a bug" in err
 
 
 def test_a_pipeline_error_is_one_line(monkeypatch, capsys):

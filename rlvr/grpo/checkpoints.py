@@ -145,7 +145,11 @@ def resumable_checkpoint(folder: str | Path, run_fingerprint: str,
             if any(folder.glob("checkpoint-*")):
                 print(f"train: the checkpoints in {folder} are of another run (params, data, base "
                       "model or code differ): starting over", file=sys.stderr)
-            shutil.rmtree(folder)
+            for entry in folder.iterdir():  # its contents: the folder may be a mounted disk
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
     folder.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"fingerprint": run_fingerprint}) + "\n")
     return last_checkpoint(folder, extra_files, warn=True)

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from transformers import TrainerCallback
+from transformers import ProgressCallback, TrainerCallback
 
 from rlvr.training_params import ModelParams
 from rlvr.console import use_console_progress
+from rlvr.faults import Stopped
 from rlvr.grpo.callbacks import (BetaSchedule, BetaScheduleCallback, FiniteGuardCallback,
                                  LiveCurvesCallback)
 from rlvr.grpo.config import PipelineGRPOConfig, grpo_config, peft_config
@@ -88,10 +89,16 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
     use_console_progress(trainer, label, train.log_every)
     try:
         trainer.train(resume_from_checkpoint=resume_from)
-    except BaseException:
+    except BaseException as error:
         # a NaN stop or a crash skips on_train_end: the curves still get every logged step
         for callback in trainer.callback_handler.callbacks:
             if isinstance(callback, LiveCurvesCallback):
                 callback.flush()
+            if isinstance(callback, ProgressCallback) and callback.training_bar is not None:
+                callback.training_bar.close()  # the line that says why starts a line of its own
+                callback.training_bar = None
+        if isinstance(error, Stopped):  # say where: steps done of the run's budget
+            raise Stopped(f"{error} after step {trainer.state.global_step} of {max_steps}"
+                          ) from None
         raise
     return trainer
