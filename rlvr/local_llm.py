@@ -50,7 +50,7 @@ def answer_texts(verifier: dict) -> list[str]:
 
     kind = verifier.get("type")
     answer = None
-    if kind == "exact_match":
+    if kind in ("exact_match", "math"):
         answer = str(verifier.get("target", ""))
     elif kind == "countdown":
         try:

@@ -222,18 +222,20 @@ def _countdown_solvable(verifier: Any, fields_ok: bool | None
     return True, True, "", solution
 
 
-def _format_accepts(answer: str | None, format_pattern: str | None) -> tuple[bool | None, str]:
+def _format_accepts(answer: str | None, format_pattern: str | None, boxed: bool = False
+                    ) -> tuple[bool | None, str]:
     """Does the format reward accept the row's known-correct answer (the countdown solver's, the
-    exact_match target), bare or in answer tags (the block the verifier reads)? None where there
-    is no such answer or no format reward."""
+    exact_match or math target), bare or in answer tags (the block the verifier reads), or for
+    a math row in `\\boxed{}` too? None where there is no such answer or no format reward."""
     if answer is None or format_pattern is None:
         return None, ""
-    if any(format_reward(form, format_pattern) == 1.0
-           for form in (answer, f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}")):
+    forms = [answer, f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}", *([f"\\boxed{{{answer}}}"] * boxed)]
+    if any(format_reward(form, format_pattern) == 1.0 for form in forms):
         return True, ""
+    where = f"bare, in {ANSWER_OPEN} tags or in \\boxed{{}}" if boxed else \
+        f"bare or in {ANSWER_OPEN} tags"
     return False, (f"its correct answer {quoted(answer)} does not match "
-                   f"{quoted(format_pattern)}, bare or in {ANSWER_OPEN} tags, so the format "
-                   "reward would punish it")
+                   f"{quoted(format_pattern)}, {where}, so the format reward would punish it")
 
 
 def _exact_match_answerable(verifier: Any, fields_ok: bool | None) -> tuple[bool | None, str]:
@@ -302,8 +304,9 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
         compiles, regex_detail = _regex_compiles(verifier, usable)
         searched, solvable, solve_detail, solution = _countdown_solvable(verifier, usable)
         answerable, answer_detail = _exact_match_answerable(verifier, usable)
-        known = solution if solvable else verifier["target"] if answerable else None
-        formatted, format_detail = _format_accepts(known, format_pattern)
+        known = (solution if solvable else verifier["target"]
+                 if answerable or (usable and kind == "math") else None)
+        formatted, format_detail = _format_accepts(known, format_pattern, kind == "math")
         encodable, tokenizer_detail = _encodable(obj.get("prompt"), known, alphabet)
         tags_ok, tags_detail = _tags_detail(obj)
         records.append({

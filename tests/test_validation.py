@@ -271,6 +271,15 @@ def test_a_user_dataset_may_mix_verifier_types(files):
     assert [r.problems for r in _validate(*files)] == [[], []]
 
 
+def test_a_math_target_must_be_a_value_math_verify_reads(files):
+    _edit_row(files[0], 4, _set("verifier", {"type": "math", "target": "\\frac{3}{4}"}))
+    _edit_row(files[0], 5, _set("verifier", {"type": "math", "target": "three quarters"}))
+    (problem,) = _validate(*files)[0].problems
+    assert problem.startswith(f"{files[0]}: row cd-train-006 (line 6): ")
+    assert ("target must be a number, fraction, percentage or LaTeX expression that math-verify "
+            "reads as a value (at most 200 characters)") in problem
+
+
 COUNTDOWN_PATTERN = load_params(ROOT / "params.yaml").rewards.format_pattern
 
 
@@ -289,6 +298,12 @@ def test_the_format_pattern_must_accept_each_rows_correct_answer(files):
         f"answer: set the pattern for your data (or drop 'format' from rewards.funcs): its "
         f"correct answer '142' does not match {COUNTDOWN_PATTERN!r}, bare or in <answer> tags, "
         f"so the format reward would punish it [format_accepts_answer]")
+    # a math target is its row's correct answer too
+    _edit_row(files[0], 4, _set("verifier", {"type": "math", "target": "0.75"}))
+    (problem,) = validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT,
+                                format_pattern=COUNTDOWN_PATTERN)[0].problems
+    assert "its correct answer '0.75' does not match" in problem
+    _edit_row(files[0], 4, _set("verifier", {"type": "exact_match", "target": "142"}))
     # a pattern for the data accepts it; with no format reward there is nothing to check
     assert validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT,
                           format_pattern=r"^\s*(\d+|\(*\d+\)*(\s*[-+*/]\s*\(*\d+\)*)+)\s*$"

@@ -4,6 +4,7 @@ Importing this package does not import torch.
 """
 
 from rlvr.grpo_math import group_relative_advantage, grpo_score, k3_kl
+from rlvr.rewards.math_answers import math_reward
 from rlvr.rewards.registry import (REWARD_FUNCS, VERIFIERS, RewardFunction, build_reward_funcs,
                                    check_reward_names, normalized_weights, score_correctness,
                                    verifier_problems)
@@ -16,5 +17,5 @@ __all__ = [
     "compose_rewards",
     "countdown_reward", "countdown_solution", "countdown_value", "exact_match_reward",
     "extract_answer", "format_reward", "group_relative_advantage", "grpo_score", "k3_kl",
-    "length_reward", "normalized_weights", "score_correctness", "verifier_problems",
+    "length_reward", "math_reward", "normalized_weights", "score_correctness", "verifier_problems",
 ]

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import regex
 
 from rlvr.grpo.metric_keys import reward_failures
+from rlvr.rewards.math_answers import math_reward, math_target_parses
+from rlvr.rewards.math_worker import MAX_MATH_TARGET_CHARS
 from rlvr.rewards.shaping import length_reward
 from rlvr.rewards.verifiers import (MAX_COUNTDOWN_NUMBERS, countdown_reward, exact_match_reward,
                                     extract_answer, format_reward)
@@ -88,6 +90,13 @@ VERIFIERS: dict[str, VerifierType] = {
     "regex": VerifierType(
         fields={"pattern": FieldRule(_is_nonempty_str, "a non-empty string")},
         score=lambda answer, v: format_reward(answer, v["pattern"]),
+    ),
+    "math": VerifierType(  # compared by value with math-verify (rlvr.rewards.math_answers)
+        fields={"target": FieldRule(math_target_parses,
+                                    "a number, fraction, percentage or LaTeX expression that "
+                                    "math-verify reads as a value (at most "
+                                    f"{MAX_MATH_TARGET_CHARS} characters)")},
+        score=lambda answer, v: math_reward(answer, v["target"]),
     ),
 }
 

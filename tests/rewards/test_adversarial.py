@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from rlvr.config import RewardsParams
 from rlvr.rewards import (build_reward_funcs, countdown_reward, exact_match_reward,
-                          format_reward)
+                          format_reward, math_reward)
+from rlvr.rewards.math_answers import start_math_worker
 
 FORMAT = RewardsParams().format_pattern
 ALL_FUNCS = build_reward_funcs(RewardsParams(funcs=["correctness", "format", "length"],
@@ -17,13 +18,19 @@ VERIFIERS = [
     {"type": "countdown", "numbers": [6, 2, 4], "target": 2, "allow_division": True},
     {"type": "exact_match", "target": "42"},
     {"type": "regex", "pattern": r"^(\d+\s*[-+*/]\s*)+\d+$"},
+    {"type": "math", "target": "\\frac{3}{4}"},
 ]
 # Arithmetic-looking text reaches deeper into the countdown parser than random unicode does.
 arithmetic = st.text(alphabet="0123456789+-*/() .eE_jx<>answer", max_size=400)
 anything = st.text(max_size=2000)
 huge = st.builds(lambda ch, n: ch * n, st.sampled_from(["9", "(", "*", "a", " "]),
                  st.integers(0, 100_000))
-texts = st.one_of(arithmetic, anything, huge)
+# LaTeX that asks sympy for huge or deeply nested work: towers, factorials, nested fractions.
+latex = st.builds(lambda parts: "".join(parts), st.lists(st.sampled_from(
+    ["\\boxed{", "\\frac{", "}{", "}", "^{", "10", "9", "!", "\\sqrt{", "x", "=", "(", ")",
+     "\\cdot", "\\left(", "\\right)", "e", "\\pi", "%"]), max_size=300))
+texts = st.one_of(arithmetic, anything, huge, latex)
+start_math_worker()  # its start (imports) is once per process: the bound is per answer
 BOUND_S = 2.0  # far above the ~1 ms a verifier takes; only a hang or blow-up breaks it
 
 
@@ -35,6 +42,7 @@ def test_every_verifier_returns_a_score_in_bounded_time(text):
         countdown_reward(text, [6, 2, 4], 2, allow_division=True),
         exact_match_reward(text, "42"),
         format_reward(text, FORMAT),
+        math_reward(text, "\\frac{3}{4}"),
     ]
     assert time.perf_counter() - start < BOUND_S
     assert all(s in (0.0, 1.0) for s in scores)

@@ -19,7 +19,7 @@ def _funcs(**overrides):
 
 
 def test_registries_hold_the_documented_names():
-    assert set(VERIFIERS) == {"countdown", "exact_match", "regex"}
+    assert set(VERIFIERS) == {"countdown", "exact_match", "regex", "math"}
     assert {"correctness", "format", "length"} <= set(REWARD_FUNCS)
 
 
