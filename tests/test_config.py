@@ -300,7 +300,7 @@ def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
         "orchestration.sweep.train.grpo.beta", "orchestration.sweep.train.grpo.beta",
         *["orchestration.grids.step8"] * 16,
         *[f"orchestration.grids.step11.settings.{name}" for name in (
-            "default", "pass-at-k", "positive-weight", "unlikeliness", "resample-unsolved",
+            "default", "no-resample", "pass-at-k", "positive-weight", "unlikeliness",
             "resample-and-pass-at-k", "clip-higher") for _ in range(4)]]
     assert runs[0][1].train.grpo.beta == 0 and runs[1][1].train.advantage == "running_mean"
     assert [params.train.grpo.beta for _, params in runs[2:4]] == [0.01, 0.1]
@@ -313,11 +313,11 @@ def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
                  p.train.unlikeliness, p.train.resample_unsolved, p.train.grpo.num_iterations,
                  p.train.grpo.epsilon_high) for where, p in runs[20:]}
     assert settings == {(name, seed, *knobs) for seed in range(4) for name, knobs in (
-        ("default", ("group", 1.0, 0.0, False, 1, 0.0)),
+        ("default", ("group", 1.0, 0.0, True, 1, 0.0)),
+        ("no-resample", ("group", 1.0, 0.0, False, 1, 0.0)),
         ("pass-at-k", ("pass_at_k", 1.0, 0.0, False, 1, 0.0)),
         ("positive-weight", ("group", 0.1, 0.0, False, 1, 0.0)),
         ("unlikeliness", ("group", 1.0, 0.25, False, 1, 0.0)),
-        ("resample-unsolved", ("group", 1.0, 0.0, True, 1, 0.0)),
         ("resample-and-pass-at-k", ("pass_at_k", 1.0, 0.0, True, 1, 0.0)),
         ("clip-higher", ("group", 1.0, 0.0, False, 2, 0.28)))}
 
