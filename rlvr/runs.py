@@ -84,7 +84,8 @@ def smoke_run(params: Params, base_dir: str) -> dict | None:
         beta=params.train.grpo.beta, history=history, batch_checks=trainer.batch_checks,
         reward_failures=failures,
         min_spread_share=params.smoke.min_spread_share, baseline_reward=step0["mean_reward"],
-        group_baseline=params.train.advantage == "group")
+        group_baseline=params.train.advantage == "group", baseline_success=step0.get("success"),
+        baseline_samples=len(rows) * step0["samples_per_prompt"])
     report = {"passed": all(c["passed"] for c in checks), "checks": checks,
               "step0_mean_reward": step0["mean_reward"], "first_log_line": first_line,
               "last_log_line": history[-1] if history else {}}

@@ -16,8 +16,50 @@ from rlvr.grpo.metric_keys import GRAD_NORM, KL, LOSS, NO_SPREAD_SHARE
 ZERO_MEAN_TOLERANCE = 1e-3
 
 
-def _check(name: str, passed: bool, value, expected) -> dict:
-    return {"name": name, "passed": bool(passed), "value": value, "expected": expected}
+def _check(name: str, passed: bool, value, expected, helps: str = "") -> dict:
+    check = {"name": name, "passed": bool(passed), "value": value, "expected": expected}
+    return {**check, "helps": helps} if helps and not passed else check
+
+
+def spread_share(success: float, num_generations: int) -> float:
+    """How often a group of G samples holds both a correct and a wrong answer when each sample is
+    correct with probability `success`: 1 - p^G - (1-p)^G.
+
+    >>> round(spread_share(0.5, 2), 3), round(spread_share(0.002, 8), 4)
+    (0.5, 0.0159)
+    """
+    p = success
+    return 1.0 - p ** num_generations - (1.0 - p) ** num_generations
+
+
+def spread_help(success: float | None, samples: int, num_generations: int, min_share: float
+                ) -> str:
+    """What would give GRPO a signal, from the step-0 success (correct answers / samples): a
+    larger group, when chance success is merely low; otherwise a policy that can answer.
+
+    >>> spread_help(0.0, 512, 8, 0.1)
+    "no step-0 sample was correct (0 of 512): no group size helps; warm-start the policy on answers of your rows' form (model.warm_start) or start from a model that can answer some (model.init: pretrained)"
+    >>> spread_help(0.002, 512, 8, 0.1)
+    'at step-0 success 0.002 a group of 8 holds a correct and a wrong answer 1.6% of the time; train.grpo.num_generations 53 would make it 10% (or warm-start the policy, or start from a pretrained model)'
+    """
+    if success is None or not math.isfinite(success):
+        return ""
+    if success == 0:
+        return (f"no step-0 sample was correct (0 of {samples}): no group size helps; warm-start "
+                "the policy on answers of your rows' form (model.warm_start) or start from a "
+                "model that can answer some (model.init: pretrained)")
+    if success == 1:
+        return (f"every step-0 sample was correct ({samples} of {samples}): the rows are too "
+                "easy for this policy, or the verifier accepts anything")
+    now = spread_share(success, num_generations)
+    needed = next((g for g in range(num_generations, 1025)
+                   if spread_share(success, g) >= min_share), None)
+    text = (f"at step-0 success {success:.3g} a group of {num_generations} holds a correct and a "
+            f"wrong answer {now:.1%} of the time")
+    if needed:
+        text += (f"; train.grpo.num_generations {needed} would make it "
+                 f"{spread_share(success, needed):.0%}")
+    return text + " (or warm-start the policy, or start from a pretrained model)"
 
 
 def _non_finite_steps(history: Sequence[dict], key: str) -> list[int]:
@@ -28,9 +70,11 @@ def _non_finite_steps(history: Sequence[dict], key: str) -> list[int]:
 def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, max_steps: int,
                  beta: float, history: Sequence[dict], batch_checks: Sequence[dict],
                  reward_failures: dict[str, int], min_spread_share: float,
-                 baseline_reward: float, group_baseline: bool = True) -> list[dict]:
+                 baseline_reward: float, group_baseline: bool = True,
+                 baseline_success: float | None = None, baseline_samples: int = 0) -> list[dict]:
     """The checks, from what the smoke run recorded. group_baseline=False is the no-group-norm
-    ablation (train.advantage: running_mean), whose advantages are not zero-mean per group."""
+    ablation (train.advantage: running_mean), whose advantages are not zero-mean per group. The
+    step-0 success (correct answers / samples) says what would help when groups lack spread."""
     steps = [entry for entry in history if LOSS in entry]
     sizes = sorted({size for batch in batch_checks for size in batch["group_sizes"]})
     worst_mean = max((batch["max_abs_group_mean"] for batch in batch_checks), default=math.nan)
@@ -63,7 +107,8 @@ def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, 
                              "finite at every step"))
     checks += [
         _check("groups_with_reward_spread", spread_share >= min_spread_share, round(spread_share, 4),
-               f">= {min_spread_share} (groups whose G rewards are all equal give no gradient)"),
+               f">= {min_spread_share} (groups whose G rewards are all equal give no gradient)",
+               spread_help(baseline_success, baseline_samples, num_generations, min_spread_share)),
         _check("step0_baseline_recorded", math.isfinite(baseline_reward), baseline_reward,
                "a finite mean reward"),
     ]
@@ -71,6 +116,7 @@ def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, 
 
 
 def failed_lines(checks: Sequence[dict]) -> list[str]:
-    """One line per failed check: its name, the value seen and what was expected."""
+    """One line per failed check: its name, the value seen, what was expected and, where the
+    check knows, what would help."""
     return [f"smoke check failed: {c['name']}: got {c['value']!r}, expected {c['expected']}"
-            for c in checks if not c["passed"]]
+            + (f": {c['helps']}" if c.get("helps") else "") for c in checks if not c["passed"]]

@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from rlvr.smoke import failed_lines, smoke_checks
 
 HEALTHY = dict(
@@ -55,6 +57,31 @@ def test_no_reward_spread_means_no_gradient_and_fails():
     history = [{**h, "frac_reward_zero_std": 1.0} for h in HEALTHY["history"]]
     names, lines = _failed(history=history)
     assert names == {"groups_with_reward_spread"} and "give no gradient" in lines[0]
+
+
+@pytest.mark.parametrize("success,helps", [
+    (0.0, "no step-0 sample was correct (0 of 512): no group size helps; warm-start the policy"),
+    (0.002, "a group of 8 holds a correct and a wrong answer 1.6% of the time; "
+            "train.grpo.num_generations 53 would make it 10%"),
+    (1.0, "every step-0 sample was correct (512 of 512)"),
+])
+def test_the_no_spread_line_says_which_knob_helps(success, helps):
+    """A dataset the policy answers by chance too rarely: the line that stops the run names the
+    knob, with the group size that would give GRPO a signal when one would."""
+    history = [{**h, "frac_reward_zero_std": 1.0} for h in HEALTHY["history"]]
+    names, lines = _failed(history=history, baseline_success=success, baseline_samples=512)
+    assert names == {"groups_with_reward_spread"} and helps in lines[0]
+    assert _failed(baseline_success=success, baseline_samples=512)[0] == set()  # spread: no line
+
+
+def test_the_group_size_named_gives_the_share_asked_for():
+    from rlvr.smoke import spread_share
+
+    for success in (0.001, 0.01, 0.05, 0.3, 0.9):
+        for g in range(2, 600):
+            if spread_share(success, g) >= 0.1:
+                assert spread_share(success, g - 1) < 0.1 or g == 2
+                break
 
 
 def test_beta_zero_has_no_kl_to_check():
