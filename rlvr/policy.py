@@ -97,20 +97,42 @@ def load_policy(folder: str | Path):
     return model, tokenizer
 
 
+# The verifier types whose target is a row's correct answer as text (countdown rows get
+# expressions over their own numbers instead).
+TARGET_ANSWERS = ("exact_match", "math")
+
+
 def warm_start_examples(rows, seed: int, per_row: int = 32) -> list[dict]:
-    """Prompt/completion pairs for the warm start: for each countdown row, well-formed
-    expressions over its numbers that are NOT checked against its target."""
+    """Prompt/completion pairs for the warm start, answers well formed but not the row's own:
+    for a countdown row, expressions over its numbers NOT checked against its target; for an
+    exact_match or math row, other rows' targets (never one equal to its own), so the policy
+    writes answers of the data's form and is right only by chance. Regex rows have no known
+    answer and add nothing.
+
+    >>> from rlvr.data import Row
+    >>> rows = [Row(f"r{i}", f"{i} + {i} = ", {"type": "exact_match", "target": str(2 * i)})
+    ...         for i in range(1, 4)]
+    >>> [(e["prompt"], e["completion"]) for e in warm_start_examples(rows, 0, per_row=2)]
+    [('1 + 1 = ', '6'), ('1 + 1 = ', '6'), ('2 + 2 = ', '2'), ('2 + 2 = ', '6'), ('3 + 3 = ', '4'), ('3 + 3 = ', '4')]
+    """
     import random
 
     from rlvr.tasks.countdown import well_formed_expressions
 
     rng = random.Random(seed)
+    targets = [str(row.verifier["target"]) for row in rows
+               if row.verifier.get("type") in TARGET_ANSWERS]
     examples = []
     for row in rows:
-        if row.verifier.get("type") != "countdown":
-            continue
-        for expression in well_formed_expressions(list(row.verifier["numbers"]), rng, per_row):
-            examples.append({"prompt": row.prompt, "completion": expression})
+        kind = row.verifier.get("type")
+        if kind == "countdown":
+            answers = well_formed_expressions(list(row.verifier["numbers"]), rng, per_row)
+        elif kind in TARGET_ANSWERS:
+            others = [t for t in targets if t != str(row.verifier["target"])]
+            answers = [rng.choice(others) for _ in range(per_row)] if others else []
+        else:
+            answers = []
+        examples += [{"prompt": row.prompt, "completion": answer} for answer in answers]
     return examples
 
 
@@ -130,8 +152,10 @@ def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rat
 
     examples = warm_start_examples(rows, seed)
     if not examples:
-        raise ParamsError("params.yaml: model.warm_start.steps: the warm start needs countdown "
-                          "rows and the training data has none; set model.warm_start.steps: 0")
+        raise ParamsError("params.yaml: model.warm_start.steps: the warm start needs rows with "
+                          "known answers (countdown, exact_match or math with two distinct "
+                          "targets) and the training data has none; set "
+                          "model.warm_start.steps: 0")
     args = SFTConfig(output_dir=str(output_dir), max_steps=steps,
                      per_device_train_batch_size=batch_size, learning_rate=learning_rate,
                      lr_scheduler_type="constant", use_cpu=True, bf16=False,

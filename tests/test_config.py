@@ -371,7 +371,7 @@ def test_every_run_of_the_committed_grid_passes_its_own_check_params(tmp_path):
         copy.parent.mkdir()
         copy.write_text((ROOT / "params.yaml").read_text())
         set_params(copy.parent, budget)
-        assert len(list(experiment_params(copy))) == 4 + 16 + 24, name
+        assert len(list(experiment_params(copy))) == 4 + 16 + 28, name
 
 
 def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():

@@ -2,7 +2,9 @@
 rerun, ends with the same history, metrics, curves and weights as the uninterrupted cold run, at
 several kill points, for the no-group-norm ablation too, and past a damaged checkpoint."""
 
+import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
@@ -36,7 +38,12 @@ def test_a_run_killed_at_any_checkpoint_resumes_to_the_same_end(step, copy_run, 
     project = copy_run(f"killed-at-{step}")
     kill_train_after(project, step)
     checkpoints = sorted(p.name for p in (project / CHECKPOINTS).glob("checkpoint-*"))
-    assert checkpoints == [f"checkpoint-{step - 4}", f"checkpoint-{step}"]  # nothing later
+    # the Trainer keeps the newest two, and the best by validation if that one is older
+    state = json.loads((project / CHECKPOINTS / f"checkpoint-{step}" / "trainer_state.json")
+                       .read_text())
+    best = Path(state["best_model_checkpoint"] or f"checkpoint-{step}").name
+    earlier = best if best != f"checkpoint-{step}" else f"checkpoint-{step - 4}"
+    assert checkpoints == sorted([earlier, f"checkpoint-{step}"])  # nothing later
     assert not (project / "models/final").exists()  # DVC removed it when the stage started
     output = dvc(project, "repro")
     assert f"train: resuming from {CHECKPOINTS}/checkpoint-{step}" in output

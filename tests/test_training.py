@@ -312,3 +312,24 @@ def test_a_saved_tokenizer_is_the_same_whether_or_not_it_padded_a_batch(tmp_path
     save_tokenizer(used, tmp_path / "used")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         assert (tmp_path / "fresh" / name).read_bytes() == (tmp_path / "used" / name).read_bytes()
+
+
+def test_the_warm_start_uses_other_rows_targets_and_stops_on_rows_with_no_known_answer(tmp_path):
+    """exact_match and math rows: answers from other rows' targets, never the row's own; regex
+    rows add nothing, and data of regex rows only stops with one line naming the knob."""
+    from rlvr.data import Row
+    from rlvr.policy import warm_start, warm_start_examples
+
+    rows = [Row(f"r{i}", f"{i} + {i} = ", {"type": "exact_match", "target": str(2 * i)})
+            for i in range(1, 9)]
+    rows += [Row("m", "half of 1 = ", {"type": "math", "target": "1/2"}),
+             Row("x", "anything: ", {"type": "regex", "pattern": "^a+$"})]
+    examples = warm_start_examples(rows, seed=0, per_row=16)
+    own = {row.prompt: str(row.verifier.get("target")) for row in rows}
+    assert len(examples) == 9 * 16 and all(e["completion"] != own[e["prompt"]] for e in examples)
+    assert {e["completion"] for e in examples} <= {str(2 * i) for i in range(1, 9)} | {"1/2"}
+    assert not [e for e in examples if e["prompt"] == "anything: "]
+    with pytest.raises(ParamsError, match=r"model.warm_start.steps: the warm start needs rows with "
+                                          r"known answers .* set model.warm_start.steps: 0"):
+        warm_start(None, None, [rows[-1]], steps=1, batch_size=1, learning_rate=1e-3, seed=0,
+                   output_dir=tmp_path)

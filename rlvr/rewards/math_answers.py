@@ -27,7 +27,8 @@ import time
 from rlvr.rewards import math_worker
 from rlvr.rewards.verifiers import extract_answer
 
-MATH_TIMEOUT_S = 1.0  # per answer: a sane one parses and compares in milliseconds
+MATH_TIMEOUT_S = 0.5  # per answer: a sane one parses and compares in milliseconds (the worker
+# is warm: its start parsed an answer); a quarter of the gate's 2 s per adversarial example
 WORKER_START_TIMEOUT_S = 60.0  # a worker's start imports sympy and math-verify (~1-2 s)
 # Longer answers score 0 unparsed: a final answer is short, and parsing time grows with length.
 MAX_MATH_ANSWER_CHARS = 1_000

@@ -239,6 +239,7 @@ def test_math_past_its_time_bound_scores_0_and_the_next_answer_gets_a_fresh_work
     start = time.perf_counter()
     assert math_reward("\\boxed{42}", "42", timeout=0.0) == 0.0  # no reply can come in 0 s
     assert time.perf_counter() - start < 1.0  # the worker killed, not waited for
+    start_math_worker()  # the spare that took over may still be starting (a loaded machine)
     assert math_reward("\\boxed{42}", "42") == 1.0
 
 
@@ -253,7 +254,8 @@ def test_math_scores_a_stopped_worker_0_within_its_bound():
     os.kill(math_answers._workers[0].process.pid, signal.SIGSTOP)
     start = time.perf_counter()
     assert math_answers.math_reward("\\boxed{42}", "42") == 0.0
-    assert math_answers.MATH_TIMEOUT_S <= time.perf_counter() - start < 2 * math_answers.MATH_TIMEOUT_S
+    assert math_answers.MATH_TIMEOUT_S <= time.perf_counter() - start < math_answers.MATH_TIMEOUT_S + 1
+    math_answers.start_math_worker()  # the spare that took over may still be starting
     assert math_answers.math_reward("\\boxed{42}", "42") == 1.0
 
 
