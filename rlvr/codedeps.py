@@ -17,9 +17,10 @@ from pathlib import Path
 # Files every stage depends on besides code: the pinned library versions and the package and
 # pytest configuration (a changed pin changes what the library code does).
 ENVIRONMENT_FILES = ("requirements.lock", "pyproject.toml")
-# Stages that report on every other stage: the retrospective shows each stage's code digest and
-# the comments in params.yaml, so it depends on all the code and on the file itself.
-SUMMARY_STAGES = ("report",)
+# Stages that report on every other stage: the retrospective and the model card show the stages'
+# code digests (the retrospective also params.yaml's comments), so they depend on all the code and
+# on the file itself.
+SUMMARY_STAGES = ("report", "publish")
 
 
 def _module_file(root: Path, module: str) -> Path | None:

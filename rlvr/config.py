@@ -31,7 +31,7 @@ SCHEMA_FILE = Path("params.schema.json")
 SEED_MAX = 2**32 - 1  # numpy's seed range
 # The stage names of dvc.yaml (tests/test_config.py checks they agree).
 STAGES = ("check_params", "reward_tests", "validate", "prepare_model", "smoke", "train",
-          "evaluate", "report")
+          "evaluate", "report", "publish")
 _EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
@@ -317,7 +317,12 @@ class PathsParams:
                             "and the first log line.")
     checkpoints: RepoPath = Field("models/checkpoints", description="Training checkpoints: a "
                                   "resume cache, not a result (no DVC out).")
-    final_model: RepoPath = Field("models/final", description="The trained policy.")
+    trained_model: RepoPath = Field(
+        "models/trained", description="The trained policy as train saves it (full weights or a "
+        "LoRA adapter); evaluate and report read it.")
+    final_model: RepoPath = Field(
+        "models/final", description="The published policy: the trained weights and a README.md "
+        "model card (stage publish).")
     train_summary: RepoPath = Field("reports/train/summary.json", description="What the training "
                                     "run did: first and last steps' means, final KL and beta.")
     train_metrics: RepoPath = Field("metrics/train.json", description="The training run's "

@@ -99,8 +99,15 @@ def launch(stage: str, module: str, processes: int, *, use_cpu: bool, config_nam
         raise PipelineError(f"train.accelerate_config = '{config_name}' needs the deepspeed "
                             "package, which is not installed here (pip install deepspeed on "
                             "the GPU machine)")
+    import torch
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    if not use_cpu and torch.cuda.device_count() < processes:
+        # accelerate would start them anyway, each training alone (distributed type NO)
+        raise PipelineError(
+            f"train.processes = {processes} with train.grpo.use_cpu false needs {processes} GPUs; "
+            f"this machine has {torch.cuda.device_count()}: each process would train alone. On "
+            "CPU set train.grpo.use_cpu true and train.accelerate_config '' (DDP over gloo)")
     print(f"{stage}: launching {processes} processes with accelerate "
           f"({config_name or ('DDP, gloo' if use_cpu else 'DDP')})", file=sys.stderr)
     args = launch_command_parser().parse_args(

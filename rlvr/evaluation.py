@@ -220,6 +220,17 @@ def summarize(scored: Sequence[ScoredRow], correctness: str = CORRECTNESS) -> di
 
 # --------------------------------------------------------------------------- validation
 
+def correct_spread(scored: Sequence[ScoredRow]) -> float:
+    """The share of rows whose samples hold both a correct and a wrong answer: the groups in
+    which GRPO's correctness reward has a spread to learn from.
+
+    >>> row = lambda correct: ScoredRow("r", [""] * 2, {}, [0, 0], correct=correct)
+    >>> correct_spread([row([True, False]), row([True, True]), row([False, False])])
+    0.3333333333333333
+    """
+    return finite_mean(float(any(s.correct) and not all(s.correct)) for s in scored)
+
+
 def tag_success(scored: Sequence[ScoredRow]) -> dict[str, float]:
     """The share of correct samples (pass@1) on the rows of each tag.
 

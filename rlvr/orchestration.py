@@ -326,7 +326,7 @@ def provenance_line(root: Path) -> str:
     params = load_params(root / "params.yaml")
     paths = params.paths
     # Not rlvr.provenance.provenance: its compute platform imports torch (2 s per flow run).
-    found = data_and_model_hashes(data_files(params), [paths.base_model, paths.final_model],
+    found = data_and_model_hashes(data_files(params), [paths.base_model, paths.trained_model],
                                   read_lock(root / "dvc.lock"), root, test_file_reader(params))
     hashes = ", ".join(f"{path} {md5[:12]}" for path, md5 in
                        {**found["data"], **found["models"]}.items())
@@ -421,12 +421,20 @@ def _report_artifacts(root: Path, where: str) -> list[Artifact]:
                      link=(root / paths.retrospective_html).resolve().as_uri())]
 
 
+def _publish_artifacts(root: Path, where: str) -> list[Artifact]:
+    from rlvr.model_card import CARD_FILE, card_body
+
+    card = root / _paths(root).final_model / CARD_FILE
+    return [Artifact("model-card", "markdown", f"The published model's card. {where}",
+                     markdown=card_body(card.read_text()) if card.exists() else "")]
+
+
 # stage -> what it publishes once it has run. Stages not listed publish nothing (and pay nothing:
 # the flow runs no artifact task for them).
 ARTIFACT_BUILDERS: dict[str, Callable[[Path, str], list[Artifact]]] = {
     "reward_tests": _reward_tests_artifacts, "validate": _validate_artifacts,
     "smoke": _smoke_artifacts, "train": _train_artifacts, "evaluate": _evaluate_artifacts,
-    "report": _report_artifacts,
+    "report": _report_artifacts, "publish": _publish_artifacts,
 }
 
 

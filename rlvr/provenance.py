@@ -125,18 +125,53 @@ def provenance(data_paths: Sequence[str], model_paths: Sequence[str],
     }
 
 
-def _git(*args: str, cwd: str | Path | None = None) -> str:
+def _git(*args: str, cwd: str | Path | None = None, strip: bool = True) -> str:
     try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
-                              cwd=cwd).stdout.strip()
+        out = subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                             cwd=cwd).stdout
     except (OSError, subprocess.CalledProcessError):
         return ""
+    return out.strip() if strip else out
+
+
+def changed_files(porcelain_z: str) -> list[str]:
+    """The paths in `git status --porcelain -z` output (a rename's new path only).
+
+    >>> changed_files(" M dvc.lock\\0R  new.py\\0old.py\\0?? data/x.jsonl\\0")
+    ['dvc.lock', 'new.py', 'data/x.jsonl']
+    """
+    entries, paths = porcelain_z.split("\0"), []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        if len(entry) > 3:
+            paths.append(entry[3:])
+            i += 1 if entry[0] in "RC" else 0  # the next entry is the original path
+        i += 1
+    return paths
 
 
 def git_state(cwd: str | Path | None = None, ignore: Sequence[str] = ("reports/", "dvc.lock")
               ) -> dict:
-    """The commit checked out, and whether tracked files other than the pipeline's own outputs
-    (`ignore` prefixes) have uncommitted changes."""
-    changed = [line[3:] for line in _git("status", "--porcelain", cwd=cwd).splitlines()]
-    return {"commit": _git("rev-parse", "HEAD", cwd=cwd) or "unknown",
-            "dirty": any(not path.startswith(tuple(ignore)) for path in changed)}
+    """The commit checked out, and which tracked or new files other than the pipeline's own
+    outputs (`ignore` prefixes) differ from it (`changed`; `dirty` when any)."""
+    changed = [path for path in changed_files(_git("status", "--porcelain", "-z", cwd=cwd,
+                                                   strip=False))
+               if not path.startswith(tuple(ignore))]
+    return {"commit": _git("rev-parse", "HEAD", cwd=cwd) or "unknown", "dirty": bool(changed),
+            "changed": changed}
+
+
+def sources_state(stages: dict[str, dict], cwd: str | Path | None = None) -> dict:
+    """What the pipeline ran, as git knows it: `commit`, the last commit that changed a file some
+    stage depends on (its deps in dvc.lock that no stage writes, dvc.yaml, params.yaml), and
+    `changed`, those of them that differ from it now. A commit that only records results
+    (reports, dvc.lock) or changes docs leaves both alone, as it leaves DVC's cache: a rerun of
+    it writes the same bytes."""
+    produced = {out["path"] for stage in stages.values() for out in stage.get("outs", [])}
+    followed = sorted({d["path"] for stage in stages.values() for d in stage.get("deps", [])}
+                      - produced | {"dvc.yaml", "params.yaml"})
+    commit = _git("log", "-1", "--format=%H", "--", *followed, cwd=cwd) or "unknown"
+    changed = changed_files(_git("status", "--porcelain", "-z", "--", *followed, cwd=cwd,
+                                 strip=False))
+    return {"commit": commit, "changed": changed}

@@ -16,7 +16,8 @@ from pathlib import Path
 from rlvr.config import Params, PathsParams
 from rlvr.data import Row, read_rows, share_with_umask, write_text_atomic
 from rlvr.distributed import accelerate_config_file, barrier, is_main_process, sum_over_ranks
-from rlvr.evaluation import prompt_template, rollout_settings, score_rows, summarize
+from rlvr.evaluation import (correct_spread, prompt_template, rollout_settings, score_rows,
+                             summarize)
 from rlvr.gate import GateClosed
 from rlvr.grpo.callbacks import LiveCurvesCallback, loggable, validation_entry
 from rlvr.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
@@ -48,7 +49,7 @@ def baseline(params: Params, model, tokenizer, rows: list[Row]) -> dict:
     scored = score_rows(model, tokenizer, rows, funcs, normalized_weights(params.rewards.weights),
                         settings, template=prompt_template(params.model))
     summary = summarize(scored)
-    return {**summary, "samples_per_prompt": settings.n, "seed": settings.seed,
+    return {**summary, "correct_spread": correct_spread(scored), "samples_per_prompt": settings.n, "seed": settings.seed,
             "temperature": settings.temperature, "max_new_tokens": settings.max_new_tokens}
 
 
@@ -84,6 +85,7 @@ def smoke_run(params: Params, base_dir: str) -> dict | None:
         beta=params.train.grpo.beta, history=history, batch_checks=trainer.batch_checks,
         reward_failures=failures,
         min_spread_share=params.smoke.min_spread_share, baseline_reward=step0["mean_reward"],
+        correct_spread=step0["correct_spread"],
         group_baseline=params.train.advantage == "group", baseline_success=step0.get("success"),
         baseline_samples=len(rows) * step0["samples_per_prompt"])
     report = {"passed": all(c["passed"] for c in checks), "checks": checks,
@@ -145,7 +147,7 @@ def selection_record(params: Params, state) -> dict:
               "max_steps": train.max_steps, "validation": scored,
               "stopped_early": state.global_step < train.max_steps}
     best = state.best_global_step if train.select == "best_val" else None
-    final = params.paths.final_model
+    final = params.paths.trained_model
     if best and state.best_model_checkpoint:
         record.update(chosen_step=best, best_mean_reward=state.best_metric,
                       reason=f"{final} is step {best}: the best validation mean reward "
@@ -190,7 +192,7 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
     rows = read_rows(params.data.train_path)
     val_rows = read_rows(params.data.val_path) if params.train.eval_steps else None
     policy = policy_path(paths.base_model)
-    final_dir, checkpoint_dir = paths.final_model, paths.checkpoints
+    final_dir, checkpoint_dir = paths.trained_model, paths.checkpoints
     # What the run depends on: params, data, base model, the library's code and versions. A
     # checkpoint of any other run is never resumed.
     model = params.model

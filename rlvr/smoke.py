@@ -70,11 +70,14 @@ def _non_finite_steps(history: Sequence[dict], key: str) -> list[int]:
 def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, max_steps: int,
                  beta: float, history: Sequence[dict], batch_checks: Sequence[dict],
                  reward_failures: dict[str, int], min_spread_share: float,
-                 baseline_reward: float, group_baseline: bool = True,
+                 baseline_reward: float, correct_spread: float, group_baseline: bool = True,
                  baseline_success: float | None = None, baseline_samples: int = 0) -> list[dict]:
     """The checks, from what the smoke run recorded. group_baseline=False is the no-group-norm
-    ablation (train.advantage: running_mean), whose advantages are not zero-mean per group. The
-    step-0 success (correct answers / samples) says what would help when groups lack spread."""
+    ablation (train.advantage: running_mean), whose advantages are not zero-mean per group.
+    correct_spread is the share of step-0 groups (a row's G samples) holding both a correct and a
+    wrong answer: the total reward can spread on format alone while correctness never does, and
+    then GRPO learns the form and nothing else. The step-0 success (correct answers / samples)
+    says what would help when groups lack spread."""
     steps = [entry for entry in history if LOSS in entry]
     sizes = sorted({size for batch in batch_checks for size in batch["group_sizes"]})
     worst_mean = max((batch["max_abs_group_mean"] for batch in batch_checks), default=math.nan)
@@ -105,10 +108,15 @@ def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, 
         checks.append(_check(f"{key}_finite", present == len(steps) and not bad and present > 0,
                              {"steps_logged": present, "non_finite_steps": bad},
                              "finite at every step"))
+    helps = spread_help(baseline_success, baseline_samples, num_generations, min_spread_share)
     checks += [
         _check("groups_with_reward_spread", spread_share >= min_spread_share, round(spread_share, 4),
                f">= {min_spread_share} (groups whose G rewards are all equal give no gradient)",
-               spread_help(baseline_success, baseline_samples, num_generations, min_spread_share)),
+               helps),
+        _check("step0_groups_with_a_correct_and_a_wrong_answer",
+               correct_spread >= min_spread_share, round(correct_spread, 4),
+               f">= {min_spread_share} (without them the reward spreads on the other rewards only "
+               "and GRPO learns their form, never correctness)", helps),
         _check("step0_baseline_recorded", math.isfinite(baseline_reward), baseline_reward,
                "a finite mean reward"),
     ]
@@ -117,6 +125,13 @@ def smoke_checks(*, rows_loaded: int, expected_rows: int, num_generations: int, 
 
 def failed_lines(checks: Sequence[dict]) -> list[str]:
     """One line per failed check: its name, the value seen, what was expected and, where the
-    check knows, what would help."""
-    return [f"smoke check failed: {c['name']}: got {c['value']!r}, expected {c['expected']}"
-            + (f": {c['helps']}" if c.get("helps") else "") for c in checks if not c["passed"]]
+    check knows, what would help (said once, on the first line it helps)."""
+    lines, said = [], set()
+    for c in checks:
+        if c["passed"]:
+            continue
+        helps = c.get("helps")
+        lines.append(f"smoke check failed: {c['name']}: got {c['value']!r}, expected "
+                     f"{c['expected']}" + (f": {helps}" if helps and helps not in said else ""))
+        said.add(helps)
+    return lines

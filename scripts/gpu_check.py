@@ -4,9 +4,11 @@ stages run as `python -m stages.<name>` runs them, and the figures.
     gpu_check.py deps                       the wheels' pins import, and what they need is there
     gpu_check.py params MODE BASE OUT       BASE (params.yaml + profiles/gpu.yaml) sized for MODE
     gpu_check.py stage NAME MODE [JSON]     run stages/NAME.py; for smoke print the figures
+    gpu_check.py summary JSON               the --cpu-full figures: RSS, s/step, adapter size
 
-MODE is `cuda` (Qwen3-0.6B's shape, bf16 on the GPU) or `cpu` (the --cpu-dry-run: tiny sizes,
-fp32, 2 steps). The figures come from what TRL already logs every step (step_time, num_tokens,
+MODE is `cuda` (Qwen3-0.6B's shape, bf16 on the GPU), `cpu` (the --cpu-dry-run: tiny sizes,
+fp32, 2 steps) or `cpu_full` (the --cpu-full run: Qwen3-0.6B's shape in fp32 on the CPU, G = 2,
+2 prompts, 2 smoke and 2 train steps, then evaluate, report and publish). The figures come from what TRL already logs every step (step_time, num_tokens,
 completions/mean_length) and torch.cuda's peak-memory counters: nothing in the library knows it
 is being measured.
 """
@@ -17,6 +19,7 @@ import gc
 import json
 import os
 import re
+import resource
 import runpy
 import statistics
 import sys
@@ -25,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.getcwd())  # the project copy the check runs in
 
-SMOKE_STEPS = {"cuda": 20, "cpu": 2}
-CHECK_ROWS = 16  # training rows: the step-0 baseline samples every one of them G times
+SMOKE_STEPS = {"cuda": 20, "cpu": 2, "cpu_full": 2}
+CHECK_ROWS = {"cuda": 16, "cpu": 16, "cpu_full": 2}  # the step-0 baseline samples each G times
 # Qwen3-0.6B's config.json, with model.local_llm's names (max_position_embeddings as Qwen's)
 QWEN3_0_6B = {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
               "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
@@ -43,14 +46,22 @@ def check_overrides(mode: str, vllm: bool) -> dict:
     """params.yaml keys (dotted) -> values the check sets on top of the GPU profile."""
     overrides = {
         "model.init": "local_llm",           # Qwen3's architecture, random init, BPE tokenizer
-        "data.train_rows": CHECK_ROWS,
+        "data.train_rows": CHECK_ROWS[mode],
         "smoke.max_steps": SMOKE_STEPS[mode],
         "smoke.min_spread_share": 0.0,       # a random-init model earns no reward spread
-        "train.grpo.max_completion_length": 128 if mode == "cuda" else 8,
+        "train.grpo.max_completion_length": {"cuda": 128, "cpu": 8, "cpu_full": 16}[mode],
         "train.grpo.use_vllm": vllm,         # the profile's choice where vllm is installed
     }
     if mode == "cuda":
         overrides.update({f"model.local_llm.{k}": v for k, v in QWEN3_0_6B.items()})
+    elif mode == "cpu_full":  # the real size, the whole pipeline, as little work as shows it
+        overrides.update({f"model.local_llm.{k}": v for k, v in QWEN3_0_6B.items()})
+        overrides.update({
+            "train.grpo.use_cpu": True, "train.grpo.bf16": False, "train.grpo.use_vllm": False,
+            "train.grpo.extra.model_init_kwargs": {"dtype": "float32"},
+            "train.grpo.num_generations": 2, "train.grpo.per_device_train_batch_size": 4,
+            "train.max_steps": 2, "train.save_steps": 2, "train.eval_steps": 2,
+            "train.log_every": 1, "evaluate.samples": 2, "evaluate.n_resamples": 200})
     else:
         overrides.update({f"model.local_llm.{k}": v for k, v in TINY.items()})
         overrides.update({"train.grpo.use_cpu": True, "train.grpo.bf16": False,
@@ -172,7 +183,7 @@ def throughput(history: list[dict], completions_per_step: int) -> dict:
 def run_stage(name: str, mode: str, report: str | None) -> int:
     """Run stages/<name>.py as `python -m stages.<name>` does; for smoke, keep its trainer (the
     one rlvr.runs.run_grpo returns) and print the figures."""
-    if mode == "cpu":
+    if mode == "cpu":  # (cpu_full runs train, whose curves are DVCLive's: nothing made absent)
         for absent in ABSENT_ON_GPU:
             sys.modules[absent] = None  # `import dvc` fails, find_spec("dvc") is None
     import torch
@@ -201,8 +212,16 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
     seconds = time.perf_counter() - marks["start"]
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB -> GiB
+    print(f"gpu_check: {name}: exit {code} in {seconds:.1f} s, peak RSS {rss:.2f} GiB")
+    stage = {"exit_code": code, "seconds": round(seconds, 1), "peak_rss_gib": round(rss, 2)}
+    if name == "train" and "trained" in marks:
+        stage.update(train_figures(kept["trainer"]))
+        print(f"gpu_check: train: {stage['steps']} steps, {stage['median_step_s']} s per step "
+              f"(median), {stage['weights']} {stage['weights_mib']} MiB in {stage['folder']}")
+    if report:
+        record(report, name, stage)
     if name != "smoke":
-        print(f"gpu_check: {name}: exit {code} in {seconds:.1f} s")
         return code
     if "trained" not in marks:
         print(f"gpu_check: smoke stopped before its GRPO run finished (exit {code})", file=sys.stderr)
@@ -226,7 +245,7 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
         python=sys.version.split()[0])
     memory = (f"{figures['peak_gpu_memory_allocated_gib']} GiB allocated, "
               f"{figures['peak_gpu_memory_reserved_gib']} GiB reserved" if cuda
-              else "n/a (cpu dry run)")
+              else "n/a (cpu dry run)" if mode == "cpu" else "n/a (CPU: see the peak RSS)")
     print(f"gpu_check: {figures['steps']} steps in {figures['seconds']} s: "
           f"{figures['steps_per_s']} steps/s ({figures['steady_steps_per_s']} without the first)")
     print(f"gpu_check: tokens/s: {figures['completion_tokens_per_s']} completion, "
@@ -237,8 +256,45 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
           f"{figures['load_and_step0_baseline_seconds']} s, GRPO run (trainer set-up included) "
           f"{figures['grpo_run_seconds']} s")
     if report:
-        Path(report).write_text(json.dumps(figures, indent=2) + "\n")
+        record(report, None, figures)
     return code
+
+
+def train_figures(trainer) -> dict:
+    """Seconds per train step (TRL's step_time) and the size of what train saved."""
+    from rlvr.config import load_params
+    from rlvr.grpo.checkpoints import WEIGHT_FILES
+    from rlvr.grpo.metric_keys import LOSS, STEP_TIME
+
+    times = [e[STEP_TIME] for e in trainer.state.log_history if LOSS in e]
+    folder = Path(load_params("params.yaml").paths.trained_model)
+    weights = next(folder / name for name in WEIGHT_FILES if (folder / name).exists())
+    return {"steps": len(times), "median_step_s": round(statistics.median(times), 2),
+            "folder": str(folder), "weights": weights.name,
+            "weights_mib": round(weights.stat().st_size / 2**20, 1)}
+
+
+def record(report: str, stage: str | None, figures: dict) -> None:
+    """Add figures to the check's JSON: a stage's under stages/<name>, the smoke run's on top."""
+    path = Path(report)
+    found = json.loads(path.read_text()) if path.exists() else {}
+    if stage:
+        found.setdefault("stages", {})[stage] = figures
+    else:
+        found.update(figures)
+    path.write_text(json.dumps(found, indent=2) + "\n")
+
+
+def summary(report: str) -> int:
+    """The --cpu-full run's figures in three lines, from the check's JSON."""
+    figures = json.loads(Path(report).read_text())
+    stages, train = figures["stages"], figures["stages"]["train"]
+    print("gpu_check: peak RSS per stage, GiB: "
+          + ", ".join(f"{name} {stage['peak_rss_gib']}" for name, stage in stages.items()))
+    print(f"gpu_check: seconds per step (median): smoke {figures['median_step_s']}, train "
+          f"{train['median_step_s']}")
+    print(f"gpu_check: what train saved: {train['weights']} {train['weights_mib']} MiB")
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -254,6 +310,8 @@ def main(argv: list[str]) -> int:
             print(f"gpu_check: the check's params are bad: {error}", file=sys.stderr)
             return 1
         return 0
+    if command == "summary":
+        return summary(*rest)
     if command == "stage":
         name, mode, *report = rest
         return run_stage(name, mode, report[0] if report else None)

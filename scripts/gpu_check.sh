@@ -9,6 +9,11 @@
 #   bash scripts/gpu_check.sh               on the GPU machine (device tool: carry ["gpu_wheels"])
 #   bash scripts/gpu_check.sh --cpu-dry-run here: the same steps on CPU, tiny sizes, fp32, 2 steps,
 #                                           with the project's .venv (no wheels needed)
+#   bash scripts/gpu_check.sh --cpu-full    here: Qwen3-0.6B's shape in fp32 on the CPU (LoRA r16,
+#                                           G = 2, 2 prompts, 2 steps, completions <= 16 tokens)
+#                                           through every stage after the gates: prepare_model,
+#                                           smoke, train, evaluate, report, publish; peak RSS,
+#                                           seconds per step and adapter size; at most 15 minutes
 #
 # On the GPU machine it installs gpu_wheels/ with pip --target into a temporary folder put first on
 # PYTHONPATH (the machine's own torch and site-packages are not touched), copies the project to a
@@ -22,8 +27,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODE=cuda
 case "${1:-}" in
   --cpu-dry-run) MODE=cpu ;;
+  --cpu-full) MODE=cpu_full ;;
   "") ;;
-  *) echo "usage: bash scripts/gpu_check.sh [--cpu-dry-run]" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/gpu_check.sh [--cpu-dry-run | --cpu-full]" >&2; exit 2 ;;
 esac
 fail() { echo "gpu_check: FAILED: $*" >&2; exit 1; }
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -32,14 +38,16 @@ STARTED=$SECONDS
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
-DEADLINE=$((SECONDS + 470))  # the whole check: under 8 minutes, whatever each phase may take
+LIMIT=470  # the whole check: under 8 minutes (15 for --cpu-full), whatever each phase may take
+[ "$MODE" = cpu_full ] && LIMIT=890
+DEADLINE=$((SECONDS + LIMIT))
 # phase NAME SECONDS COMMAND...: run it in the project copy, time-boxed (its own limit or what is
 # left of the whole check's), and fail loudly
 phase() {
   local name=$1 limit=$2 start=$SECONDS rc
   shift 2
   [ $((DEADLINE - SECONDS)) -lt "$limit" ] && limit=$((DEADLINE - SECONDS))
-  [ "$limit" -gt 0 ] || fail "no time left for $name (the check stops at 470 s)"
+  [ "$limit" -gt 0 ] || fail "no time left for $name (the check stops at $LIMIT s)"
   (cd "$WORK/project" && timeout --kill-after=10 "$limit" "$@")
   rc=$?
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && fail "$name did not finish within $limit s"
@@ -73,12 +81,23 @@ tar -C "$ROOT" --exclude=./.git --exclude=./.venv --exclude=./gpu_wheels --exclu
   --exclude=./.prefect --exclude=./.dvc/cache --exclude=./.dvc/tmp --exclude=__pycache__ \
   --exclude=./reports/timing --exclude=./reports/validation/data_docs --exclude=./.pytest_cache \
   --exclude=./.hypothesis -cf - . | tar -C "$WORK/project" -xf - || fail "copying the project"
-if [ "$MODE" = cpu ]; then  # here DVC is at hand: apply the profile as gpu_wheels.sh does
+if [ "$MODE" != cuda ]; then  # here DVC is at hand: apply the profile as gpu_wheels.sh does
   phase profile 60 "$PY" -m rlvr.profiles gpu --out "$BASE_PARAMS"
 fi
 phase wheels 60 "$PY" scripts/gpu_check.py deps
-phase data 60 "$PY" data/make_countdown.py --style instruct --train-rows 16 --eval-rows 16
+ROWS=16
+[ "$MODE" = cpu_full ] && ROWS=2
+phase data 60 "$PY" data/make_countdown.py --style instruct --train-rows $ROWS --eval-rows $ROWS \
+  --val-rows $ROWS
 phase params 90 "$PY" scripts/gpu_check.py params "$MODE" "$BASE_PARAMS" params.yaml
-phase prepare_model 120 "$PY" scripts/gpu_check.py stage prepare_model "$MODE"
-phase smoke 330 "$PY" scripts/gpu_check.py stage smoke "$MODE" "${OUT:+$OUT/gpu_check.json}"
+FIGURES=${OUT:+$OUT/gpu_check.json}
+[ "$MODE" = cpu_full ] && FIGURES=${FIGURES:-$WORK/gpu_check.json}
+phase prepare_model 300 "$PY" scripts/gpu_check.py stage prepare_model "$MODE" $FIGURES
+phase smoke 330 "$PY" scripts/gpu_check.py stage smoke "$MODE" $FIGURES
+if [ "$MODE" = cpu_full ]; then
+  for stage in train evaluate report publish; do
+    phase $stage 600 "$PY" scripts/gpu_check.py stage $stage "$MODE" $FIGURES
+  done
+  "$PY" "$ROOT/scripts/gpu_check.py" summary "$FIGURES" || fail "the figures are incomplete"
+fi
 echo "gpu_check: PASSED in $((SECONDS - STARTED)) s ($MODE)"

@@ -27,7 +27,7 @@ def main(params: Params) -> int:
     splits = {"train": read_rows(params.data.train_path),
               "heldout": read_rows(params.data.eval_path)}
     policies = {"step0": load_policy(policy_path(params.paths.base_model)),
-                "final": load_policy(params.paths.final_model)}
+                "final": load_policy(params.paths.trained_model)}
     ev = params.evaluate
     metrics, per_prompt = audit(
         policies, splits, build_reward_funcs(params.rewards),

@@ -62,7 +62,7 @@ def main(params: Params) -> int:
         smoke=_json(paths.smoke_checks), step0=_json(paths.step0),
         validation=_json(paths.validation_summary), gate=_json(paths.gate_verdict),
         cost=cost, params=dataclasses.asdict(params),
-        prov=provenance(data_files(params), [paths.base_model, paths.final_model],
+        prov=provenance(data_files(params), [paths.base_model, paths.trained_model],
                         current_stage="report", read_by=test_file_reader(params)),
         images=images, confidence=params.evaluate.confidence,
         selection=selection)

@@ -4,9 +4,10 @@
 
 Needs a passing smoke run. Trains models/base for train.max_steps GRPO steps, checkpointing every
 train.save_steps into models/checkpoints/; if a run was killed, the next one resumes from the last
-checkpoint by itself. Writes models/final/, reports/train/summary.json and its headline
-metrics/train.json (a DVC metric), the DVCLive curves in reports/train/live/,
-reports/train/history.jsonl and reports/train/curves.png (every path from params.yaml `paths`).
+checkpoint by itself. Writes models/trained/ (stage publish makes it models/final),
+reports/train/summary.json and its headline metrics/train.json (a DVC metric), the DVCLive
+curves in reports/train/live/, reports/train/history.jsonl and reports/train/curves.png (every
+path from params.yaml `paths`).
 """
 
 from rlvr.config import Params

@@ -70,14 +70,18 @@ def test_the_report_shows_the_hashes_of_the_run_that_made_each_thing(copy_run, c
     params.dump(values, project / "params.yaml")
     dvc(project, "repro")
     lock, before = _lock(project), _lock(cold_run)
-    base, final = (_out_md5(lock, "prepare_model", "models/base"),
-                   _out_md5(lock, "train", "models/final"))
+    base, trained = (_out_md5(lock, "prepare_model", "models/base"),
+                     _out_md5(lock, "train", "models/trained"))
     assert base != _out_md5(before, "prepare_model", "models/base")
-    assert final != _out_md5(before, "train", "models/final")
+    assert trained != _out_md5(before, "train", "models/trained")
     data = {d["path"]: d["md5"] for d in lock["validate"]["deps"] if d["path"].startswith("data/")}
-    assert _report_rows(project) == {**data, "models/base": base, "models/final": final}
+    assert _report_rows(project) == {**data, "models/base": base, "models/trained": trained}
     line = provenance_line(project)  # what the Prefect artifacts carry
-    assert f"models/base {base[:12]}" in line and f"models/final {final[:12]}" in line
+    assert f"models/base {base[:12]}" in line and f"models/trained {trained[:12]}" in line
+    card = (project / "models/final/README.md").read_text()  # the card names the same hashes
+    assert f"| models/base md5 (prepare\\_model) | {base} |" in card
+    assert f"| their md5 (train) | {trained} |" in card
+    assert all(f"| {md5} |" in card for md5 in data.values())
 
 
 def test_a_rerun_of_the_same_commit_writes_the_same_lock_and_leaves_git_clean(cold_run,

@@ -19,7 +19,7 @@ def test_a_cold_run_prints_a_short_readable_console(cold_run):
     scored = [int(n) for n in re.findall(r"train: step (\d+)/\d+ \| validation: mean reward ",
                                          log)]
     assert scored == list(range(0, last + 1, every_eval)), scored
-    assert "train: models/final is the last step, 24 (train.select last)" in log
+    assert "train: models/trained is the last step, 24 (train.select last)" in log
     assert re.search(r"train: scoring the validation rows took [\d.]+ s of [\d.]+ s", log)
     # one progress bar per training loop (warm start, smoke, train). How often a bar redraws
     # depends on the machine's speed (tqdm skips redraws within 0.1 s), so its lines are bounded

@@ -59,3 +59,17 @@ def test_one_process_needs_no_process_group():
     assert distributed.sum_over_ranks({"a": 2, "b": 0}) == {"a": 2, "b": 0}
     distributed.barrier()  # returns at once
     assert distributed.is_main_process() and not distributed.launched()
+
+
+def test_several_gpu_processes_without_the_gpus_stop_with_one_line(monkeypatch):
+    """Without them accelerate starts every process anyway, each training alone (measured with
+    the fsdp config on this CPU machine: distributed type NO in both)."""
+    import torch
+
+    from rlvr.distributed import launch
+    from rlvr.errors import PipelineError
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(PipelineError, match=r"^train.processes = 2 with train.grpo.use_cpu false "
+                       r"needs 2 GPUs; this machine has 1: each process would train alone"):
+        launch("train", "stages.train", 2, use_cpu=False, config_name="fsdp")

@@ -191,7 +191,7 @@ def test_a_killed_training_run_is_retried_by_the_flow_and_resumes(copy_run, api_
 
     project = copy_run("killed")
     shutil.rmtree(project / "models/checkpoints")
-    shutil.rmtree(project / "models/final")  # train is stale: it trains from scratch
+    shutil.rmtree(project / "models/trained")  # train is stale: it trains from scratch
     hook = project.parent / "kill-once"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(KILL_ONCE)

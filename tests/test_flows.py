@@ -9,7 +9,7 @@ import pytest
 STAGE_KEYS = {"check_params": [], "reward_tests": ["reward-tests"],
               "validate": ["data-validation"], "prepare_model": [], "smoke": ["smoke-checks"],
               "train": ["training-summary"], "evaluate": ["evaluation-audit"],
-              "report": ["retrospective", "retrospective-html"]}
+              "report": ["retrospective", "retrospective-html"], "publish": ["model-card"]}
 
 
 def _mtime(path):
@@ -94,10 +94,10 @@ def test_a_stage_failing_midway_keeps_earlier_outputs_and_a_rerun_skips_them(
                                               "reports/timing/prepare_model.json",
                                               "reports/timing/smoke.json")}
     assert all(kept.values())
-    assert not (project / "models/final").exists()
+    assert not (project / "models/trained").exists()
 
     script.write_text(original)  # the cause is fixed
     time.sleep(0.01)
     assert pipeline(root=str(project))["artifacts"] == STAGE_KEYS
     assert {p: _mtime(project / p) for p in kept} == kept  # DVC skipped what it had
-    assert (project / "models/final").is_dir()
+    assert (project / "models/trained").is_dir() and (project / "models/final/README.md").is_file()

@@ -24,7 +24,7 @@ def test_the_gpu_check_runs_end_to_end_on_cpu(tmp_path):
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
     assert "gpu_check: params: local_llm 2 layers x 64 (vocab 512), LoRA r16, fp32 on cpu" in output
-    assert "smoke: PASSED: 11/11 checks" in output
+    assert "smoke: PASSED: 12/12 checks" in output
     assert "gpu_check: 2 steps in " in output and " steps/s (" in output
     assert "gpu_check: tokens/s: " in output
     assert "gpu_check: peak GPU memory of the GRPO run: n/a (cpu dry run)" in output

@@ -68,13 +68,21 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monk
             "generation_config.json"} <= {p.name for p in base.iterdir()}
 
     # train saved the LoRA adapter (and the tokenizer), not a full model
-    final = project / "models/final"
-    files = {p.name for p in final.iterdir()}
+    trained = project / "models/trained"
+    files = {p.name for p in trained.iterdir()}
     assert {"adapter_model.safetensors", "adapter_config.json", "tokenizer.json"} <= files
     assert "model.safetensors" not in files
-    adapter = json.loads((final / "adapter_config.json").read_text())
+    adapter = json.loads((trained / "adapter_config.json").read_text())
     assert adapter["base_model_name_or_path"] == "models/base" and adapter["r"] == 8
     _assert_the_adapter_loads_on_the_base_and_moved_it(project, monkeypatch)
+    # publish: the same files with a model card, and peft loads the folder as it is
+    final = project / "models/final"
+    assert {p.name for p in final.iterdir()} == files | {"README.md"}
+    card = (final / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: peft\n")
+    assert "a LoRA adapter (r 8, alpha 16) on models/base" in card
+    assert "| model.init | local\\_llm |" in card and "| model.lora | r 8, alpha 16," in card
+    _assert_peft_loads_the_published_folder(project, monkeypatch)
 
     # evaluate reloaded base + adapter: every promised number is there and finite
     summary = json.loads((project / "reports/eval/summary.json").read_text())
@@ -108,7 +116,7 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monk
     html = (project / "reports/retrospective.html").read_text()
     for text in ("## 8. Provenance", r"| model.local\_llm.vocab\_size | `512` |",
                  "| model.lora.enabled | `True` |", r"| model.chat\_template | `True` |",
-                 "model md5 models/final"):
+                 "model md5 models/trained"):
         assert text in markdown, text
     assert not re.search(r"\bnan\b", markdown)  # every figure was computed (Python's nan)
     assert "data:image/png;base64," in html and "Provenance" in html
@@ -119,15 +127,31 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monk
           f"tokens (model vocab_size {prepared['vocab_size']})")
 
 
+def _assert_peft_loads_the_published_folder(project, monkeypatch):
+    """models/final through peft's own loader, as its card says: the same outputs as what
+    evaluate loaded from models/trained."""
+    import torch
+    from peft import AutoPeftModelForCausalLM
+
+    from rlvr.policy import load_policy
+
+    monkeypatch.chdir(project)  # the adapter names its base as models/base
+    published = AutoPeftModelForCausalLM.from_pretrained("models/final")
+    trained, _ = load_policy("models/trained")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.equal(published(ids).logits, trained(ids).logits)
+
+
 def _assert_the_adapter_loads_on_the_base_and_moved_it(project, monkeypatch):
-    """models/final loads as evaluate loads it (load_policy: the base, with the adapter on it),
+    """models/trained loads as evaluate loads it (load_policy: the base, with the adapter on it),
     and its outputs differ from the base's: training changed the adapter."""
     import torch
 
     from rlvr.policy import load_policy
 
     monkeypatch.chdir(project)  # the adapter names its base as models/base, as a stage sees it
-    final, tokenizer = load_policy("models/final")
+    final, tokenizer = load_policy("models/trained")
     base, _ = load_policy("models/base")
     assert any("lora_B" in name for name, _ in final.named_parameters())
     ids = tokenizer.apply_chat_template([{"role": "user", "content": "3 5 -> 15"}],

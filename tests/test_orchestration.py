@@ -21,7 +21,7 @@ KEY = re.compile(r"^[a-z0-9-]+$")
 def test_stage_order_is_dvc_yamls():
     assert dvc_stages(ROOT / "dvc.yaml") == ["check_params", "reward_tests", "validate",
                                              "prepare_model", "smoke", "train", "evaluate",
-                                             "report"]
+                                             "report", "publish"]
 
 
 def test_failure_details_name_what_broke(tmp_path):

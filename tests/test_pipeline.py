@@ -22,8 +22,8 @@ DETERMINISTIC = ["reports/train/summary.json", "metrics/train.json",
 
 def _results(project) -> dict:
     lock = YAML(typ="safe").load((project / "dvc.lock").read_text())["stages"]
-    weights = next(o["md5"] for o in lock["train"]["outs"] if o["path"] == "models/final")
-    return {"models/final": weights, **{name: (project / name).read_text()
+    weights = next(o["md5"] for o in lock["train"]["outs"] if o["path"] == "models/trained")
+    return {"models/trained": weights, **{name: (project / name).read_text()
                                         for name in DETERMINISTIC}}
 
 
@@ -44,7 +44,7 @@ def test_a_run_killed_at_any_checkpoint_resumes_to_the_same_end(step, copy_run, 
     best = Path(state["best_model_checkpoint"] or f"checkpoint-{step}").name
     earlier = best if best != f"checkpoint-{step}" else f"checkpoint-{step - 4}"
     assert checkpoints == sorted([earlier, f"checkpoint-{step}"])  # nothing later
-    assert not (project / "models/final").exists()  # DVC removed it when the stage started
+    assert not (project / "models/trained").exists()  # DVC removed it when the stage started
     output = dvc(project, "repro")
     assert f"train: resuming from {CHECKPOINTS}/checkpoint-{step}" in output
     assert "Stage 'prepare_model' didn't change, skipping" in output

@@ -13,7 +13,7 @@ HEALTHY = dict(
     batch_checks=[{"groups": 8, "group_sizes": [8], "advantages_finite": True,
                    "max_abs_group_mean": 1e-7}] * 3,
     reward_failures={"correctness": 0, "format": 0}, min_spread_share=0.1,
-    baseline_reward=0.42)
+    baseline_reward=0.42, correct_spread=0.6)
 
 
 def _failed(**changes):
@@ -27,7 +27,8 @@ def test_a_healthy_run_passes_every_check():
     assert {c["name"] for c in checks} >= {
         "rows_loaded", "completions_per_prompt", "rewards_returned_for_every_completion",
         "advantages_finite", "advantages_zero_mean_per_group", "loss_finite", "kl_finite",
-        "grad_norm_finite", "groups_with_reward_spread", "step0_baseline_recorded"}
+        "grad_norm_finite", "groups_with_reward_spread", "step0_baseline_recorded",
+        "step0_groups_with_a_correct_and_a_wrong_answer"}
 
 
 def test_each_failure_is_named_with_its_value():
@@ -72,6 +73,27 @@ def test_the_no_spread_line_says_which_knob_helps(success, helps):
     names, lines = _failed(history=history, baseline_success=success, baseline_samples=512)
     assert names == {"groups_with_reward_spread"} and helps in lines[0]
     assert _failed(baseline_success=success, baseline_samples=512)[0] == set()  # spread: no line
+
+
+def test_spread_on_format_alone_is_no_signal_and_stops_the_run():
+    """Rows the policy never answers right but always answers in form: the total reward spreads
+    (format), correctness never does. The run stops on the correctness check, naming the knob."""
+    names, lines = _failed(correct_spread=0.0, baseline_success=0.0, baseline_samples=512)
+    assert names == {"step0_groups_with_a_correct_and_a_wrong_answer"}
+    assert lines == ["smoke check failed: step0_groups_with_a_correct_and_a_wrong_answer: got 0.0, "
+                     "expected >= 0.1 (without them the reward spreads on the other rewards only "
+                     "and GRPO learns their form, never correctness): no step-0 sample was correct "
+                     "(0 of 512): no group size helps; warm-start the policy on answers of your "
+                     "rows' form (model.warm_start) or start from a model that can answer some "
+                     "(model.init: pretrained)"]
+    assert _failed(correct_spread=0.1)[0] == set()
+    # with no reward spread either, the knob is said once, on the first line
+    history = [{**h, "frac_reward_zero_std": 1.0} for h in HEALTHY["history"]]
+    lines = _failed(history=history, correct_spread=0.0, baseline_success=0.0,
+                    baseline_samples=512)[1]
+    assert len(lines) == 2 and "no group size helps" in lines[0]
+    assert lines[1].endswith("GRPO learns their form, never correctness)")
+    assert _failed(correct_spread=0.0999)[0] == {"step0_groups_with_a_correct_and_a_wrong_answer"}
 
 
 def test_the_group_size_named_gives_the_share_asked_for():

@@ -1,0 +1,190 @@
+"""The published model: models/final = the trained weights (train's models/trained) plus a
+README.md model card, so the folder reads like a hub model and loads with `from_pretrained` as it
+is (through peft when it holds a LoRA adapter).
+
+The card says what made the weights: the base model, the data md5s, the key params, the audit's
+headline figures and verdict, the commit (and which files the run depends on differed from it)
+and the code digest.
+Every hash is the one of the run that made the thing (rlvr.provenance). Text from params or data
+(paths, names, the pattern) enters the markdown escaped (rlvr.render), and the YAML header
+holds only JSON-quoted strings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlvr.render import md_code, md_escape, md_table
+
+CARD_FILE = "README.md"
+ADAPTER_CONFIG = "adapter_config.json"
+HEADLINE = (  # metrics/eval.json key (step 0), key (final), what it is
+    ("reward0", "reward", "mean reward, {n} samples per prompt"),
+    ("greedy0", "greedy", "greedy success"),
+    ("pass1_0", "pass1", "pass@1"),
+    ("passn_0", "passn", "pass@{n}"),
+)
+
+
+def key_params(params) -> list[tuple[str, Any]]:
+    """The params a reader of the card needs to know what training did (all of them are in the
+    run's params.yaml and the report)."""
+    model, train, grpo, rewards = params.model, params.train, params.train.grpo, params.rewards
+    rows = [("seed", params.seed), ("model.init", model.init)]
+    if model.init == "pretrained":
+        rows.append(("model.name_or_path", model.name_or_path))
+    if model.lora.enabled:
+        rows.append(("model.lora", f"r {model.lora.r}, alpha {model.lora.alpha}, "
+                                   f"dropout {model.lora.dropout}, {model.lora.target_modules}"))
+    rows += [
+        ("model.warm_start.steps", model.warm_start.steps if model.init == "tiny" else None),
+        ("rewards", ", ".join(f"{name} x {weight:g}"
+                              for name, weight in zip(rewards.funcs, rewards.weights))),
+        ("rewards.format_pattern", rewards.format_pattern),
+        ("train.max_steps", train.max_steps),
+        ("train.advantage", train.advantage),
+        ("train.dynamic_sampling", train.dynamic_sampling),
+        ("train.resample_unsolved", train.resample_unsolved),
+        ("train.select", train.select),
+        ("train.grpo.num_generations", grpo.num_generations),
+        ("train.grpo.per_device_train_batch_size", grpo.per_device_train_batch_size),
+        ("train.grpo.learning_rate", grpo.learning_rate),
+        ("train.grpo.beta", grpo.beta),
+        ("train.beta_schedule.kind", train.beta_schedule.kind),
+        ("train.grpo.temperature", grpo.temperature),
+        ("train.grpo.max_completion_length", grpo.max_completion_length),
+        ("train.grpo.loss_type", grpo.loss_type),
+        ("evaluate.samples", params.evaluate.samples),
+    ]
+    return [(key, value) for key, value in rows if value is not None]
+
+
+def combined_digest(code: Mapping[str, Mapping]) -> str:
+    """One sha256 over each stage's code digest (rlvr.provenance.code_digests), stage by stage.
+
+    >>> a, b = {"digest": "1"}, {"digest": "2"}
+    >>> combined_digest({"b": b, "a": a}) == combined_digest({"a": a, "b": b})
+    True
+    >>> combined_digest({"a": a}) == combined_digest({"a": b})
+    False
+    """
+    text = "".join(f"{stage}\0{code[stage]['digest']}\n" for stage in sorted(code))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def quoted(text: str) -> str:
+    """`text` as a double-quoted string that is valid JSON, YAML and Python alike, with the
+    characters markup or a code fence could act on written as escapes.
+
+    >>> print(quoted('a"<b>`'))
+    "a\\"\\u003cb\\u003e\\u0060"
+    """
+    escaped = json.dumps(text)
+    for char in "<>&`":
+        escaped = escaped.replace(char, f"\\u{ord(char):04x}")
+    return escaped
+
+
+def _figure(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _yaml_header(library: str, base_hub_id: str | None) -> list[str]:
+    lines = ["---", f"library_name: {library}", "pipeline_tag: text-generation",
+             "tags: [grpo, trl, rlvr]"]
+    if base_hub_id:  # a quoted string: no value can break out of the header
+        lines.append(f"base_model: {quoted(base_hub_id)}")
+    return lines + ["---", ""]
+
+
+def model_card(*, folder: str, base: str, base_hub_id: str | None, base_md5: str, adapter: Mapping | None,
+               data: Mapping[str, str], params: Sequence[tuple[str, Any]],
+               metrics: Mapping[str, Any], verdict_line: str, samples: int,
+               git: Mapping[str, Any], code_digest: str, weights_md5: str,
+               versions: Mapping[str, str]) -> str:
+    """The card's markdown for the model in `folder`. `adapter`: the adapter_config.json of a LoRA folder (None for full
+    weights); `data`: path -> md5; `metrics`: metrics/eval.json; `git`: `commit` and `changed`,
+    the files the run depends on that differed from it (rlvr.provenance.sources_state)."""
+    lora = adapter is not None
+    changed = git.get("changed") or []
+    out = _yaml_header("peft" if lora else "transformers", base_hub_id)
+    out += [f"# GRPO policy: {md_escape(metrics.get('verdict', 'not evaluated'))}", "",
+            f"Post-trained with GRPO (TRL's GRPOTrainer) on verifiable rewards from "
+            f"{md_escape(base)}, by `dvc repro` at commit {md_code(git['commit'])}"
+            + (f", with uncommitted changes to {', '.join(md_code(p) for p in changed)}."
+               if changed else " (no uncommitted changes)."), "",
+            "## Result", "",
+            f"On the held-out test rows, step 0 (the base) against this model, the same seeded "
+            f"samples; the delta's interval is a paired bootstrap over prompts.", ""]
+    out += md_table(["figure", "step 0", "this model"],
+                    [[label.format(n=samples), _figure(metrics.get(before)),
+                      _figure(metrics.get(after))] for before, after, label in HEADLINE])
+    out += ["", f"Mean reward delta, 95% interval: [{_figure(metrics.get('ci_low'))}, "
+                f"{_figure(metrics.get('ci_high'))}].", "",
+            f"Verdict: {md_escape(verdict_line)}", "",
+            "## Base model", ""]
+    out += md_table(["what", "value"], [
+        ["base", base],
+        ["models/base md5 (prepare_model)", base_md5],
+        ["these weights", (f"a LoRA adapter (r {adapter.get('r')}, alpha "
+                           f"{adapter.get('lora_alpha')}) on "
+                           f"{adapter.get('base_model_name_or_path')}") if lora
+         else "the full model"],
+        ["their md5 (train)", weights_md5],
+    ])
+    out += ["", "## Data", ""]
+    out += md_table(["file", "md5"], [[path, md5] for path, md5 in data.items()])
+    out += ["", "## Key params", ""]
+    out += md_table(["param", "value"], [[key, value] for key, value in params])
+    out += ["", "## Provenance", ""]
+    out += md_table(["what", "value"], [
+        ["commit (the last to change a file the pipeline depends on)", git["commit"]],
+        ["uncommitted changes", ", ".join(changed) if changed else "none"],
+        ["code digest (sha256 over every stage's code digest)", code_digest],
+        *[[f"{name} version", version] for name, version in versions.items()],
+    ])
+    where = quoted(folder)  # a Python string literal, whatever the path holds
+    load = (["from peft import AutoPeftModelForCausalLM", "from transformers import AutoTokenizer",
+             f"model = AutoPeftModelForCausalLM.from_pretrained({where})"] if lora else
+            ["from transformers import AutoModelForCausalLM, AutoTokenizer",
+             f"model = AutoModelForCausalLM.from_pretrained({where})"])
+    out += ["", "## Load", "", "```python", *load,
+            f"tokenizer = AutoTokenizer.from_pretrained({where})", "```", ""]
+    if lora:
+        out += ["The adapter names its base as `base_model_name_or_path` in adapter_config.json: "
+                "run from the project's root when that is a local folder.", ""]
+    out += ["The per-prompt audit and every curve are in reports/retrospective.html.", ""]
+    return "\n".join(out)
+
+
+def card_body(card: str) -> str:
+    """The card without its YAML header (what a page that is not the hub shows).
+
+    >>> card_body("---\\nlibrary_name: peft\\n---\\n\\n# GRPO policy")
+    '# GRPO policy'
+    """
+    if card.startswith("---\n"):
+        end = card.find("\n---\n", 4)
+        if end != -1:
+            return card[end + 5:].lstrip("\n")
+    return card
+
+
+def publish_folder(weights: str | Path, final: str | Path, card: str) -> None:
+    """final = a copy of `weights` plus the card, swapped in whole: a failure leaves the old
+    folder (or none), never half of one."""
+    weights, final = Path(weights), Path(final)
+    staging = final.parent / f".{final.name}.staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        shutil.copytree(weights, staging)
+        (staging / CARD_FILE).write_text(card, encoding="utf-8")
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,150 @@
+"""models/final reads like a hub model: its README.md card says what made it (escaped, with a
+YAML header nothing can break out of), the folder loads with from_pretrained as it is (through
+peft for a LoRA adapter), a failed publish leaves the old folder whole, and the commit a card
+names is the sources', so the commit that records the results reruns to the same bytes."""
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from rlvr.model_card import CARD_FILE, card_body, model_card, publish_folder
+from rlvr.provenance import sources_state
+
+METRICS = {"verdict": "mixed", "reward0": 0.349, "reward": 0.557, "ci_low": 0.131,
+           "ci_high": 0.289, "greedy0": 0.312, "greedy": 0.469, "pass1_0": 0.22, "pass1": 0.47,
+           "passn_0": 0.797, "passn": 0.625}
+
+
+def _card(**changes):
+    inputs = dict(folder="models/final", base="a tiny model built locally", base_hub_id=None,
+                  base_md5="b" * 32, adapter=None,
+                  data={"data/grpo_train.jsonl": "1" * 32, "data/grpo_eval.jsonl": "2" * 32},
+                  params=[("seed", 0), ("rewards.format_pattern", r"^\s*\d+\s*$")],
+                  metrics=METRICS, verdict_line="mixed: improved overall (+0.208 [+0.131, "
+                  "+0.289]), regressed on sub", samples=32,
+                  git={"commit": "c" * 40, "changed": []}, code_digest="d" * 64,
+                  weights_md5="e" * 32, versions={"torch": "2.13.0"})
+    return model_card(**{**inputs, **changes})
+
+
+def test_the_card_holds_what_made_the_model():
+    card = _card()
+    header, body = card.split("---\n")[1], card_body(card)
+    assert yaml.safe_load(header) == {"library_name": "transformers",
+                                      "pipeline_tag": "text-generation",
+                                      "tags": ["grpo", "trl", "rlvr"]}
+    assert body.startswith("# GRPO policy: mixed\n")
+    for text in ("| mean reward, 32 samples per prompt | 0.349 | 0.557 |",
+                 "| pass@32 | 0.797 | 0.625 |", "| greedy success | 0.312 | 0.469 |",
+                 "95% interval: [0.131, 0.289]", "Verdict: mixed: improved overall",
+                 f"| models/base md5 (prepare\\_model) | {'b' * 32} |",
+                 f"| their md5 (train) | {'e' * 32} |", "| these weights | the full model |",
+                 f"| data/grpo\\_train.jsonl | {'1' * 32} |", f"| {'c' * 40} |",
+                 "| uncommitted changes | none |", f"| {'d' * 64} |", "(no uncommitted changes)",
+                 'AutoModelForCausalLM.from_pretrained("models/final")'):
+        assert text in card, text
+
+
+def test_text_from_params_and_data_is_escaped_and_cannot_break_the_header():
+    hostile = 'x"\n---\nlicense: evil\n<script>alert(1)</script> | `'
+    card = _card(base=hostile, base_hub_id=hostile, data={f"data/{hostile}.jsonl": "1" * 32},
+                 params=[("rewards.format_pattern", "a|b<img src=x>")],
+                 git={"commit": "c" * 40, "changed": ["params.yaml"]})
+    header = yaml.safe_load(card.split("---\n")[1])
+    assert header["base_model"] == hostile and "license" not in header
+    assert "<script>" not in card and "<img" not in card
+    assert "| rewards.format\\_pattern | a\\|b&lt;img src=x&gt; |" in card
+    assert "with uncommitted changes to `params.yaml`." in card
+    assert "| uncommitted changes | params.yaml |" in card
+
+
+def test_a_lora_card_says_peft_and_names_the_adapters_base():
+    card = _card(adapter={"r": 16, "lora_alpha": 32, "base_model_name_or_path": "models/base"})
+    assert "library_name: peft" in card
+    assert "a LoRA adapter (r 16, alpha 32) on models/base" in card
+    assert 'AutoPeftModelForCausalLM.from_pretrained("models/final")' in card
+
+
+def test_the_published_folder_loads_with_from_pretrained_as_it_is(tiny_policy_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    final = tmp_path / "models/final"
+    publish_folder(tiny_policy_dir, final, _card())
+    assert (final / CARD_FILE).read_text().startswith("---\nlibrary_name: transformers")
+    model = AutoModelForCausalLM.from_pretrained(final)
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    assert model.num_parameters() > 0 and tokenizer("12+3")["input_ids"]
+    assert not list(tmp_path.glob("models/.*staging*"))
+
+
+def test_a_published_lora_adapter_loads_with_peft_on_its_base(tiny_policy_dir, tmp_path):
+    import torch
+    from peft import AutoPeftModelForCausalLM, LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_policy_dir)
+    adapted = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                              task_type="CAUSAL_LM"))
+    with torch.no_grad():  # an adapter that moves the model (LoRA's B starts at zero)
+        for name, weight in adapted.named_parameters():
+            if "lora_B" in name:
+                weight.fill_(0.01)
+    trained = tmp_path / "models/trained"
+    adapted.save_pretrained(trained)
+    adapter = json.loads((trained / "adapter_config.json").read_text())
+    publish_folder(trained, tmp_path / "models/final", _card(adapter=adapter))
+
+    loaded = AutoPeftModelForCausalLM.from_pretrained(tmp_path / "models/final")
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids).logits, adapted(ids).logits)
+        assert not torch.allclose(loaded(ids).logits,
+                                  AutoModelForCausalLM.from_pretrained(tiny_policy_dir)(ids).logits)
+    assert "library_name: peft" in (tmp_path / "models/final" / CARD_FILE).read_text()
+
+
+def test_a_failed_publish_leaves_the_old_folder_whole(tmp_path):
+    final = tmp_path / "final"
+    final.mkdir()
+    (final / "model.safetensors").write_text("old")
+    with pytest.raises(FileNotFoundError):
+        publish_folder(tmp_path / "missing", final, "card")
+    assert [p.name for p in final.iterdir()] == ["model.safetensors"]
+    assert not list(tmp_path.glob(".*staging*"))
+
+
+def test_the_card_names_the_commit_of_what_ran_not_the_one_that_records_results(tmp_path):
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
+                              cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    for source in ("params.yaml", "dvc.yaml", "rlvr/runs.py", "data/train.jsonl"):
+        (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / source).write_text("0\n")
+    git("add", "-A")
+    git("commit", "-qm", "sources")
+    sources = git("rev-parse", "HEAD").strip()
+    for output in ("dvc.lock", "reports/eval/summary.json", "metrics/eval.json", "README.md"):
+        (tmp_path / output).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / output).write_text("{}")
+    git("add", "-A")
+    git("commit", "-qm", "results and docs")
+    lock = {"train": {"deps": [{"path": "rlvr/runs.py"}, {"path": "data/train.jsonl"},
+                               {"path": "reports/smoke/checks.json"}],
+                      "outs": [{"path": "reports/eval/summary.json"}]},
+            "smoke": {"deps": [{"path": "rlvr/runs.py"}],
+                      "outs": [{"path": "reports/smoke/checks.json"}]}}
+    assert sources_state(lock, cwd=tmp_path) == {"commit": sources, "changed": []}
+    assert sources != git("rev-parse", "HEAD").strip()
+    (tmp_path / "rlvr/runs.py").write_text("1\n")
+    (tmp_path / "README.md").write_text("docs\n")
+    (tmp_path / "reports/smoke/checks.json").parent.mkdir(parents=True)
+    (tmp_path / "reports/smoke/checks.json").write_text("{}")  # an output, though a dep
+    git("add", "reports/smoke/checks.json")
+    assert sources_state(lock, cwd=tmp_path) == {"commit": sources, "changed": ["rlvr/runs.py"]}
+    git("commit", "-qam", "a code change")
+    assert sources_state(lock, cwd=tmp_path) == {"commit": git("rev-parse", "HEAD").strip(),
+                                                 "changed": []}
