@@ -5,7 +5,7 @@ becomes the launcher: it runs accelerate's own `launch` command in-process (torc
 gloo on CPU, NCCL on GPUs, or the FSDP / DeepSpeed setup of configs/accelerate/<name>.yaml), which
 starts the ranks, each running the same stage module. Inside a rank:
 
-- only the main process (rank 0) writes files: metrics, history, curves, models/final, the
+- only the main process (rank 0) writes files: metrics, history, curves, models/trained, the
   checkpoint folder's marker (the Trainer itself already saves checkpoints from the main process);
 - everything that steers training (the beta in force, the running-mean baseline) is computed from
   values TRL has already gathered over every rank, so it is identical on all of them;

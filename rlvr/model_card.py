@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlvr.provenance import UNKNOWN_COMMIT
 from rlvr.render import md_code, md_escape, md_table
 
 CARD_FILE = "README.md"
@@ -29,6 +30,18 @@ HEADLINE = (  # metrics/eval.json key (step 0), key (final), what it is
     ("pass1_0", "pass1", "pass@1"),
     ("passn_0", "passn", "pass@{n}"),
 )
+
+
+def base_description(model) -> str:
+    """What the policy started from, in words, from params.yaml's model section."""
+    if model.init == "pretrained":
+        return model.name_or_path
+    if model.init == "local_llm":
+        size = model.local_llm
+        return (f"a Qwen3-architecture model built locally (model.init local_llm: random init, "
+                f"{size.num_hidden_layers} layers x {size.hidden_size}, vocab "
+                f"{size.vocab_size})")
+    return "a tiny model built locally (model.init tiny: random init, then a warm start)"
 
 
 def key_params(params) -> list[tuple[str, Any]]:
@@ -78,16 +91,23 @@ def combined_digest(code: Mapping[str, Mapping]) -> str:
 
 
 def quoted(text: str) -> str:
-    """`text` as a double-quoted string that is valid JSON, YAML and Python alike, with the
-    characters markup or a code fence could act on written as escapes.
+    """`text` as a double-quoted string that reads the same in JSON, YAML and Python, with the
+    characters markup or a code fence could act on written as escapes; printable characters
+    outside ASCII stay as they are, and an unprintable one beyond U+FFFF (no escape reads the
+    same in all three) becomes U+FFFD.
 
-    >>> print(quoted('a"<b>`'))
-    "a\\"\\u003cb\\u003e\\u0060"
+    >>> print(quoted('a"<b>`é\\n'))
+    "a\\"\\u003cb\\u003e\\u0060é\\u000a"
     """
-    escaped = json.dumps(text)
-    for char in "<>&`":
-        escaped = escaped.replace(char, f"\\u{ord(char):04x}")
-    return escaped
+    out = []
+    for char in text:
+        if char.isprintable() and char not in '"\\<>&`':
+            out.append(char)
+        elif char == '"' or char == "\\":
+            out.append("\\" + char)
+        else:
+            out.append(f"\\u{ord(char) if ord(char) < 0x10000 else 0xFFFD:04x}")
+    return '"' + "".join(out) + '"'
 
 
 def _figure(value) -> str:
@@ -102,30 +122,38 @@ def _yaml_header(library: str, base_hub_id: str | None) -> list[str]:
     return lines + ["---", ""]
 
 
-def model_card(*, folder: str, base: str, base_hub_id: str | None, base_md5: str, adapter: Mapping | None,
-               data: Mapping[str, str], params: Sequence[tuple[str, Any]],
-               metrics: Mapping[str, Any], verdict_line: str, samples: int,
-               git: Mapping[str, Any], code_digest: str, weights_md5: str,
-               versions: Mapping[str, str]) -> str:
-    """The card's markdown for the model in `folder`. `adapter`: the adapter_config.json of a LoRA folder (None for full
-    weights); `data`: path -> md5; `metrics`: metrics/eval.json; `git`: `commit` and `changed`,
-    the files the run depends on that differed from it (rlvr.provenance.sources_state)."""
+def _made_where(git: Mapping[str, Any]) -> str:
+    if git["commit"] == UNKNOWN_COMMIT:
+        return "outside a git repository (no commit to name)."
+    changed = git.get("changed") or []
+    return (f"at commit {md_code(git['commit'])}"
+            + (f", with uncommitted changes to {', '.join(md_code(p) for p in changed)}."
+               if changed else " (no uncommitted changes)."))
+
+
+def model_card(*, folder: str, base: str, base_hub_id: str | None, base_md5: str,
+               adapter: Mapping | None, data: Mapping[str, str],
+               params: Sequence[tuple[str, Any]], metrics: Mapping[str, Any], verdict_line: str,
+               samples: int, confidence: float, git: Mapping[str, Any], code_digest: str,
+               weights_md5: str, versions: Mapping[str, str]) -> str:
+    """The card's markdown for the model in `folder`. `adapter`: the adapter_config.json of a
+    LoRA folder (None for full weights); `data`: path -> md5; `metrics`: metrics/eval.json, its
+    interval at `confidence`; `git`: `commit` and `changed`, the files the run depends on that
+    differed from it (rlvr.provenance.sources_state)."""
     lora = adapter is not None
     changed = git.get("changed") or []
     out = _yaml_header("peft" if lora else "transformers", base_hub_id)
     out += [f"# GRPO policy: {md_escape(metrics.get('verdict', 'not evaluated'))}", "",
             f"Post-trained with GRPO (TRL's GRPOTrainer) on verifiable rewards from "
-            f"{md_escape(base)}, by `dvc repro` at commit {md_code(git['commit'])}"
-            + (f", with uncommitted changes to {', '.join(md_code(p) for p in changed)}."
-               if changed else " (no uncommitted changes)."), "",
+            f"{md_escape(base)}, by `dvc repro` {_made_where(git)}", "",
             "## Result", "",
             f"On the held-out test rows, step 0 (the base) against this model, the same seeded "
             f"samples; the delta's interval is a paired bootstrap over prompts.", ""]
     out += md_table(["figure", "step 0", "this model"],
                     [[label.format(n=samples), _figure(metrics.get(before)),
                       _figure(metrics.get(after))] for before, after, label in HEADLINE])
-    out += ["", f"Mean reward delta, 95% interval: [{_figure(metrics.get('ci_low'))}, "
-                f"{_figure(metrics.get('ci_high'))}].", "",
+    interval = f"[{_figure(metrics.get('ci_low'))}, {_figure(metrics.get('ci_high'))}]"
+    out += ["", f"Mean reward delta, {confidence:.0%} interval: {interval}.", "",
             f"Verdict: {md_escape(verdict_line)}", "",
             "## Base model", ""]
     out += md_table(["what", "value"], [
@@ -176,15 +204,25 @@ def card_body(card: str) -> str:
 
 
 def publish_folder(weights: str | Path, final: str | Path, card: str) -> None:
-    """final = a copy of `weights` plus the card, swapped in whole: a failure leaves the old
-    folder (or none), never half of one."""
+    """final = a copy of `weights` plus the card, swapped in by two renames: a failure leaves
+    the old folder whole (a kill between the renames leaves it as .<name>.old beside it), never
+    half of either."""
     weights, final = Path(weights), Path(final)
     staging = final.parent / f".{final.name}.staging"
-    shutil.rmtree(staging, ignore_errors=True)
+    old = final.parent / f".{final.name}.old"
+    for leftover in (staging, old):
+        shutil.rmtree(leftover, ignore_errors=True)
     try:
         shutil.copytree(weights, staging)
         (staging / CARD_FILE).write_text(card, encoding="utf-8")
-        shutil.rmtree(final, ignore_errors=True)
-        staging.rename(final)
+        if final.exists():
+            final.rename(old)
+        try:
+            staging.rename(final)
+        except OSError:
+            if old.exists():
+                old.rename(final)
+            raise
+        shutil.rmtree(old, ignore_errors=True)  # the old weights: a leftover is cleared next time
     finally:
         shutil.rmtree(staging, ignore_errors=True)

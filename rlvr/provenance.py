@@ -19,6 +19,7 @@ from pathlib import Path
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "dvc", "dvclive",
              "great-expectations", "prefect", "matplotlib", "scipy")
 NOT_RECORDED = "not in dvc.lock"
+UNKNOWN_COMMIT = "unknown"  # no git, or not a repository
 
 
 def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str]:
@@ -137,8 +138,8 @@ def _git(*args: str, cwd: str | Path | None = None, strip: bool = True) -> str:
 def changed_files(porcelain_z: str) -> list[str]:
     """The paths in `git status --porcelain -z` output (a rename's new path only).
 
-    >>> changed_files(" M dvc.lock\\0R  new.py\\0old.py\\0?? data/x.jsonl\\0")
-    ['dvc.lock', 'new.py', 'data/x.jsonl']
+    >>> changed_files(" M dvc.lock\\0R  new.py\\0old.py\\0 R b.py\\0a.py\\0?? data/x.jsonl\\0")
+    ['dvc.lock', 'new.py', 'b.py', 'data/x.jsonl']
     """
     entries, paths = porcelain_z.split("\0"), []
     i = 0
@@ -146,7 +147,7 @@ def changed_files(porcelain_z: str) -> list[str]:
         entry = entries[i]
         if len(entry) > 3:
             paths.append(entry[3:])
-            i += 1 if entry[0] in "RC" else 0  # the next entry is the original path
+            i += 1 if set(entry[:2]) & set("RC") else 0  # the next entry is the original path
         i += 1
     return paths
 
@@ -158,20 +159,20 @@ def git_state(cwd: str | Path | None = None, ignore: Sequence[str] = ("reports/"
     changed = [path for path in changed_files(_git("status", "--porcelain", "-z", cwd=cwd,
                                                    strip=False))
                if not path.startswith(tuple(ignore))]
-    return {"commit": _git("rev-parse", "HEAD", cwd=cwd) or "unknown", "dirty": bool(changed),
-            "changed": changed}
+    return {"commit": _git("rev-parse", "HEAD", cwd=cwd) or UNKNOWN_COMMIT,
+            "dirty": bool(changed), "changed": changed}
 
 
 def sources_state(stages: dict[str, dict], cwd: str | Path | None = None) -> dict:
     """What the pipeline ran, as git knows it: `commit`, the last commit that changed a file some
-    stage depends on (its deps in dvc.lock that no stage writes, dvc.yaml, params.yaml), and
-    `changed`, those of them that differ from it now. A commit that only records results
-    (reports, dvc.lock) or changes docs leaves both alone, as it leaves DVC's cache: a rerun of
-    it writes the same bytes."""
+    stage depends on (its deps in dvc.lock that no stage writes, and params.yaml), and `changed`,
+    those of them that differ from it now. A commit that only records results (reports,
+    dvc.lock) or changes docs leaves both alone, as it leaves DVC's cache: a rerun of it writes
+    the same bytes."""
     produced = {out["path"] for stage in stages.values() for out in stage.get("outs", [])}
     followed = sorted({d["path"] for stage in stages.values() for d in stage.get("deps", [])}
-                      - produced | {"dvc.yaml", "params.yaml"})
-    commit = _git("log", "-1", "--format=%H", "--", *followed, cwd=cwd) or "unknown"
+                      - produced | {"params.yaml"})
+    commit = _git("log", "-1", "--format=%H", "--", *followed, cwd=cwd) or UNKNOWN_COMMIT
     changed = changed_files(_git("status", "--porcelain", "-z", "--", *followed, cwd=cwd,
                                  strip=False))
     return {"commit": commit, "changed": changed}

@@ -49,7 +49,8 @@ def baseline(params: Params, model, tokenizer, rows: list[Row]) -> dict:
     scored = score_rows(model, tokenizer, rows, funcs, normalized_weights(params.rewards.weights),
                         settings, template=prompt_template(params.model))
     summary = summarize(scored)
-    return {**summary, "correct_spread": correct_spread(scored), "samples_per_prompt": settings.n, "seed": settings.seed,
+    return {**summary, "correct_spread": correct_spread(scored),
+            "samples_per_prompt": settings.n, "seed": settings.seed,
             "temperature": settings.temperature, "max_new_tokens": settings.max_new_tokens}
 
 

@@ -248,7 +248,7 @@ def measure_evaluation(bench: Bench) -> None:
     params, ev = bench.params, bench.params.evaluate
     base = bench.base_model()
     cold = bench.cold_copy
-    final = str(cold / params.paths.final_model) if cold is not None else base
+    final = str(cold / params.paths.trained_model) if cold is not None else base
     policies = {"step0": load_policy(base), "final": load_policy(final)}
     rows = read_rows(bench.eval_path)[:bench.budget.eval_prompts]
     settings = rollout_settings(params, n=ev.samples, seed=ev.seed)

@@ -75,9 +75,11 @@ else
   BASE_PARAMS=$WORK/profile.yaml
 fi
 
-# the project, without what is not source (the device tool sends the working tree)
+# the project, without what is not source (the device tool sends the working tree) and without
+# dvc.lock: its hashes are another run's, and the stages here run without DVC
 mkdir "$WORK/project"
-tar -C "$ROOT" --exclude=./.git --exclude=./.venv --exclude=./gpu_wheels --exclude=./models \
+tar -C "$ROOT" --exclude=./.git --exclude=./dvc.lock --exclude=./.venv --exclude=./gpu_wheels \
+  --exclude=./models \
   --exclude=./.prefect --exclude=./.dvc/cache --exclude=./.dvc/tmp --exclude=__pycache__ \
   --exclude=./reports/timing --exclude=./reports/validation/data_docs --exclude=./.pytest_cache \
   --exclude=./.hypothesis -cf - . | tar -C "$WORK/project" -xf - || fail "copying the project"

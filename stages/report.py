@@ -52,6 +52,10 @@ def main(params: Params) -> int:
     images = {name: os.path.relpath(path, report_dir) for name, path in
               (("curves", paths.train_curves), ("per_prompt", paths.per_prompt_figure),
                ("pass_at_k", paths.pass_at_k_figure))}
+    prov = provenance(data_files(params), [paths.base_model, paths.trained_model],
+                      current_stage="report", read_by=test_file_reader(params))
+    # publish runs after the report (it depends on it): its dvc.lock entry is the last run's
+    prov["code"].pop("publish", None)
     markdown = build_report(
         evaluation=evaluation, per_prompt=per_prompt, history=history,
         diagnosis=diagnose_kl(history, KLThresholds(**kl_thresholds)),
@@ -62,9 +66,7 @@ def main(params: Params) -> int:
         smoke=_json(paths.smoke_checks), step0=_json(paths.step0),
         validation=_json(paths.validation_summary), gate=_json(paths.gate_verdict),
         cost=cost, params=dataclasses.asdict(params),
-        prov=provenance(data_files(params), [paths.base_model, paths.trained_model],
-                        current_stage="report", read_by=test_file_reader(params)),
-        images=images, confidence=params.evaluate.confidence,
+        prov=prov, images=images, confidence=params.evaluate.confidence,
         selection=selection)
     write_text_atomic(paths.retrospective_md, markdown)
     # only the report's own figures are read and inlined, never an image named by the data

@@ -69,7 +69,16 @@ def test_several_gpu_processes_without_the_gpus_stop_with_one_line(monkeypatch):
     from rlvr.distributed import launch
     from rlvr.errors import PipelineError
 
+    import accelerate.commands.launch
+
+    launched = []
+    monkeypatch.setattr(accelerate.commands.launch, "launch_command", launched.append)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(PipelineError, match=r"^train.processes = 2 with train.grpo.use_cpu false "
                        r"needs 2 GPUs; this machine has 1: each process would train alone"):
         launch("train", "stages.train", 2, use_cpu=False, config_name="fsdp")
+    assert launched == []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # enough: it launches
+    assert launch("train", "stages.train", 2, use_cpu=False, config_name="fsdp") == 0
+    assert launched[0].config_file == "configs/accelerate/fsdp.yaml"
+    assert launch("train", "stages.train", 2, use_cpu=True) == 0  # CPU: DDP over gloo

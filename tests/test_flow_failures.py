@@ -22,7 +22,7 @@ from tests.helpers import project_env, trainer_hook
 pytestmark = pytest.mark.slow
 
 PUBLISHED = ("reward-tests, data-validation, smoke-checks, training-summary, evaluation-audit, "
-             "retrospective, retrospective-html")
+             "retrospective, retrospective-html, model-card")
 
 
 @pytest.fixture

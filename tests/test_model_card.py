@@ -23,7 +23,7 @@ def _card(**changes):
                   data={"data/grpo_train.jsonl": "1" * 32, "data/grpo_eval.jsonl": "2" * 32},
                   params=[("seed", 0), ("rewards.format_pattern", r"^\s*\d+\s*$")],
                   metrics=METRICS, verdict_line="mixed: improved overall (+0.208 [+0.131, "
-                  "+0.289]), regressed on sub", samples=32,
+                  "+0.289]), regressed on sub", samples=32, confidence=0.95,
                   git={"commit": "c" * 40, "changed": []}, code_digest="d" * 64,
                   weights_md5="e" * 32, versions={"torch": "2.13.0"})
     return model_card(**{**inputs, **changes})
@@ -48,16 +48,30 @@ def test_the_card_holds_what_made_the_model():
 
 
 def test_text_from_params_and_data_is_escaped_and_cannot_break_the_header():
-    hostile = 'x"\n---\nlicense: evil\n<script>alert(1)</script> | `'
+    hostile = 'x"\n---\nlicense: evil\n<script>alert(1)</script> | `😀'
     card = _card(base=hostile, base_hub_id=hostile, data={f"data/{hostile}.jsonl": "1" * 32},
                  params=[("rewards.format_pattern", "a|b<img src=x>")],
-                 git={"commit": "c" * 40, "changed": ["params.yaml"]})
+                 metrics={**METRICS, "verdict": "<b>mixed</b>"}, verdict_line=f"mixed {hostile}",
+                 adapter={"r": 4, "lora_alpha": 8, "base_model_name_or_path": hostile},
+                 folder=f"models/{hostile}",
+                 git={"commit": "c" * 40, "changed": ["params.yaml", f"data/{hostile}"]})
     header = yaml.safe_load(card.split("---\n")[1])
     assert header["base_model"] == hostile and "license" not in header
-    assert "<script>" not in card and "<img" not in card
+    assert "<script>" not in card and "<img" not in card and "<b>" not in card
+    assert card.count("\n---\n") == 1  # the header's end, and no other
+    load = card.split("```python\n")[1].split("\n```")[0]  # the snippet is valid Python ...
+    compile(load, "card", "exec")
+    assert f"from_pretrained({json.dumps(f'models/{hostile}')[:8]}" in load  # ... naming the path
     assert "| rewards.format\\_pattern | a\\|b&lt;img src=x&gt; |" in card
-    assert "with uncommitted changes to `params.yaml`." in card
-    assert "| uncommitted changes | params.yaml |" in card
+    assert "with uncommitted changes to `params.yaml`, <code>data/x\" --- license: evil " in card
+    assert "| uncommitted changes | params.yaml, data/x\" --- license: evil &lt;script&gt;" in card
+
+
+def test_the_interval_is_the_evaluations_and_no_git_says_so():
+    assert "Mean reward delta, 90% interval: [0.131, 0.289]." in _card(confidence=0.9)
+    card = _card(git={"commit": "unknown", "changed": []})
+    assert "by `dvc repro` outside a git repository (no commit to name)." in card
+    assert "no uncommitted changes" not in card
 
 
 def test_a_lora_card_says_peft_and_names_the_adapters_base():
@@ -100,19 +114,35 @@ def test_a_published_lora_adapter_loads_with_peft_on_its_base(tiny_policy_dir, t
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
         assert torch.allclose(loaded(ids).logits, adapted(ids).logits)
-        assert not torch.allclose(loaded(ids).logits,
-                                  AutoModelForCausalLM.from_pretrained(tiny_policy_dir)(ids).logits)
+        base = AutoModelForCausalLM.from_pretrained(tiny_policy_dir)
+        assert not torch.allclose(loaded(ids).logits, base(ids).logits)
     assert "library_name: peft" in (tmp_path / "models/final" / CARD_FILE).read_text()
 
 
-def test_a_failed_publish_leaves_the_old_folder_whole(tmp_path):
-    final = tmp_path / "final"
-    final.mkdir()
-    (final / "model.safetensors").write_text("old")
-    with pytest.raises(FileNotFoundError):
+def test_publish_replaces_the_old_folder_and_a_failure_leaves_it_whole(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    final, weights = tmp_path / "final", tmp_path / "trained"
+    for folder, text in ((final, "old"), (weights, "new")):
+        folder.mkdir()
+        (folder / "model.safetensors").write_text(text)
+    with pytest.raises(FileNotFoundError):  # nothing to copy
         publish_folder(tmp_path / "missing", final, "card")
-    assert [p.name for p in final.iterdir()] == ["model.safetensors"]
-    assert not list(tmp_path.glob(".*staging*"))
+    assert [p.read_text() for p in final.iterdir()] == ["old"]
+
+    rename = Path.rename
+    monkeypatch.setattr(Path, "rename", lambda self, to: (
+        (_ for _ in ()).throw(OSError("injected")) if self.name.endswith(".staging")
+        else rename(self, to)))
+    with pytest.raises(OSError, match="injected"):  # the old folder moved aside, the new refused
+        publish_folder(weights, final, "card")
+    assert [p.read_text() for p in final.iterdir()] == ["old"]
+
+    monkeypatch.setattr(Path, "rename", rename)
+    publish_folder(weights, final, "card")
+    assert {p.name: p.read_text() for p in final.iterdir()} == {
+        "model.safetensors": "new", CARD_FILE: "card"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final", "trained"]  # nothing left
 
 
 def test_the_card_names_the_commit_of_what_ran_not_the_one_that_records_results(tmp_path):
@@ -121,7 +151,7 @@ def test_the_card_names_the_commit_of_what_ran_not_the_one_that_records_results(
                               cwd=tmp_path, check=True, capture_output=True, text=True).stdout
 
     git("init", "-q")
-    for source in ("params.yaml", "dvc.yaml", "rlvr/runs.py", "data/train.jsonl"):
+    for source in ("params.yaml", "rlvr/runs.py", "data/train.jsonl"):
         (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / source).write_text("0\n")
     git("add", "-A")

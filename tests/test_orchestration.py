@@ -62,7 +62,7 @@ def test_failure_details_name_what_broke(tmp_path):
     ("reward_tests", ["reward-tests"]), ("validate", ["data-validation"]),
     ("smoke", ["smoke-checks"]), ("train", ["training-summary"]),
     ("evaluate", ["evaluation-audit"]), ("report", ["retrospective", "retrospective-html"]),
-    ("prepare_model", []),
+    ("publish", ["model-card"]), ("prepare_model", []),
 ])
 def test_artifacts_of_each_stage(stage, keys):
     artifacts = stage_artifacts(stage, ROOT)

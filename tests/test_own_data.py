@@ -65,4 +65,3 @@ def test_rows_never_right_by_chance_stop_at_smoke_naming_the_knob(tmp_path):
             "on answers of your rows' form (model.warm_start) or start from a model that can "
             "answer some (model.init: pretrained)")
     assert sum(knob in line for line in failed) == 1, failed
-    assert not (project / "models/trained").exists()

@@ -17,7 +17,7 @@ import pytest
 from tests.helpers import set_params
 
 KEYS = ["reward-tests", "data-validation", "smoke-checks", "training-summary", "evaluation-audit",
-        "retrospective", "retrospective-html"]
+        "retrospective", "retrospective-html", "model-card"]
 
 
 def _free_port() -> int:

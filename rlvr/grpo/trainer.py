@@ -347,7 +347,7 @@ class PipelineGRPOTrainer(GRPOTrainer):
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call)
-        # training_args.bin as TRL's own GRPOConfig: a saved folder (models/final, a checkpoint)
+        # training_args.bin as TRL's own GRPOConfig: a saved folder (models/trained, a checkpoint)
         # loads where rlvr is not installed, and holds the bytes a plain GRPOTrainer writes.
         if self.args.should_save:
             import torch
