@@ -424,9 +424,13 @@ def _report_artifacts(root: Path, where: str) -> list[Artifact]:
 def _publish_artifacts(root: Path, where: str) -> list[Artifact]:
     from rlvr.model_card import CARD_FILE, card_body
 
-    card = root / _paths(root).final_model / CARD_FILE
+    final = _paths(root).final_model
+    card = root / final / CARD_FILE
+    text = (card_body(card.read_text()) if card.exists() else
+            f"{final}/{CARD_FILE} is not here (models live in the DVC cache): `dvc pull` or "
+            "`dvc repro publish` brings it")
     return [Artifact("model-card", "markdown", f"The published model's card. {where}",
-                     markdown=card_body(card.read_text()) if card.exists() else "")]
+                     markdown=text)]
 
 
 # stage -> what it publishes once it has run. Stages not listed publish nothing (and pay nothing:

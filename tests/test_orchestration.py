@@ -75,6 +75,20 @@ def test_artifacts_of_each_stage(stage, keys):
         assert artifact.table or artifact.markdown or artifact.link
 
 
+def test_the_model_card_artifact_is_the_card_or_says_where_it_is(tmp_path):
+    import shutil
+
+    for name in ("params.yaml", "dvc.lock"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "data", tmp_path / "data")  # the provenance line hashes the rows
+    (artifact,) = stage_artifacts("publish", tmp_path)  # a fresh clone: no models/
+    assert artifact.markdown.startswith("models/final/README.md is not here")
+    (tmp_path / "models/final").mkdir(parents=True)
+    (tmp_path / "models/final/README.md").write_text("---\nlibrary_name: peft\n---\n\n# GRPO")
+    (artifact,) = stage_artifacts("publish", tmp_path)
+    assert artifact.markdown == "# GRPO"  # the card without its YAML header
+
+
 def test_only_stages_with_a_builder_publish():
     """The flow runs an artifact task only for the stages in ARTIFACT_BUILDERS."""
     from rlvr.orchestration import ARTIFACT_BUILDERS
