@@ -6,6 +6,7 @@ import pytest
 from rlvr import distributed
 from rlvr.config import ParamsError, parse_params
 from rlvr.training_params import ACCELERATE_CONFIG_NAMES
+from tests.helpers import project_env, trainer_hook
 
 
 @pytest.mark.parametrize("name", ACCELERATE_CONFIG_NAMES)
@@ -82,3 +83,49 @@ def test_several_gpu_processes_without_the_gpus_stop_with_one_line(monkeypatch):
     assert launch("train", "stages.train", 2, use_cpu=False, config_name="fsdp") == 0
     assert launched[0].config_file == "configs/accelerate/fsdp.yaml"
     assert launch("train", "stages.train", 2, use_cpu=True) == 0  # CPU: DDP over gloo
+
+
+
+# A Trainer that says, in each rank, what accelerate made of the launch.
+FSDP_PROBE = trainer_hook('''
+def patch(Trainer):
+    train = Trainer.train
+
+    def probed(self, *args, **kwargs):
+        out = train(self, *args, **kwargs)  # the model is wrapped inside train
+        a = self.accelerator
+        print(f"probe: rank {a.process_index} of {a.num_processes}: {a.distributed_type.value}, "
+              f"fsdp {self.is_fsdp_enabled}, {type(self.model_wrapped).__name__}", flush=True)
+        return out
+
+    Trainer.train = probed
+''')
+
+
+@pytest.mark.slow
+def test_accelerate_runs_no_fsdp_on_cpu_but_ddp_over_gloo(copy_run):
+    """What the README says of FSDP on CPU: the smoke stage launched by accelerate with the
+    project's fsdp config set to CPU runs DDP over gloo in both ranks, the FSDP plugin dropped
+    (accelerate 1.15 applies it on accelerators only)."""
+    import subprocess
+    import sys
+
+    project = copy_run("fsdp-on-cpu")
+    config = distributed.accelerate_config_file("fsdp").read_text()
+    config = config.replace("use_cpu: false", "use_cpu: true").replace(
+        "mixed_precision: bf16", "mixed_precision: 'no'")
+    (project.parent / "fsdp_cpu.yaml").write_text(config)
+    hook = project.parent / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(FSDP_PROBE)
+    run = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+         str(project.parent / "fsdp_cpu.yaml"), "--num_processes", "2", "--main_process_port",
+         str(distributed.free_port()), "-m", "stages.smoke"],
+        cwd=project, env={**project_env(project), "PYTHONPATH": f"{hook}:{project}"},
+        capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert sorted(line for line in output.splitlines() if line.startswith("probe: ")) == [
+        "probe: rank 0 of 2: MULTI_CPU, fsdp False, DistributedDataParallel",
+        "probe: rank 1 of 2: MULTI_CPU, fsdp False, DistributedDataParallel"], output[-3000:]

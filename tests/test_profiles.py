@@ -107,7 +107,7 @@ def test_a_bad_profile_or_override_is_one_line_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == [bad]
 
 
-@pytest.mark.parametrize("mode", ["cuda", "cpu"])
+@pytest.mark.parametrize("mode", ["cuda", "cpu", "cpu_full"])
 def test_the_gpu_checks_params_keep_every_rule(gpu_params, tmp_path, mode, monkeypatch):
     import transformers.training_args
 
@@ -128,6 +128,14 @@ def test_the_gpu_checks_params_keep_every_rule(gpu_params, tmp_path, mode, monke
         assert params.train.grpo.bf16 and not params.train.grpo.use_cpu
         monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available",
                             lambda: True)
+    elif mode == "cpu_full":  # --cpu-full: the real size in fp32 on the CPU, little work
+        grpo = params.train.grpo
+        assert (size.vocab_size, size.hidden_size, size.num_hidden_layers, size.head_dim) == \
+            (151936, 1024, 28, 128)
+        assert params.model.lora.r == 16 and grpo.use_cpu and not grpo.bf16
+        assert not grpo.use_vllm and grpo.extra["model_init_kwargs"] == {"dtype": "float32"}
+        assert (grpo.num_generations, params.data.train_rows, params.train.max_steps,
+                grpo.max_completion_length) == (2, 2, 2, 16)
     else:
         assert params.train.grpo.use_cpu and not params.train.grpo.bf16
     check_run_params(params)
@@ -147,6 +155,21 @@ def test_the_gpu_checks_figures_come_from_trls_log_lines():
     assert figures["steady_steps_per_s"] == 1.0
     assert figures["completion_tokens_per_s"] == (100 + 50) * 8 / 4
     assert figures["tokens_per_s"] == 2000 / 4
+
+
+def test_the_cpu_full_figures_are_printed_from_the_checks_json(tmp_path, capsys):
+    gpu_check = _gpu_check()
+    report = tmp_path / "gpu_check.json"
+    gpu_check.record(str(report), "prepare_model", {"peak_rss_gib": 3.29})
+    gpu_check.record(str(report), None, {"median_step_s": 12.6})  # the smoke run's figures
+    gpu_check.record(str(report), "train", {"peak_rss_gib": 3.6, "median_step_s": 26.1,
+                                            "weights": "adapter_model.safetensors",
+                                            "weights_mib": 38.5})
+    assert gpu_check.summary(str(report)) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "gpu_check: peak RSS per stage, GiB: prepare_model 3.29, train 3.6",
+        "gpu_check: seconds per step (median): smoke 12.6, train 26.1",
+        "gpu_check: what train saved: adapter_model.safetensors 38.5 MiB"]
 
 
 def test_the_gpu_wheels_are_pinned_and_the_stages_need_nothing_else():
