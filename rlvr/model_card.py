@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr.provenance import UNKNOWN_COMMIT
+from rlvr.provenance import (UNKNOWN_COMMIT, library_versions, provenance, read_lock,
+                             sources_state)
 from rlvr.render import md_code, md_escape, md_table
 
 CARD_FILE = "README.md"
@@ -226,3 +227,26 @@ def publish_folder(weights: str | Path, final: str | Path, card: str) -> None:
         shutil.rmtree(old, ignore_errors=True)  # the old weights: a leftover is cleared next time
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def run_card(params) -> str:
+    """The card of the run params.yaml describes, from what its stages wrote: the trained
+    folder, evaluate's metrics and verdict line, and dvc.lock (md5s, code digests, the commit)."""
+    from rlvr.config import data_files, test_file_reader
+
+    paths, model = params.paths, params.model
+    prov = provenance(data_files(params), [paths.base_model, paths.trained_model],
+                      current_stage="publish", read_by=test_file_reader(params))
+    adapter_file = Path(paths.trained_model) / ADAPTER_CONFIG
+    return model_card(
+        folder=paths.final_model, base=base_description(model),
+        base_hub_id=model.name_or_path if model.init == "pretrained" else None,
+        base_md5=prov["models"][paths.base_model],
+        adapter=json.loads(adapter_file.read_text()) if adapter_file.exists() else None,
+        data=prov["data"], params=key_params(params),
+        metrics=json.loads(Path(paths.eval_metrics).read_text()),
+        verdict_line=json.loads(Path(paths.eval_summary).read_text())["verdict_line"],
+        samples=params.evaluate.samples, confidence=params.evaluate.confidence,
+        git=sources_state(read_lock()), code_digest=combined_digest(prov["code"]),
+        weights_md5=prov["models"][paths.trained_model],
+        versions=library_versions(("torch", "transformers", "trl", "peft")))
