@@ -27,7 +27,7 @@ from prefect.cache_policies import NO_CACHE
 from rlvr.config import ParamsError, load_params
 from rlvr.comparison import compare, comparison_rows
 from rlvr.experiments import (check_queued_runs, grid_commands, grid_runs,
-                              queue_commands, queued_runs, run_queue_env, run_queue_to_end)
+                              queue_commands, queued_runs, run_queue_to_end)
 from rlvr.errors import PipelineError
 from rlvr.orchestration import StageFailed, failed, provenance_line, run_dvc, workspace_lock
 
@@ -61,7 +61,7 @@ def queue_experiments(root: str, grid: str | None = None) -> int:
 @task(cache_policy=NO_CACHE)
 def run_queue(root: str) -> str:
     jobs = load_params(Path(root) / "params.yaml").orchestration.jobs
-    run = run_queue_to_end(root, jobs, env=run_queue_env(jobs))  # (a stuck worker is stopped)
+    run = run_queue_to_end(root, jobs)  # (a stuck worker is stopped)
     if run.returncode != 0:
         raise StageFailed(f"dvc exp run --run-all --jobs {jobs} failed: {run.stdout[-3000:]}")
     return run.stdout

@@ -22,7 +22,7 @@ from ruamel.yaml import YAML
 
 from rlvr.errors import ParamsError
 from rlvr.grpo.metric_keys import CORRECTNESS_REWARD
-from rlvr.section import (Dict, Float, Int, NonEmptyStr, Str, deref, holds, json_schema,
+from rlvr.section import (Bool, Dict, Float, Int, NonEmptyStr, Str, deref, holds, json_schema,
                           require, section, validate)
 from rlvr.training_params import ModelParams, TrainParams
 
@@ -206,6 +206,19 @@ class ReportParams:
                                 "reward-hacking, overfitting and forgetting alarms.")
 
 
+@section("runtime")
+class RuntimeParams:
+    torch_threads: Int = Field(2, ge=1, le=256, description="Threads torch, OpenMP and MKL "
+                               "compute with in each process (each rank under accelerate), "
+                               "whatever the machine's core count: a thread count can change a "
+                               "result's bits (rlvr/numerics.py).")
+    reproducible: Bool = Field(True, description="Pin the CPU's numerics (ATen's AVX2 kernels, "
+                               "oneDNN capped at AVX2, MKL's COMPATIBLE branch) so that any "
+                               "x86-64 machine computes the same bits; false lets each machine "
+                               "take its fastest kernels (rlvr/numerics.py; its cost: "
+                               "docs/reliability.md#the-same-bits-on-another-cpu).")
+
+
 GRID_SETTINGS = "settings"  # a grid's named sets of overrides (rlvr.experiments.grid_commands)
 
 
@@ -226,7 +239,8 @@ class OrchestrationParams:
         "no-kl": ["train.grpo.beta=0"], "no-group-norm": ["train.advantage=running_mean"]},
         description="Experiments flow: name -> list of `-S` overrides.")
     jobs: Int = Field(1, ge=1, description="Experiments flow: queued experiments run this many at "
-                      "a time (`dvc exp run --run-all --jobs N`, each in its own temporary copy).")
+                      "a time (`dvc exp run --run-all --jobs N`, each in its own temporary copy, each with "
+                      "runtime.torch_threads threads: keep jobs x threads within the cores).")
     sweep: Dict = Field(default_factory=lambda: {"train.grpo.beta": [0.01, 0.1]},
                         description="Experiments flow: param -> values, queued as a grid.")
     grids: Dict = Field(default_factory=dict, description="Experiments flow, only when named "
@@ -373,6 +387,8 @@ class Params:
                                      "audit.")
     report: ReportParams = Field(default_factory=ReportParams, description="Thresholds of the "
                                  "retrospective's KL/beta diagnosis.")
+    runtime: RuntimeParams = Field(default_factory=RuntimeParams, description="How torch "
+                                   "computes: threads and pinned CPU numerics.")
     orchestration: OrchestrationParams = Field(default_factory=OrchestrationParams,
                                                description="The Prefect flows: retries, timeouts, "
                                                "experiments.")

@@ -176,20 +176,6 @@ def check_queued_runs(path: str | Path = PARAMS_FILE, grid: str | None = None) -
     return len(runs)
 
 
-def run_queue_env(jobs: int, cpus: int | None = None) -> dict[str, str]:
-    """Environment for `dvc exp run --run-all --jobs N`: N runs at once share the cores, each
-    with cpus // N torch threads (torch would give each all of them: N x the cores, oversubscribed).
-
-    >>> run_queue_env(1, cpus=2), run_queue_env(2, cpus=2), run_queue_env(4, cpus=16)
-    ({}, {'OMP_NUM_THREADS': '1'}, {'OMP_NUM_THREADS': '4'})
-    """
-    import os
-
-    if jobs <= 1:
-        return {}
-    return {"OMP_NUM_THREADS": str(max(1, (cpus or os.cpu_count() or 1) // jobs))}
-
-
 def queue_busy(status: str) -> bool:
     r"""Whether `dvc queue status` output shows a task still queued or running.
 

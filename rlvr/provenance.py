@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 
+from rlvr.numerics import describe
+
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "dvc", "dvclive",
              "great-expectations", "prefect", "matplotlib", "scipy")
 NOT_RECORDED = "not in dvc.lock"
@@ -31,17 +33,6 @@ def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[name] = "not installed"
     return versions
-
-
-def compute_platform() -> str:
-    """The machine and the CPU kernels torch dispatches to: float results (and so model md5s)
-    differ between, say, AVX2 and AVX512 machines, and this names which one made them."""
-    import platform
-
-    import torch
-
-    return (f"{platform.machine()}, torch CPU capability "
-            f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
 
 
 def file_md5(path: str | Path) -> str:
@@ -110,19 +101,21 @@ def data_and_model_hashes(data_paths: Sequence[str], model_paths: Sequence[str],
 
 def provenance(data_paths: Sequence[str], model_paths: Sequence[str],
                lock_path: str | Path = "dvc.lock", root: str | Path = ".",
-               current_stage: str | None = None, read_by: dict[str, str] | None = None
-               ) -> dict:
+               current_stage: str | None = None, read_by: dict[str, str] | None = None,
+               numerics: dict | None = None) -> dict:
     """Data md5s (of the files, or for `read_by` files from the deps of the stage that read
     them), model md5s (from their producing stage's entry in dvc.lock), each upstream stage's
     code digest, and library versions. `current_stage` is left out of the code digests: while
-    it runs, its own dvc.lock entry is the previous run's."""
+    it runs, its own dvc.lock entry is the previous run's. `numerics`: what the run that made the
+    results computed with (rlvr.numerics.numerics_in_force, as its summary records it): float
+    results, and so model md5s, depend on it."""
     stages = read_lock(Path(root) / lock_path)
     return {
         **data_and_model_hashes(data_paths, model_paths, stages, root, read_by),
         "code": code_digests(stages, data_paths,
                              exclude=[current_stage] if current_stage else []),
         "versions": library_versions(),
-        "platform": compute_platform(),
+        "platform": describe(numerics),
     }
 
 

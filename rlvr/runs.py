@@ -26,6 +26,7 @@ from rlvr.grpo.checkpoints import (RUNNING_MEAN_FILE, checkpoint_problem, finger
 from rlvr.grpo.metric_keys import BETA, CORRECTNESS, LOSS, REWARD, TRAIN_RUNTIME
 from rlvr.grpo.run import run_grpo
 from rlvr.policy import load_policy, policy_path, save_tokenizer
+from rlvr.numerics import numerics_in_force
 from rlvr.provenance import library_versions
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.smoke import failed_lines, smoke_checks
@@ -194,14 +195,15 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
     val_rows = read_rows(params.data.val_path) if params.train.eval_steps else None
     policy = policy_path(paths.base_model)
     final_dir, checkpoint_dir = paths.trained_model, paths.checkpoints
-    # What the run depends on: params, data, base model, the library's code and versions. A
-    # checkpoint of any other run is never resumed.
+    # What the run depends on: params, data, base model, the library's code and versions, the
+    # numerics it computes with (rlvr/numerics.py). A checkpoint of any other run is never resumed.
     model = params.model
     # (train.log_every only changes what the console shows)
     train = dataclasses.replace(params.train, log_every=1)
     run_id = fingerprint({"seed": params.seed, "train": train, "rewards": params.rewards,
                           "model": {"chat_template": model.chat_template, "lora": model.lora},
-                          "versions": library_versions(TRAINING_LIBRARIES)},
+                          "versions": library_versions(TRAINING_LIBRARIES),
+                          "numerics": numerics_in_force()},
                          Path(params.data.train_path),
                          *([Path(params.data.val_path)] if val_rows else []),
                          Path(paths.base_model), LIBRARY_DIR,
@@ -247,7 +249,7 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
     plot_curves(history, paths.train_curves,
                 title=f"GRPO: {len(history)} steps, beta {params.train.beta_schedule.kind}",
                 validation=selection["validation"], chosen_step=selection["chosen_step"])
-    summary = {**run_metrics(history), "selection": selection}
+    summary = {**run_metrics(history), "selection": selection, "numerics": numerics_in_force()}
     final = summary["final"]
     lines = [f"train: {summary['steps']} steps; reward {summary['first10_mean_reward']:.3f} "
              f"(first 10) -> {summary['last10_mean_reward']:.3f} (last 10); final KL "

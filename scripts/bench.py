@@ -116,9 +116,9 @@ def parse_only(text: str) -> list[str]:
 
 
 def machine() -> dict:
-    from rlvr.provenance import compute_platform
+    from rlvr.numerics import describe, numerics_in_force
 
-    return {"cpus": os.cpu_count(), "platform": compute_platform(),
+    return {"cpus": os.cpu_count(), "platform": describe(numerics_in_force()),
             "python": platform.python_version(),
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
             "note": "a shared 2-core machine: timings are noisy; compare ratios"}

@@ -47,7 +47,7 @@ def _run(cwd: Path, *command: str, env: dict[str, str] | None = None) -> None:
 def measure(jobs: int, small: bool) -> tuple[int, float]:
     """(experiments run, seconds) for `dvc exp run --run-all --jobs N` on a fresh clone."""
     from rlvr.config import load_params
-    from rlvr.experiments import queue_commands, queued_runs, run_queue_env
+    from rlvr.experiments import queue_commands, queued_runs
 
     with tempfile.TemporaryDirectory(prefix=f"sweep-jobs{jobs}.") as scratch:
         clone = Path(scratch) / "project"
@@ -66,7 +66,7 @@ def measure(jobs: int, small: bool) -> tuple[int, float]:
             _run(clone, "dvc", *args)
         count = queued_runs(grid)
         started = time.perf_counter()
-        _run(clone, "dvc", "exp", "run", "--run-all", "--jobs", str(jobs), env=run_queue_env(jobs))
+        _run(clone, "dvc", "exp", "run", "--run-all", "--jobs", str(jobs))
         return count, time.perf_counter() - started
 
 

@@ -12,6 +12,7 @@ Writes models/base/ and reports/prepare/summary.json.
 
 from rlvr.config import Params
 from rlvr.data import read_rows, write_json
+from rlvr.numerics import numerics_in_force
 from rlvr.policy import describe_base, prepare_base
 from rlvr.stage import run_stage
 
@@ -20,6 +21,7 @@ def main(params: Params) -> int:
     print(f"prepare_model: model.init = {params.model.init}")
     summary = prepare_base(params.model, rows, params.seed, params.paths.base_model)
     summary.pop("seconds")
+    summary["numerics"] = numerics_in_force()  # what decided its bits (rlvr/numerics.py)
     write_json(params.paths.prepare_summary, summary)
     print(f"prepare_model: {describe_base(summary)} -> {params.paths.base_model}")
     return 0

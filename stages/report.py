@@ -45,7 +45,8 @@ def main(params: Params) -> int:
     config = json.loads((base / "config.json").read_text()) if base.is_dir() else {}
     cost = ppo_cost(count_parameters(base) or 0, config.get("hidden_size", 0),
                     params.train.grpo.num_generations)
-    selection = _json(paths.train_summary).get("selection") or {}
+    train_summary = _json(paths.train_summary)
+    selection = train_summary.get("selection") or {}
     report = params.report
     kl_thresholds = {f.name: getattr(report, f.name) for f in dataclasses.fields(KLThresholds)}
     report_dir = Path(paths.retrospective_md).parent
@@ -53,7 +54,8 @@ def main(params: Params) -> int:
               (("curves", paths.train_curves), ("per_prompt", paths.per_prompt_figure),
                ("pass_at_k", paths.pass_at_k_figure))}
     prov = provenance(data_files(params), [paths.base_model, paths.trained_model],
-                      current_stage="report", read_by=test_file_reader(params))
+                      current_stage="report", read_by=test_file_reader(params),
+                      numerics=train_summary.get("numerics"))
     # publish runs after the report (it depends on it): its dvc.lock entry is the last run's
     prov["code"].pop("publish", None)
     markdown = build_report(

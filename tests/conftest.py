@@ -12,6 +12,10 @@ from hypothesis import HealthCheck, settings
 # would fight over 2 cores; the tiny models' ops gain nothing from a second thread. Stage
 # subprocesses (dvc repro) inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# torch starts here, with that one thread: importing the `stages` package (a test, or a doctest's
+# collection) then leaves this process's numerics alone (rlvr.numerics.pin_from_params), while the
+# stages the tests run as subprocesses pin theirs from their params.yaml `runtime`.
+import torch  # noqa: E402,F401
 
 import rlvr  # noqa: E402,F401  (sets the offline / no-analytics environment first)
 from tests.helpers import (SMALL_RUN, commit_all, dvc, made_once, make_project_copy,  # noqa: E402

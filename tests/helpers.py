@@ -17,7 +17,11 @@ SMALL_RUN = {"model": {"warm_start": {"steps": 30}},
              "smoke": {"max_steps": 3},
              "train": {"max_steps": 24, "save_steps": 4, "eval_steps": 4, "log_every": 8,
                        "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
-             "evaluate": {"samples": 2, "n_resamples": 500}}
+             "evaluate": {"samples": 2, "n_resamples": 500},
+             # one thread: the tests run two processes at once on 2 cores (tests/conftest.py);
+             # each machine's own kernels, ~2x faster than the pinned ones (tests/test_numerics.py
+             # covers the pinning, and no test depends on which figures a machine computes)
+             "runtime": {"torch_threads": 1, "reproducible": False}}
 
 
 def merge(target, changes) -> None:

@@ -152,18 +152,16 @@ def test_dev_test_runs_on_both_cores_with_one_torch_thread_each():
 
 def test_what_the_readme_says_the_default_run_shows_is_what_the_committed_run_shows():
     """'on the held-out prompts the mean reward rises, with a CI above 0, while the final model
-    solves fewer prompts in 32 tries than the base did and stops answering most of the
-    subtraction rows the base could answer, so the verdict is `mixed`', read from the committed
-    run's outputs (a rerun that changes them must change the README too)."""
+    solves fewer prompts in 32 tries than the base did and regresses on multiplication and
+    subtraction, so the verdict is `mixed`', read from the committed run's outputs (a rerun that
+    changes them must change the README too)."""
     text = " ".join(README.read_text().split())
     assert ("the mean reward rises, with a CI above 0, while the final model solves fewer prompts "
-            "in 32 tries than the base did and stops answering most of the subtraction rows the "
-            "base could answer, so the verdict is `mixed`") in text
+            "in 32 tries than the base did and regresses on multiplication and subtraction, so "
+            "the verdict is `mixed`") in text
     metrics = json.loads((ROOT / "metrics/eval.json").read_text())
     assert metrics["reward"] > metrics["reward0"] and metrics["ci_low"] > 0
     assert metrics["passn"] < metrics["passn_0"] and metrics["verdict"] == "mixed"
-    rows = [json.loads(line) for line in (ROOT / "reports/eval/per_prompt.jsonl").open()]
-    assert {r["samples"] for r in rows} == {32}
-    could = [r for r in rows if r["split"] == "heldout" and "sub" in r["tags"]
-             and r["step0_correct"] > 0]
-    assert could and sum(r["final_correct"] == 0 for r in could) > len(could) / 2
+    summary = json.loads((ROOT / "reports/eval/summary.json").read_text())
+    assert summary["heldout"]["samples_per_prompt"] == 32
+    assert {"mul", "sub"} <= set(summary["regressed_tags"])

@@ -1,5 +1,6 @@
 """Ablations and a beta sweep as queued DVC experiments, and their comparison, on a small budget."""
 
+import json
 import re
 import sys
 import subprocess
@@ -9,7 +10,7 @@ import pytest
 
 from rlvr.comparison import (Experiment, comparison_markdown, comparison_rows, differing_params,
                              parse_exp_show, setting_rows, settings, tag_rows)
-from tests.helpers import run_in_terminal, set_params
+from tests.helpers import commit_all, dvc, make_project_copy, run_in_terminal, set_params
 
 
 
@@ -181,22 +182,15 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     (artifact,) = artifact_versions("experiments-comparison")
     assert "no-group-norm" in str(artifact.data) and "git " in artifact.description
 
-    # The table DVC users compare runs in, as a person sees it after a beta sweep, in a
-    # 200-column terminal: DVC folds the columns that do not fit, last first, into "…". Its order
-    # is names, metrics, params, then a hash per changed dependency file: the experiment names,
-    # every headline metric and the changed param must be whole; only dependency hashes may fold.
+    # The sweep's rows in `dvc exp show` (its width, whatever the values: the test below)
     run("dvc", "exp", "remove", "no-kl", "no-group-norm")
-    table = run_in_terminal(project, "dvc", "exp", "show", "--only-changed", "--no-pager")
-    lines = [line.rstrip() for line in table.splitlines() if line.strip()]
-    assert max(map(len, lines)) <= 200, table
-    header = lines[1]
-    columns = ["Experiment", "metrics/train.json:reward", "kl", "metrics/eval.json:", "ci_low",
-               "ci_high", "greedy", "pass1", "passn", "train.grpo.beta"]
-    found = [header.find(column) for column in columns]
-    assert -1 not in found and found == sorted(found), (columns, table)
-    assert "…" not in header[:found[-1] + len(columns[-1])], table
-    betas = [line[found[-1]:found[-1] + len(columns[-1])].strip() for line in lines[3:-1]]
-    assert sorted(betas) == ["0.01", "0.05", "0.05", "0.1"], table  # workspace, baseline, sweep
+    shown = json.loads(subprocess.run(["dvc", "exp", "show", "--json"], cwd=project, env=env,
+                                      capture_output=True, text=True, check=True).stdout)
+    betas = [exp["data"]["params"]["params.yaml"]["data"]["train"]["grpo"]["beta"]
+             for commit in shown for exp in [commit, *[run for group in commit.get("experiments")
+                                                      or [] for run in group["revs"]]]]
+    assert sorted(betas) == [0.01, 0.05, 0.05, 0.1], shown  # workspace, baseline, sweep
+    table = run_in_terminal(project, "dvc", "exp", "show", "--no-pager")
     sweep = re.findall(r"[├└]── ([0-9a-f]{7}) \[([\w-]+)\]", table)
     assert len(sweep) == 2, table  # the two sweep experiments, by rev and name
     # dvc metrics diff between the baseline and a sweep experiment: one line per headline figure
@@ -313,3 +307,78 @@ def test_a_failed_experiment_is_named_and_left_out_not_shown_with_its_baselines_
     assert failed_experiments(shown) == ["broke_1"]
     markdown = comparison_markdown(parse_exp_show(shown), "x.png", failed_experiments(shown))
     assert "Failed, so left out (`dvc queue logs NAME` says why): broke\\_1." in markdown
+
+
+def widest_metrics(paths, wide: float, verdict: str) -> dict:
+    """Every headline metric (rlvr.metrics) at its widest: what a sweep of a training knob
+    changes (the training run, the final model's figures, the delta's CI, the verdict) at
+    `wide` and `verdict`; what it shares (the gate, the data, the smoke run, step 0) at the
+    widest fixed values."""
+    from rlvr.metrics import (eval_metrics, gate_metrics, smoke_metrics, train_metrics,
+                              validation_metrics)
+
+    shared = -0.111111111111111
+    split = {"step0": {"mean_reward": shared, "greedy_success": shared},
+             "final": {"mean_reward": wide, "greedy_success": wide},
+             "delta_mean_reward": {"value": wide, "ci_low": wide, "ci_high": wide},
+             "samples_per_prompt": 32,
+             "pass_at_k": {"step0": {"1": shared, "32": shared}, "final": {"1": wide, "32": wide}}}
+    return {paths.gate_metrics: gate_metrics({"passed": False, "counts": {"tests": 10000,
+                                                                          "failed": 1000}}),
+            paths.validation_metrics: validation_metrics({"passed": False, "problems": 1000}),
+            paths.smoke_metrics: smoke_metrics({"passed": False, "step0_mean_reward": shared,
+                                                "checks": [{"passed": False}] * 10}),
+            paths.train_metrics: train_metrics({"steps": 10000, "last10_mean_reward": wide,
+                                                "last10_mean_kl": wide * 100}),
+            paths.eval_metrics: eval_metrics({"verdict": verdict, "verdict_split": "heldout",
+                                              "heldout": split})}
+
+
+def test_a_beta_sweep_fits_a_200_column_exp_show_whatever_the_values(tmp_path):
+    """The table DVC users compare runs in, as a person sees it after a beta sweep, in a
+    200-column terminal: DVC folds the columns that do not fit, last first, into "…". Its order
+    is names, metrics, params, then a hash per changed dependency file: the experiment names,
+    every headline metric and the changed param must be whole; only dependency hashes may fold.
+    The values are the widest each metric can take (negative, unrounded where the metric is,
+    the longest verdict), not what this machine's floats give."""
+    from rlvr.config import load_params
+
+    from ruamel.yaml import YAML
+
+    project = make_project_copy(tmp_path / "p")
+    paths = load_params(project / "params.yaml").paths
+    # The pipeline's metrics in dvc.yaml's order, as top-level entries: `dvc exp save` then
+    # records these values without running a stage (it needs every stage's outs otherwise).
+    stages = YAML(typ="safe").load((project / "dvc.yaml").read_text())["stages"]
+    metrics = [getattr(paths, re.fullmatch(r"\$\{paths\.(\w+)\}", path)[1])
+               for stage in stages.values() for entry in stage.get("metrics", [])
+               for path in entry]
+    assert len(metrics) == 5, metrics
+    (project / "dvc.lock").unlink()
+    (project / "dvc.yaml").write_text(json.dumps({"metrics": metrics, "params": ["params.yaml"]}))
+
+    def write(wide, verdict):
+        for path, metrics in widest_metrics(paths, wide, verdict).items():
+            (project / path).parent.mkdir(parents=True, exist_ok=True)
+            (project / path).write_text(json.dumps(metrics))
+
+    write(-0.123456789012345, "no significant change")
+    commit_all(project, "baseline with the widest metrics")
+    for beta, wide, verdict in ((0.01, -0.987654321098765, "no significant change"),
+                                (0.1, -0.555555555555555, "regressed")):
+        set_params(project, {"train": {"grpo": {"beta": beta}}})
+        write(wide, verdict)
+        dvc(project, "exp", "save", "-n", f"beta-{beta}")
+    subprocess.run(["git", "checkout", "--", "."], cwd=project, check=True)  # back to baseline
+    table = run_in_terminal(project, "dvc", "exp", "show", "--only-changed", "--no-pager")
+    lines = [line.rstrip() for line in table.splitlines() if line.strip()]
+    assert max(map(len, lines)) <= 200, table
+    header = lines[1]
+    columns = ["Experiment", "metrics/train.json:reward", "kl", "metrics/eval.json:", "ci_low",
+               "ci_high", "greedy", "pass1", "passn", "train.grpo.beta"]
+    found = [header.find(column) for column in columns]
+    assert -1 not in found and found == sorted(found), (columns, table)
+    assert "…" not in header[:found[-1] + len(columns[-1])], table
+    betas = [line[found[-1]:found[-1] + len(columns[-1])].strip() for line in lines[3:-1]]
+    assert sorted(betas) == ["0.01", "0.05", "0.05", "0.1"], table  # workspace, baseline, sweep
+    assert "no significant change" in table and "-0.98765" in table, table

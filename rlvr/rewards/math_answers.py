@@ -126,9 +126,11 @@ def _replace_worker() -> None:
 
 def start_math_worker() -> None:
     """Start this process's worker (and its spare) now and wait for it, so that the first
-    answer's time bound is its own (the gate's tests do; training pays the start once)."""
+    answer's time bound is its own (the gate's tests do; training pays the start once). A spare
+    that took over from a killed worker is waited for too."""
     with _lock:
-        _ready_worker()
+        if not _ready_worker().wait_ready(WORKER_START_TIMEOUT_S):
+            raise RuntimeError("the math-verify worker did not start")
 
 
 def math_reward(output: str, target: str, timeout: float = MATH_TIMEOUT_S) -> float:
