@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import PathsParams, load_params
+from rlvr.metrics import eval_metrics, train_metrics
+from rlvr.seeds import seed_paths
 
 
 # Where each run's results live (params.yaml `paths`; the defaults, unless compare is given others).
@@ -39,6 +41,7 @@ class Experiment:
     history: list[dict] = field(default_factory=list)
     eval_summary: dict = field(default_factory=dict)  # the evaluate stage's detail
     train_summary: dict = field(default_factory=dict)  # the train stage's (selection included)
+    recipe: dict = field(default_factory=dict)  # metrics/recipe.json: the verdict over its seeds
     stage_seconds: dict[str, float] = field(default_factory=dict)  # stages it ran (queue log)
     commit: str = ""  # the baseline commit it was queued on (parse_exp_show)
 
@@ -73,8 +76,7 @@ def _entry(name: str, data: dict, paths: PathsParams, commit: str) -> Experiment
     return Experiment(name=name, rev=data["rev"], commit=commit,
                       params={k: v for k, v in _flatten(params).items()
                               if not k.startswith(NOT_RUN_PARAMS)},
-                      train=metrics.get(paths.train_metrics, {}).get("data", {}),
-                      evaluation=metrics.get(paths.eval_metrics, {}).get("data", {}))
+                      recipe=metrics.get(paths.recipe_metrics, {}).get("data", {}))
 
 
 def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> list[Experiment]:
@@ -121,8 +123,7 @@ def _committed(rev: str, cwd: str | Path, path: str) -> str | None:
     return run.stdout if run.returncode == 0 else None
 
 
-def read_history(rev: str, cwd: str | Path = ".", history: str = DEFAULT_PATHS.train_history
-                 ) -> list[dict]:
+def read_history(rev: str, cwd: str | Path, history: str) -> list[dict]:
     """The training history committed in an experiment's (or the baseline's) git revision."""
     text = _committed(rev, cwd, history)
     return [json.loads(line) for line in (text or "").splitlines() if line]
@@ -165,14 +166,14 @@ def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[
     params = differing_params(experiments)
     header = ["experiment", *params, "final reward (last 10 steps)", "held-out greedy success",
               "held-out mean reward", "KL final vs step 0 (held-out samples)",
-              "training KL (last 10 steps)", "verdict"]
+              "training KL (last 10 steps)", "verdict (the recipe's, over its seeds)"]
     rows = []
     for e in experiments:
         rows.append([e.name, *[e.params.get(p) for p in params],
                      e.train.get("reward"), e.evaluation.get("greedy"),
                      e.evaluation.get("reward"),
                      e.eval_summary.get("heldout", {}).get("kl_final_vs_step0"),
-                     e.train.get("kl"), e.evaluation.get("verdict")])
+                     e.train.get("kl"), e.recipe.get("verdict") or e.evaluation.get("verdict")])
     return header, rows
 
 
@@ -347,9 +348,14 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", revs: Sequen
     shown = exp_show(cwd, revs)
     experiments = parse_exp_show(shown, paths)
     for e in experiments:
-        e.history = read_history(e.rev, cwd, paths.train_history)
-        e.eval_summary = read_json(e.rev, cwd, paths.eval_summary)
-        e.train_summary = read_json(e.rev, cwd, paths.train_summary)
+        # the run's figures are its published seed's (the recipe's verdict is in e.recipe)
+        seed = read_json(e.rev, cwd, paths.recipe_summary).get("published_seed", 0)
+        run = seed_paths(paths, seed)
+        e.history = read_history(e.rev, cwd, run.train_history)
+        e.eval_summary = read_json(e.rev, cwd, run.eval_summary)
+        e.train_summary = read_json(e.rev, cwd, run.train_summary)
+        e.evaluation = eval_metrics(e.eval_summary) if e.eval_summary else {}
+        e.train = train_metrics(e.train_summary) if e.train_summary else {}
         if not e.is_baseline:
             e.stage_seconds = stage_seconds(queue_log(e.name, cwd))
     out = Path(cwd) / out_dir

@@ -18,9 +18,7 @@ def test_parse_exp_show_and_the_comparison_table():
     def data(rev, beta, reward):
         return {"rev": rev, "params": {"params.yaml": {"data": {"seed": 0, "train": {
             "grpo": {"beta": beta}}}}}, "metrics": {
-            "metrics/train.json": {"data": {"reward": reward, "kl": 0.1}},
-            "metrics/eval.json": {"data": {"verdict": "improved", "greedy": 0.5,
-                                           "reward": 0.6}}}}
+            "metrics/recipe.json": {"data": {"verdict": "improved", "seeds": [0, 1]}}}}
 
     rows = [{"rev": "workspace", "data": data("workspace", 0.05, 0.8)},
             {"rev": "abcdef123", "data": data("abcdef123", 0.05, 0.8), "experiments": [
@@ -29,7 +27,10 @@ def test_parse_exp_show_and_the_comparison_table():
     experiments = parse_exp_show(rows)
     assert [e.name for e in experiments] == ["baseline (abcdef1)", "no-kl"]
     assert differing_params(experiments) == ["train.grpo.beta"]
-    experiments[1].eval_summary = {"heldout": {"kl_final_vs_step0": 0.2}}  # read from git
+    # read from git: the published seed's summaries, projected as metrics
+    experiments[1].eval_summary = {"heldout": {"kl_final_vs_step0": 0.2}}
+    experiments[1].train, experiments[1].evaluation = ({"reward": 0.7, "kl": 0.1},
+                                                       {"greedy": 0.5, "reward": 0.6})
     header, table = comparison_rows(experiments)
     assert header[1] == "train.grpo.beta"
     assert table[1] == ["no-kl", 0.0, 0.7, 0.5, 0.6, 0.2, 0.1, "improved"]
@@ -198,9 +199,9 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     diff = subprocess.run(["dvc", "metrics", "diff", "--all", "HEAD", sweep[0][0]], cwd=project,
                           env=env, capture_output=True, text=True, check=True).stdout
     lines = diff.strip().splitlines()
-    assert 5 <= len(lines) <= 25, diff
+    assert 10 <= len(lines) <= 60, diff
     assert {line.split()[0] for line in lines[1:]} == {
-        f"metrics/{name}.json" for name in ("data", "gate", "smoke", "train", "eval")}, diff
+        f"metrics/{name}.json" for name in ("data", "gate", "smoke", "recipe")}, diff
 
 
 def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
@@ -310,37 +311,37 @@ def test_a_failed_experiment_is_named_and_left_out_not_shown_with_its_baselines_
 
 
 def widest_metrics(paths, wide: float, verdict: str) -> dict:
-    """Every headline metric (rlvr.metrics) at its widest: what a sweep of a training knob
-    changes (the training run, the final model's figures, the delta's CI, the verdict) at
-    `wide` and `verdict`; what it shares (the gate, the data, the smoke run, step 0) at the
-    widest fixed values."""
-    from rlvr.metrics import (eval_metrics, gate_metrics, smoke_metrics, train_metrics,
-                              validation_metrics)
+    """Every headline metric (rlvr.metrics, rlvr.recipe) at its widest: what a sweep of a
+    training knob changes (the recipe's verdict, its pooled figures and intervals, per tag) at
+    `wide` and `verdict`; what it shares (the gate, the data, the smoke run, the seeds, step 0)
+    at the widest fixed values."""
+    from rlvr.metrics import gate_metrics, smoke_metrics, validation_metrics
+    from rlvr.recipe import recipe_metrics
 
     shared = -0.111111111111111
-    split = {"step0": {"mean_reward": shared, "greedy_success": shared},
-             "final": {"mean_reward": wide, "greedy_success": wide},
-             "delta_mean_reward": {"value": wide, "ci_low": wide, "ci_high": wide},
-             "samples_per_prompt": 32,
-             "pass_at_k": {"step0": {"1": shared, "32": shared}, "final": {"1": wide, "32": wide}}}
+    ci = {"value": wide, "ci_low": wide, "ci_high": wide}
+    tags = [{"tag": tag, "delta_mean_reward": ci, "delta_pass@32": ci, "regressed_seeds": 16,
+             "regressed": verdict == "regressed"} for tag in ("add", "mul", "sub")]
+    pooled = {"delta_mean_reward": ci, "samples_per_prompt": 32, "slices": tags,
+              "step0": {"pass@1": shared, "pass@32": shared},
+              "final": {"pass@1": wide, "pass@32": wide}}
+    recipe = {"seeds": list(range(16)), "verdict": verdict, "pooled": pooled}
     return {paths.gate_metrics: gate_metrics({"passed": False, "counts": {"tests": 10000,
                                                                           "failed": 1000}}),
             paths.validation_metrics: validation_metrics({"passed": False, "problems": 1000}),
             paths.smoke_metrics: smoke_metrics({"passed": False, "step0_mean_reward": shared,
                                                 "checks": [{"passed": False}] * 10}),
-            paths.train_metrics: train_metrics({"steps": 10000, "last10_mean_reward": wide,
-                                                "last10_mean_kl": wide * 100}),
-            paths.eval_metrics: eval_metrics({"verdict": verdict, "verdict_split": "heldout",
-                                              "heldout": split})}
+            paths.recipe_metrics: recipe_metrics(recipe)}
 
 
 def test_a_beta_sweep_fits_a_200_column_exp_show_whatever_the_values(tmp_path):
     """The table DVC users compare runs in, as a person sees it after a beta sweep, in a
-    200-column terminal: DVC folds the columns that do not fit, last first, into "…". Its order
-    is names, metrics, params, then a hash per changed dependency file: the experiment names,
-    every headline metric and the changed param must be whole; only dependency hashes may fold.
-    The values are the widest each metric can take (negative, unrounded where the metric is,
-    the longest verdict), not what this machine's floats give."""
+    200-column terminal, the per-tag figures dropped (`--drop tags`, as docs/pipeline.md says):
+    DVC folds the columns that do not fit, last first, into "…". Its order is names, metrics,
+    params, then a hash per changed dependency file: the experiment names, every headline metric
+    and the changed param must be whole; only dependency hashes may fold. The values are the
+    widest each metric can take (negative, the longest verdict), not what this machine's floats
+    give."""
     from rlvr.config import load_params
 
     from ruamel.yaml import YAML
@@ -353,7 +354,7 @@ def test_a_beta_sweep_fits_a_200_column_exp_show_whatever_the_values(tmp_path):
     metrics = [getattr(paths, re.fullmatch(r"\$\{paths\.(\w+)\}", path)[1])
                for stage in stages.values() for entry in stage.get("metrics", [])
                for path in entry]
-    assert len(metrics) == 5, metrics
+    assert len(metrics) == 4, metrics
     (project / "dvc.lock").unlink()
     (project / "dvc.yaml").write_text(json.dumps({"metrics": metrics, "params": ["params.yaml"]}))
 
@@ -370,15 +371,16 @@ def test_a_beta_sweep_fits_a_200_column_exp_show_whatever_the_values(tmp_path):
         write(wide, verdict)
         dvc(project, "exp", "save", "-n", f"beta-{beta}")
     subprocess.run(["git", "checkout", "--", "."], cwd=project, check=True)  # back to baseline
-    table = run_in_terminal(project, "dvc", "exp", "show", "--only-changed", "--no-pager")
+    table = run_in_terminal(project, "dvc", "exp", "show", "--only-changed", "--drop", "tags",
+                            "--no-pager")
     lines = [line.rstrip() for line in table.splitlines() if line.strip()]
     assert max(map(len, lines)) <= 200, table
     header = lines[1]
-    columns = ["Experiment", "metrics/train.json:reward", "kl", "metrics/eval.json:", "ci_low",
-               "ci_high", "greedy", "pass1", "passn", "train.grpo.beta"]
+    columns = ["Experiment", "verdict", "delta_mean_reward.value", "ci_low",
+               "ci_high", "pass1_final", "passn_final", "train.grpo.beta"]
     found = [header.find(column) for column in columns]
     assert -1 not in found and found == sorted(found), (columns, table)
     assert "…" not in header[:found[-1] + len(columns[-1])], table
     betas = [line[found[-1]:found[-1] + len(columns[-1])].strip() for line in lines[3:-1]]
     assert sorted(betas) == ["0.01", "0.05", "0.05", "0.1"], table  # workspace, baseline, sweep
-    assert "no significant change" in table and "-0.98765" in table, table
+    assert "no significant change" in table and "-0.988" in table, table

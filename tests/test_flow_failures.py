@@ -87,7 +87,7 @@ def _last_line(console: str) -> str:
 
 
 def _verdict(project: Path):
-    metrics = project / "metrics/eval.json"
+    metrics = project / "metrics/recipe.json"
     return json.loads(metrics.read_text()).get("verdict") if metrics.exists() else None
 
 
@@ -202,7 +202,7 @@ def test_a_killed_training_run_is_retried_by_the_flow_and_resumes(copy_run, api_
     assert (hook / "killed").exists()  # it was killed once ...
     assert re.search(r"Task run failed with state: Failed\(message=.stage train failed "
                      r"\(dvc repro exit \d+\).*Retry 1/2", console), console[-4000:]
-    assert "train: resuming from models/checkpoints/checkpoint-8" in console  # ... and resumed
+    assert "train@0: resuming from models/checkpoints/seed-0/checkpoint-8" in console  # resumed
     assert "Traceback" not in console, console[-4000:]
     assert _last_line(console) == (f"pipeline: artifacts {PUBLISHED}; audit verdict: "
                                    f"{_verdict(project)}")
