@@ -22,6 +22,7 @@ from ruamel.yaml import YAML
 
 from rlvr.errors import ParamsError
 from rlvr.grpo.metric_keys import CORRECTNESS_REWARD
+from rlvr.numerics import REPRODUCIBLE_DEFAULT, THREADS_DEFAULT
 from rlvr.section import (Bool, Dict, Float, Int, NonEmptyStr, Str, deref, holds, json_schema,
                           require, section, validate)
 from rlvr.training_params import ModelParams, TrainParams
@@ -208,15 +209,15 @@ class ReportParams:
 
 @section("runtime")
 class RuntimeParams:
-    torch_threads: Int = Field(2, ge=1, le=256, description="Threads torch, OpenMP and MKL "
-                               "compute with in each process (each rank under accelerate), "
-                               "whatever the machine's core count: a thread count can change a "
-                               "result's bits (rlvr/numerics.py).")
-    reproducible: Bool = Field(True, description="Pin the CPU's numerics (ATen's AVX2 kernels, "
-                               "oneDNN capped at AVX2, MKL's COMPATIBLE branch) so that any "
-                               "x86-64 machine computes the same bits; false lets each machine "
-                               "take its fastest kernels (rlvr/numerics.py; its cost: "
-                               "docs/reliability.md#the-same-bits-on-another-cpu).")
+    torch_threads: Int = Field(
+        THREADS_DEFAULT, ge=1, le=256, description="Threads torch, OpenMP and MKL compute with "
+        "in each process (each rank under accelerate), whatever the machine's core count: a "
+        "thread count can change a result's bits (rlvr/numerics.py).")
+    reproducible: Bool = Field(
+        REPRODUCIBLE_DEFAULT, description="Pin the CPU's numerics (ATen's AVX2 kernels, oneDNN "
+        "capped at AVX2, MKL's COMPATIBLE branch) so that any x86-64 machine computes the same "
+        "bits; false lets each machine take its fastest kernels (rlvr/numerics.py; its cost: "
+        "docs/reliability.md#the-same-bits-on-another-cpu).")
 
 
 MAX_SEEDS = 16

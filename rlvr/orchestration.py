@@ -47,11 +47,26 @@ class Artifact:
     link: str = ""
 
 
-def dvc_stages(dvc_yaml: str | Path = "dvc.yaml") -> list[str]:
-    """Stage names in dvc.yaml's order (the order they are written, upstream first)."""
+def _dvc_yaml_stages(dvc_yaml: str | Path) -> dict:
     from ruamel.yaml import YAML
 
-    return list((YAML(typ="safe").load(Path(dvc_yaml).read_text()) or {})["stages"])
+    return (YAML(typ="safe").load(Path(dvc_yaml).read_text()) or {})["stages"]
+
+
+def dvc_stages(dvc_yaml: str | Path = "dvc.yaml") -> list[str]:
+    """Stage names in dvc.yaml's order (the order they are written, upstream first)."""
+    return list(_dvc_yaml_stages(dvc_yaml))
+
+
+def seeded_stages(dvc_yaml: str | Path = "dvc.yaml") -> set[str]:
+    """The stages run once per RL seed (`foreach: ${audit.seeds}`: train, evaluate): one seed's
+    failure leaves the others to run (`dvc repro --keep-going`)."""
+    return {name for name, stage in _dvc_yaml_stages(dvc_yaml).items() if "foreach" in stage}
+
+
+# The stage that pools the seeds. DVC runs it once every seed has run to the end; after a failed
+# seed the flow runs it alone, on the seeds that did (recipe_alone).
+RECIPE_STAGE = "recipe"
 
 
 def _tail(text: str, lines: int = 25) -> str:
@@ -112,6 +127,16 @@ def _stage_line(stage: str, output: str) -> str | None:
     return None
 
 
+def readable(output: str) -> str:
+    r"""A stage's output as a person reads it in a log: each progress bar's last state only (a bar
+    redraws itself with \r), every line of every seed kept.
+
+    >>> readable("train@0: start\n  0%|  | 0/8\r 50%|  | 4/8\r100%|  | 8/8\ntrain@0: done\n")
+    'train@0: start\n100%|  | 8/8\ntrain@0: done\n'
+    """
+    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in output.split("\n"))
+
+
 def tool_env() -> dict[str, str]:
     """The environment for dvc and the stages: this interpreter's bin folder first on PATH, so a
     flow run by a worker uses the project's environment even if the worker's PATH lacks it."""
@@ -156,15 +181,32 @@ def stages_to_run(order: list[str], stale: set[str] | None) -> list[str]:
     return list(order[first:])
 
 
-def run_dvc_stage(stage: str, root: str | Path) -> str:
-    """`dvc repro <stage>` in root; its output, or StageFailed naming the stage and the cause."""
+def run_dvc_stage(stage: str, root: str | Path, keep_going: bool = False) -> str:
+    """`dvc repro <stage>` in root (with keep_going, `--keep-going`: a per-seed stage's other
+    seeds run on after one fails); its output, or StageFailed naming the stage and the cause."""
     root = Path(root)
-    run = run_dvc(root, "repro", stage)
+    run = run_dvc(root, "repro", *(["--keep-going"] if keep_going else []), stage)
     output = run.stdout + run.stderr
     if run.returncode != 0:
         raise StageFailed(f"stage {stage} failed (dvc repro exit {run.returncode}): "
                           f"{failure_detail(stage, root, output)}")
     return output
+
+
+def recipe_alone(root: str | Path) -> tuple[str, str]:
+    """Stage recipe run outside DVC (`python -m stages.recipe`), on the seeds that ran to the end
+    after another failed: its output and the recipe's verdict line (it names the failed seeds).
+    DVC records nothing: `dvc repro` reruns the failed seeds, then the recipe, in its own time."""
+    root = Path(root)
+    run = subprocess.run([sys.executable, "-m", "stages.recipe"], cwd=root, capture_output=True,
+                         text=True, env=tool_env())
+    output = run.stdout + run.stderr
+    if run.returncode != 0:
+        raise StageFailed(f"stage {RECIPE_STAGE} failed on the seeds that ran (exit "
+                          f"{run.returncode}): {_tail(output)}")
+    recipe = _json(root, _paths(root).recipe_summary) or {}
+    return output, (f"the recipe over {len(recipe.get('evaluated') or [])} of "
+                    f"{len(recipe.get('seeds') or [])} seeds: {recipe.get('verdict_line')}")
 
 
 # ------------------------------------------------------------------ how a flow run ends
@@ -436,9 +478,12 @@ def _evaluate_artifacts(root: Path, where: str) -> list[Artifact]:
         rows.append(_split_row(f"pooled over {len(recipe['evaluated'])}", recipe["split"],
                                {**pooled, "pass_at_k": curves}, recipe["verdict"]))
     # the verdict line says what was lost, where a mean would hide it (rlvr.audit.verdict_line)
+    missing = "".join(f" Seed {seed} has no results: {why}." for seed, why in
+                      (recipe.get("failed") or {}).items())
     return [Artifact("evaluation-audit", "table",
                      f"Step 0 vs final, per RL seed and pooled; "
-                     f"{recipe.get('verdict_line', 'no recipe yet')}. {where}", table=rows)]
+                     f"{recipe.get('verdict_line', 'no recipe yet')}.{missing} {where}",
+                     table=rows)]
 
 
 def _report_artifacts(root: Path, where: str) -> list[Artifact]:
@@ -467,7 +512,7 @@ def _publish_artifacts(root: Path, where: str) -> list[Artifact]:
 ARTIFACT_BUILDERS: dict[str, Callable[[Path, str], list[Artifact]]] = {
     "reward_tests": _reward_tests_artifacts, "validate": _validate_artifacts,
     # the evaluation artifact waits for recipe: it carries the recipe's verdict over the seeds
-    "smoke": _smoke_artifacts, "train": _train_artifacts, "recipe": _evaluate_artifacts,
+    "smoke": _smoke_artifacts, "train": _train_artifacts, RECIPE_STAGE: _evaluate_artifacts,
     "report": _report_artifacts, "publish": _publish_artifacts,
 }
 

@@ -96,7 +96,8 @@ def test_a_rerun_of_the_same_commit_writes_the_same_lock_and_leaves_git_clean(co
     subprocess.run(["git", "clone", "-q", str(cold_run), str(clone)], check=True)
     assert not (clone / "models").exists()
     output = dvc(clone, "repro", "--force")
-    assert output.count("Running stage") == len(_lock(cold_run)) > len(STAGES)  # a stage per seed
+    stages = dvc(clone, "stage", "list", "--name-only").split()  # train@0, train@1, ...
+    assert output.count("Running stage") == len(stages) > len(STAGES)  # a stage per seed
     assert (clone / "dvc.lock").read_text() == (cold_run / "dvc.lock").read_text()
     assert _git_status(clone) == ""
 

@@ -123,6 +123,46 @@ def test_runs_that_differ_by_seed_are_one_row_per_setting_named_by_what_it_chang
     assert "## Settings over seeds" not in comparison_markdown(experiments[:2], "x.png")
 
 
+def test_each_setting_meets_the_default_as_recipe_against_recipe_over_every_seed():
+    """A setting's runs each hold several RL seeds (audit.seeds): their records are pooled per
+    setting and compared with the default's, over seeds and prompts (rlvr.recipe)."""
+    import random
+
+    from rlvr.comparison import recipe_rows
+
+    rng = random.Random(3)
+    prompts = [rng.random() * 0.3 for _ in range(40)]
+
+    def run(name, params, gain, spread, seeds=(0, 1)):
+        heldout = {f"{name} seed {s}": [
+            {"id": f"h{i}", "split": "heldout", "step0_reward": 0.2,
+             "final_reward": 0.2 + p + gain + offset} for i, p in enumerate(prompts)]
+            for s, offset in zip(seeds, (rng.gauss(0, spread) for _ in seeds))}
+        return Experiment(name, name, {"seed": 0, **params}, heldout=heldout)
+
+    base = {"train.beta": 0.05, "train.resample_unsolved": True}
+    experiments = [
+        Experiment("baseline (abc1234)", "abc", {"seed": 0, **base}),
+        run("default", base, 0.0, 0.01, seeds=(0, 1, 2)),
+        run("better", {**base, "train.beta": 0.01}, 0.2, 0.01),
+        run("noisy", {**base, "train.beta": 0.1}, 0.2, 0.5),
+        run("worse", {**base, "train.resample_unsolved": False}, -0.2, 0.01)]
+    header, rows = recipe_rows(experiments)
+    assert header[:3] == ["setting", "seeds", "seeds of the default"]
+    calls = {row[0]: (row[1], row[2], row[-1]) for row in rows}
+    assert calls == {"train.beta=0.01": (2, 3, "better"), "train.beta=0.1": (2, 3, "tie"),
+                     "train.resample_unsolved=false": (2, 3, "worse")}
+    better = next(row for row in rows if row[0] == "train.beta=0.01")
+    value, low, high = map(float, re.findall(r"[+-][0-9.]+", better[3]))
+    assert 0.15 < low < value < high < 0.25 and better[4] == 1.0
+    markdown = comparison_markdown(experiments, "x.png")
+    assert "## Recipe against recipe" in markdown and "| train.beta=0.1 | 2 | 3 |" in markdown
+    # another held-out file: said, not compared
+    experiments[2].heldout = {k: v[:-1] for k, v in experiments[2].heldout.items()}
+    assert [row for row in recipe_rows(experiments)[1] if row[0] == "train.beta=0.01"] == [
+        ["train.beta=0.01", 2, 3, "scored on other held-out rows", None, "not compared"]]
+
+
 def test_the_experiments_figure_draws_one_line_per_setting_with_the_legend_off_the_curves():
     from rlvr.comparison import setting_curves
     from rlvr.plots import pyplot, settings_figure
@@ -171,6 +211,11 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     assert "| no-kl |" in table and "| no-group-norm |" in table
     assert table.count("| baseline (") == 1
     assert "train.advantage" in table and "train.grpo.beta" in table
+    # each setting's seeds against the default's, with the call the interval allows
+    recipe = table[table.index("## Recipe against recipe"):]
+    assert "| no-kl |" not in recipe and re.search(
+        r"\| train\.grpo\.beta=0\.01 \| 2 \| 2 \| [+-]\d\.\d{3} \[[+-]\d\.\d{3}, "
+        r"[+-]\d\.\d{3}\] \| [01]\.\d+ \| (better|worse|tie) \|", recipe), recipe
     assert all(row[-1] in ("improved", "no significant change", "regressed", "mixed")
                for row in rows)
     assert (project / "reports" / "figures" / "experiments.png").stat().st_size > 10_000

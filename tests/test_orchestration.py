@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import load_params
-from rlvr.orchestration import failure_detail, stage_artifacts, dvc_stages
+from rlvr.orchestration import (RECIPE_STAGE, dvc_stages, failure_detail, seeded_stages,
+                                stage_artifacts)
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = re.compile(r"^[a-z0-9-]+$")
@@ -23,6 +24,9 @@ def test_stage_order_is_dvc_yamls():
     assert dvc_stages(ROOT / "dvc.yaml") == ["check_params", "reward_tests", "validate",
                                              "prepare_model", "smoke", "train", "evaluate",
                                              "recipe", "report", "publish"]
+    # one stage per RL seed before the one that pools them (the flow keeps going past a seed)
+    assert seeded_stages(ROOT / "dvc.yaml") == {"train", "evaluate"}
+    assert RECIPE_STAGE in dvc_stages(ROOT / "dvc.yaml")
 
 
 def test_failure_details_name_what_broke(tmp_path):
