@@ -114,8 +114,14 @@ def _stage_line(stage: str, output: str) -> str | None:
     True
     >>> _stage_line("train", "train@1: stopped by SIGTERM\nERROR: failed to reproduce 'train@1'")
     'train@1: stopped by SIGTERM'
+    >>> _stage_line("train", "train@2: the disk is full\nWARNING: failed to run: x, exited with 1"
+    ...             "\nWARNING: Stages 'recipe' will be skipped due to this failure\n"
+    ...             "ERROR: failed to reproduce 'train@2'")  # --keep-going warns in between
+    'train@2: the disk is full'
     """
-    lines = [line for line in output.splitlines() if line.strip()]
+    # DVC's own warnings (--keep-going: the stages it skips) stand between the two
+    lines = [line for line in output.splitlines()
+             if line.strip() and not line.startswith("WARNING: ")]
     name = re.escape(stage) + r"(@\d+)?"  # a per-seed stage: train@1
     ends = [i for i, line in enumerate(lines)
             if re.match(f"ERROR: failed to reproduce '{name}'", line)]

@@ -214,8 +214,8 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     # each setting's seeds against the default's, with the call the interval allows
     recipe = table[table.index("## Recipe against recipe"):]
     assert "| no-kl |" not in recipe and re.search(
-        r"\| train\.grpo\.beta=0\.01 \| 2 \| 2 \| [+-]\d\.\d{3} \[[+-]\d\.\d{3}, "
-        r"[+-]\d\.\d{3}\] \| [01]\.\d+ \| (better|worse|tie) \|", recipe), recipe
+        r"\| train\.grpo\.beta=0\.01 \| 2 \| 2 \| [+-]\d\.\d{3} \\\[[+-]\d\.\d{3}, "
+        r"[+-]\d\.\d{3}\\\] \| [01]\.\d+ \| (better|worse|tie) \|", recipe), recipe
     assert all(row[-1] in ("improved", "no significant change", "regressed", "mixed")
                for row in rows)
     assert (project / "reports" / "figures" / "experiments.png").stat().st_size > 10_000
