@@ -9,6 +9,10 @@ says which stages are stale, and each task from the first stale stage on runs `d
 (the gate, bad params, bad rows, a smoke check, a timeout) ends the flow run Failed with that
 stage's line as its message and no traceback; a bug keeps its traceback. One flow run at a time
 per workspace (rlvr.orchestration.workspace_lock): a second one stops at once naming the first.
+A per-seed stage (train, evaluate) runs with `--keep-going`: a seed that still fails after its
+retries leaves the other seeds to run; the flow then runs the recipe on the seeds that ran (its
+artifact names the failed one; no verdict from fewer than 2) and ends Failed with the seed's line
+and that recipe's verdict line. `dvc repro` later reruns only what failed.
 After each stage an artifact is published under the same key every run (Prefect versions them),
 its description carrying the git commit and the dvc.lock hashes it came from. The flow returns
 {"artifacts": {stage: keys}, "verdict": the audit's verdict or None}.
@@ -25,29 +29,43 @@ from prefect.cache_policies import NO_CACHE
 
 from rlvr.config import ParamsError, load_params
 from rlvr.errors import PipelineError
-from rlvr.orchestration import (ARTIFACT_BUILDERS, StageFailed, audit_verdict, dvc_stages, failed,
-                                publish_stage_artifacts, quiet_returned_failures, run_dvc_stage,
-                                run_summary, stage_failure, stale_stages, stages_to_run,
-                                workspace_lock)
+from rlvr.orchestration import (ARTIFACT_BUILDERS, RECIPE_STAGE, StageFailed, audit_verdict,
+                                dvc_stages, failed, publish_stage_artifacts,
+                                quiet_returned_failures, readable, recipe_alone, run_dvc_stage,
+                                run_summary, seeded_stages, stage_failure, stale_stages,
+                                stages_to_run, workspace_lock)
 
 quiet_returned_failures()
 
 
 @task(cache_policy=NO_CACHE)
-def stage_task(stage: str, root: str) -> str:
-    """`dvc repro <stage>`; a Failed state naming the stage and what broke if it fails."""
+def stage_task(stage: str, root: str, keep_going: bool = False) -> str:
+    """`dvc repro <stage>` (`--keep-going` for a per-seed stage: the other seeds run on); a
+    Failed state naming the stage and what broke if it fails."""
     logger = get_run_logger()
-    logger.info("dvc repro %s", stage)
+    logger.info("dvc repro %s%s", "--keep-going " if keep_going else "", stage)
     try:
-        output = run_dvc_stage(stage, root)
+        output = run_dvc_stage(stage, root, keep_going)
     except StageFailed as error:
         # Returned, not raised, so no traceback is logged (rlvr.orchestration.failed). Prefect
         # 3.9.1 retries a returned Failed state like a raised exception (task_engine.py
         # SyncTaskRunEngine.handle_success -> handle_retry): a killed training run is still
         # retried and resumes (tests/test_flow_failures.py).
         return failed(error)
-    logger.info(output[-4000:])
+    logger.info(readable(output))  # every seed's lines: train@0's resume is early in it
     return output
+
+
+@task(cache_policy=NO_CACHE)
+def recipe_task(root: str) -> str:
+    """The recipe over the seeds that ran, after one failed (rlvr.orchestration.recipe_alone); its
+    verdict line, or a Failed state."""
+    try:
+        output, line = recipe_alone(root)
+    except StageFailed as error:
+        return failed(error)
+    get_run_logger().info(readable(output))
+    return line
 
 
 @task(cache_policy=NO_CACHE)
@@ -87,22 +105,45 @@ def _run_stages(root: str, stages: list[str] | None):
     # One `dvc status` for the whole pipeline: the up-to-date stages before the first stale one
     # need no `dvc repro` each (every call re-checks all upstream stages, ~1 s apiece).
     to_run = stages_to_run(order, stale_stages(root))
+    seeded = seeded_stages(Path(root) / "dvc.yaml")
     published: dict[str, list[str]] = {}
+    lost = None  # (stage, its ending) once a seed failed: the other seeds go on
     for stage in order:
+        if lost and stage not in seeded:
+            break
         if stage in to_run:
             retried = stage in params.retried_stages
             run = stage_task.with_options(
                 name=f"dvc-repro-{stage}", retries=params.retries if retried else 0,
                 retry_delay_seconds=params.retry_delay_seconds,
                 timeout_seconds=params.timeouts.get(stage, params.default_timeout))
-            state = run(stage, root, return_state=True)
+            state = run(stage, root, stage in seeded, return_state=True)
             if not state.is_completed():
-                return stage_failure(stage, state)
+                ended = stage_failure(stage, state)
+                if stage not in seeded:
+                    return ended
+                lost = lost or (stage, ended)
+                continue
         else:
             get_run_logger().info("%s: up to date (dvc status), not rerun", stage)
         published[stage] = (artifact_task.with_options(name=f"artifacts-{stage}")(stage, root)
                             if stage in ARTIFACT_BUILDERS else [])
+    if lost:
+        return _seeds_that_ran(root, order, *lost)
     return {"artifacts": published, "verdict": audit_verdict(root)}
+
+
+def _seeds_that_ran(root: str, order: list[str], stage: str, ended):
+    """A seed failed (after its retries): the recipe over the seeds that ran, its artifact, and
+    the flow ends Failed with the seed's line and that recipe's verdict line."""
+    if RECIPE_STAGE not in order:
+        return ended
+    said = recipe_task.with_options(name=f"{RECIPE_STAGE}-of-the-seeds-that-ran")(
+        root, return_state=True)
+    if not said.is_completed():
+        return stage_failure(RECIPE_STAGE, said)
+    artifact_task.with_options(name=f"artifacts-{RECIPE_STAGE}")(RECIPE_STAGE, root)
+    return failed(StageFailed(f"{ended.message}; {said.result()}"))
 
 
 if __name__ == "__main__":

@@ -127,14 +127,18 @@ def uncovered(root: str | Path, deps: dict[str, list[str]],
 
 
 def dvc_stage_deps(root: str | Path = ".") -> dict[str, list[str]]:
-    """Each stage's deps as DVC resolves them (params.yaml interpolated)."""
+    """Each stage's deps as DVC resolves them (params.yaml interpolated); a per-seed stage
+    (train@0, train@1, ...: one definition) under its name, as its first seed resolves it."""
     from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
 
+    found: dict[str, list[str]] = {}
     with Repo(str(root)) as repo:
-        return {stage.name: [str(Path(dep.def_path)) for dep in stage.deps
-                             if not isinstance(dep, ParamsDependency)]
-                for stage in repo.index.stages}
+        for stage in repo.index.stages:
+            found.setdefault(stage.name.split("@", 1)[0], [
+                str(Path(dep.def_path)) for dep in stage.deps
+                if not isinstance(dep, ParamsDependency)])
+    return found
 
 
 def main() -> int:

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import PathsParams, load_params
+from rlvr.metrics import eval_metrics, train_metrics
+from rlvr.recipe import SeedsDisagree, recipe_difference
+from rlvr.seeds import seed_paths
 
 
 # Where each run's results live (params.yaml `paths`; the defaults, unless compare is given others).
@@ -39,7 +42,11 @@ class Experiment:
     history: list[dict] = field(default_factory=list)
     eval_summary: dict = field(default_factory=dict)  # the evaluate stage's detail
     train_summary: dict = field(default_factory=dict)  # the train stage's (selection included)
+    recipe: dict = field(default_factory=dict)  # metrics/recipe.json: the verdict over its seeds
     stage_seconds: dict[str, float] = field(default_factory=dict)  # stages it ran (queue log)
+    # each RL seed's held-out per-prompt records ("<name> seed <n>" -> records): the recipe's
+    # evidence, which recipe_rows compares setting against default
+    heldout: dict[str, list[dict]] = field(default_factory=dict)
     commit: str = ""  # the baseline commit it was queued on (parse_exp_show)
 
     @property
@@ -73,8 +80,7 @@ def _entry(name: str, data: dict, paths: PathsParams, commit: str) -> Experiment
     return Experiment(name=name, rev=data["rev"], commit=commit,
                       params={k: v for k, v in _flatten(params).items()
                               if not k.startswith(NOT_RUN_PARAMS)},
-                      train=metrics.get(paths.train_metrics, {}).get("data", {}),
-                      evaluation=metrics.get(paths.eval_metrics, {}).get("data", {}))
+                      recipe=metrics.get(paths.recipe_metrics, {}).get("data", {}))
 
 
 def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> list[Experiment]:
@@ -121,8 +127,7 @@ def _committed(rev: str, cwd: str | Path, path: str) -> str | None:
     return run.stdout if run.returncode == 0 else None
 
 
-def read_history(rev: str, cwd: str | Path = ".", history: str = DEFAULT_PATHS.train_history
-                 ) -> list[dict]:
+def read_history(rev: str, cwd: str | Path, history: str) -> list[dict]:
     """The training history committed in an experiment's (or the baseline's) git revision."""
     text = _committed(rev, cwd, history)
     return [json.loads(line) for line in (text or "").splitlines() if line]
@@ -135,17 +140,36 @@ def read_json(rev: str, cwd: str | Path, path: str) -> dict:
 
 
 # The line every stage ends with (rlvr.stage), in the log `dvc queue logs` keeps of a queued run.
-_STAGE_DONE = re.compile(r"^(\w+): done in ([0-9.]+) s$", re.MULTILINE)
+_STAGE_DONE = re.compile(r"^(\w+)(?:@\S+)?: done in ([0-9.]+) s$", re.MULTILINE)
+
+
+def read_heldout(e: Experiment, cwd: str | Path, paths: PathsParams, recipe: dict
+                 ) -> dict[str, list[dict]]:
+    """Each seed's held-out per-prompt records committed in a run's revision, for the seeds its
+    recipe pooled ({} for a run without a recipe)."""
+    split = recipe.get("split", "heldout")
+    out = {}
+    for seed in recipe.get("evaluated") or []:
+        text = _committed(e.rev, cwd, seed_paths(paths, seed).eval_per_prompt) or ""
+        records = [r for r in map(json.loads, filter(None, text.splitlines()))
+                   if r.get("split") == split]
+        if records:
+            out[f"{e.name} seed {seed}"] = records
+    return out
 
 
 def stage_seconds(log: str) -> dict[str, float]:
     """Wall time of each stage a run ran, from its `NAME: done in S s` lines (a stage DVC skipped
-    or restored from its run cache has none).
+    or restored from its run cache has none); a stage's seeds (`train@0`, `train@1`) add up.
 
-    >>> stage_seconds("Stage 'smoke' didn't change, skipping\\ntrain: done in 59.2 s\\n")
-    {'train': 59.2}
+    >>> stage_seconds("Stage 'smoke' didn't change, skipping\\ntrain@0: done in 59.2 s\\n"
+    ...               "train@1: done in 60.8 s\\n")
+    {'train': 120.0}
     """
-    return {name: float(seconds) for name, seconds in _STAGE_DONE.findall(log)}
+    seconds: dict[str, float] = {}
+    for name, spent in _STAGE_DONE.findall(log):
+        seconds[name] = round(seconds.get(name, 0.0) + float(spent), 1)
+    return seconds
 
 
 def queue_log(name: str, cwd: str | Path = ".") -> str:
@@ -165,14 +189,14 @@ def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[
     params = differing_params(experiments)
     header = ["experiment", *params, "final reward (last 10 steps)", "held-out greedy success",
               "held-out mean reward", "KL final vs step 0 (held-out samples)",
-              "training KL (last 10 steps)", "verdict"]
+              "training KL (last 10 steps)", "verdict (the recipe's, over its seeds)"]
     rows = []
     for e in experiments:
         rows.append([e.name, *[e.params.get(p) for p in params],
                      e.train.get("reward"), e.evaluation.get("greedy"),
                      e.evaluation.get("reward"),
                      e.eval_summary.get("heldout", {}).get("kl_final_vs_step0"),
-                     e.train.get("kl"), e.evaluation.get("verdict")])
+                     e.train.get("kl"), e.recipe.get("verdict") or e.evaluation.get("verdict")])
     return header, rows
 
 
@@ -286,6 +310,44 @@ def tag_rows(experiments: Sequence[Experiment], over: str = "seed"
     return header, rows
 
 
+def recipe_rows(experiments: Sequence[Experiment], over: str = "seed"
+                ) -> tuple[list[str], list[list[Any]]]:
+    """Each setting's recipe against the default's, over every seed of their runs (rlvr.recipe.
+    recipe_difference): the difference of their held-out mean-reward deltas with a 95% interval
+    over both recipes' seeds and the prompts, rliable's probability of improvement, and the call:
+    better or worse only when the interval excludes 0, else a tie. The default is the setting
+    that changes nothing (else the baseline commits' own runs); settings scored on other
+    held-out rows are said so, not compared."""
+    groups = settings(experiments, over)
+    reference = groups.get("default") or [e for e in experiments if e.is_baseline]
+    pooled = {label: {seed: records for e in group for seed, records in e.heldout.items()}
+              for label, group in groups.items()}
+    default = {seed: records for e in reference for seed, records in e.heldout.items()}
+    header = ["setting", "seeds", "seeds of the default",
+              "held-out delta minus the default's [95% interval, seeds and prompts]",
+              "P(setting > default)", "call"]
+    rows = []
+    for label, runs in pooled.items():
+        if label == "default" or not runs or not default:
+            continue
+        try:
+            d = recipe_difference(runs, default)
+        except SeedsDisagree:
+            rows.append([label, len(runs), len(default), "scored on other held-out rows", None,
+                         "not compared"])
+            continue
+        rows.append([label, len(runs), len(default),
+                     f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]",
+                     round(d["probability_of_improvement"], 3), d["verdict"]])
+    return header, rows
+
+
+def _section(title: str, text: str, header: list[str], rows: list[list[Any]]) -> list[str]:
+    from rlvr.render import md_table
+
+    return ["", f"## {title}", "", text, "", *md_table(header, rows)]
+
+
 def comparison_markdown(experiments: Sequence[Experiment], image: str,
                         failed: Sequence[str] = ()) -> str:
     from rlvr.render import md_escape, md_image, md_table
@@ -301,18 +363,28 @@ def comparison_markdown(experiments: Sequence[Experiment], image: str,
     lines += md_table(header, rows)
     header, rows = setting_rows(experiments)
     if rows:
-        lines += ["", "## Settings over seeds", "",
-                  "Runs that differ only by seed, one row per setting, named by what it changes "
-                  "from its baseline commit: the test-file (held-out) mean-reward delta step 0 -> "
-                  "final, the 95% bootstrap CI low of each run, the tags that regressed (the "
-                  "verdict's rule), held-out pass@1 and pass@n, and the train stage's wall time "
-                  "(`dvc queue logs`; runs whose training DVC restored from its cache are left "
-                  "out of that mean).", ""]
-        lines += md_table(header, rows)
+        lines += _section(
+            "Settings over seeds",
+            "Runs that differ only by seed, one row per setting, named by what it changes from "
+            "its baseline commit: the test-file (held-out) mean-reward delta step 0 -> final, the "
+            "95% bootstrap CI low of each run, the tags that regressed (the verdict's rule), "
+            "held-out pass@1 and pass@n, and the train stage's wall time (`dvc queue logs`; runs "
+            "whose training DVC restored from its cache are left out of that mean).",
+            header, rows)
         header, rows = tag_rows(experiments)
         lines += ["", "Held-out success (pass@1) per tag, step 0 -> final, mean over the runs:",
                   ""]
         lines += md_table(header, rows)
+    header, rows = recipe_rows(experiments)
+    if rows:
+        lines += _section(
+            "Recipe against recipe",
+            "Each setting against the default, every RL seed of their runs pooled: the difference "
+            "of their held-out mean-reward deltas, with a 95% bootstrap interval that draws both "
+            "recipes' seeds and the prompts (paired: the same rows), and the probability that a "
+            "seed of the setting beats a seed of the default on a prompt (rliable's probability "
+            "of improvement). A setting is better or worse only when the interval excludes 0; "
+            "otherwise it is a tie.", header, rows)
     lines += ["", md_image("each setting's curves: mean over its runs, band from lowest to "
                            "highest", image), ""]
     return "\n".join(lines)
@@ -347,9 +419,16 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", revs: Sequen
     shown = exp_show(cwd, revs)
     experiments = parse_exp_show(shown, paths)
     for e in experiments:
-        e.history = read_history(e.rev, cwd, paths.train_history)
-        e.eval_summary = read_json(e.rev, cwd, paths.eval_summary)
-        e.train_summary = read_json(e.rev, cwd, paths.train_summary)
+        # the run's figures are its published seed's (the recipe's verdict is in e.recipe)
+        recipe = read_json(e.rev, cwd, paths.recipe_summary)
+        seed = recipe.get("published_seed", 0)
+        e.heldout = read_heldout(e, cwd, paths, recipe)
+        run = seed_paths(paths, seed)
+        e.history = read_history(e.rev, cwd, run.train_history)
+        e.eval_summary = read_json(e.rev, cwd, run.eval_summary)
+        e.train_summary = read_json(e.rev, cwd, run.train_summary)
+        e.evaluation = eval_metrics(e.eval_summary) if e.eval_summary else {}
+        e.train = train_metrics(e.train_summary) if e.train_summary else {}
         if not e.is_baseline:
             e.stage_seconds = stage_seconds(queue_log(e.name, cwd))
     out = Path(cwd) / out_dir

@@ -22,6 +22,7 @@ from ruamel.yaml import YAML
 
 from rlvr.errors import ParamsError
 from rlvr.grpo.metric_keys import CORRECTNESS_REWARD
+from rlvr.numerics import REPRODUCIBLE_DEFAULT, THREADS_DEFAULT
 from rlvr.section import (Bool, Dict, Float, Int, NonEmptyStr, Str, deref, holds, json_schema,
                           require, section, validate)
 from rlvr.training_params import ModelParams, TrainParams
@@ -31,7 +32,7 @@ SCHEMA_FILE = Path("params.schema.json")
 SEED_MAX = 2**32 - 1  # numpy's seed range
 # The stage names of dvc.yaml (tests/test_config.py checks they agree).
 STAGES = ("check_params", "reward_tests", "validate", "prepare_model", "smoke", "train",
-          "evaluate", "report", "publish")
+          "evaluate", "recipe", "report", "publish")
 _EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
@@ -208,15 +209,32 @@ class ReportParams:
 
 @section("runtime")
 class RuntimeParams:
-    torch_threads: Int = Field(2, ge=1, le=256, description="Threads torch, OpenMP and MKL "
-                               "compute with in each process (each rank under accelerate), "
-                               "whatever the machine's core count: a thread count can change a "
-                               "result's bits (rlvr/numerics.py).")
-    reproducible: Bool = Field(True, description="Pin the CPU's numerics (ATen's AVX2 kernels, "
-                               "oneDNN capped at AVX2, MKL's COMPATIBLE branch) so that any "
-                               "x86-64 machine computes the same bits; false lets each machine "
-                               "take its fastest kernels (rlvr/numerics.py; its cost: "
-                               "docs/reliability.md#the-same-bits-on-another-cpu).")
+    torch_threads: Int = Field(
+        THREADS_DEFAULT, ge=1, le=256, description="Threads torch, OpenMP and MKL compute with "
+        "in each process (each rank under accelerate), whatever the machine's core count: a "
+        "thread count can change a result's bits (rlvr/numerics.py).")
+    reproducible: Bool = Field(
+        REPRODUCIBLE_DEFAULT, description="Pin the CPU's numerics (ATen's AVX2 kernels, oneDNN "
+        "capped at AVX2, MKL's COMPATIBLE branch) so that any x86-64 machine computes the same "
+        "bits; false lets each machine take its fastest kernels (rlvr/numerics.py; its cost: "
+        "docs/reliability.md#the-same-bits-on-another-cpu).")
+
+
+MAX_SEEDS = 16
+
+
+def _distinct(values: list) -> bool:
+    return len(set(values)) == len(values)
+
+
+@section("audit")
+class AuditParams:
+    seeds: Annotated[list[Annotated[int, Strict(), Field(ge=0, le=SEED_MAX)]], Strict(),
+                     holds(_distinct, "must not repeat a seed")] = Field(
+        default_factory=lambda: [0, 1, 2], min_length=1, max_length=MAX_SEEDS,
+        description="The RL seeds: train and evaluate run once per seed (DVC caches each on "
+        "its own), and the recipe's verdict pools them (stage recipe). They share the gate, "
+        "the data, the base model and the smoke run, which `seed` seeds.")
 
 
 GRID_SETTINGS = "settings"  # a grid's named sets of overrides (rlvr.experiments.grid_commands)
@@ -239,8 +257,9 @@ class OrchestrationParams:
         "no-kl": ["train.grpo.beta=0"], "no-group-norm": ["train.advantage=running_mean"]},
         description="Experiments flow: name -> list of `-S` overrides.")
     jobs: Int = Field(1, ge=1, description="Experiments flow: queued experiments run this many at "
-                      "a time (`dvc exp run --run-all --jobs N`, each in its own temporary copy, each with "
-                      "runtime.torch_threads threads: keep jobs x threads within the cores).")
+                      "a time (`dvc exp run --run-all --jobs N`, each in its own temporary copy, "
+                      "each with runtime.torch_threads threads: keep jobs x threads within the "
+                      "cores).")
     sweep: Dict = Field(default_factory=lambda: {"train.grpo.beta": [0.01, 0.1]},
                         description="Experiments flow: param -> values, queued as a grid.")
     grids: Dict = Field(default_factory=dict, description="Experiments flow, only when named "
@@ -329,31 +348,32 @@ class PathsParams:
                                     "(a DVC metric): passed, failed checks, step-0 reward.")
     step0: RepoPath = Field("reports/smoke/step0.json", description="The step-0 reward baseline "
                             "and the first log line.")
-    checkpoints: RepoPath = Field("models/checkpoints", description="Training checkpoints: a "
-                                  "resume cache, not a result (no DVC out).")
-    trained_model: RepoPath = Field(
-        "models/trained", description="The trained policy as train saves it (full weights or a "
-        "LoRA adapter); evaluate and report read it.")
+    checkpoints: RepoPath = Field("models/checkpoints", description="Training checkpoints, "
+                                  "one folder per RL seed (seed-<n>/): a resume cache, not a "
+                                  "result (no DVC out).")
+    trained_models: RepoPath = Field(
+        "models/trained", description="The trained policies, one folder per RL seed "
+        "(seed-<n>/, rlvr/seeds.py), as train saves them (full weights or a LoRA adapter); "
+        "evaluate, report and publish read them.")
     final_model: RepoPath = Field(
-        "models/final", description="The published policy: the trained weights and a README.md "
-        "model card (stage publish).")
-    train_summary: RepoPath = Field("reports/train/summary.json", description="What the training "
-                                    "run did: first and last steps' means, final KL and beta.")
-    train_metrics: RepoPath = Field("metrics/train.json", description="The training run's "
-                                    "headline (a DVC metric): steps, reward, KL.")
-    train_history: RepoPath = Field("reports/train/history.jsonl", description="Every logged "
-                                    "training step (JSONL).")
-    train_curves: RepoPath = Field("reports/train/curves.png", description="Training curves "
-                                   "(PNG).")
-    train_live: RepoPath = Field("reports/train/live", description="DVCLive folder of the "
-                                 "training curves.")
-    eval_summary: RepoPath = Field("reports/eval/summary.json", description="Step 0 vs final, "
-                                   "every statistic of both splits.")
-    eval_metrics: RepoPath = Field("metrics/eval.json", description="Step 0 vs final on held-out "
-                                   "prompts, the headline (a DVC metric): verdict, reward, greedy "
-                                   "success, the delta with its CI, pass@1 and pass@n.")
-    eval_per_prompt: RepoPath = Field("reports/eval/per_prompt.jsonl", description="Step 0 vs "
-                                      "final, one record per prompt (JSONL).")
+        "models/final", description="The published policy: one seed's trained weights (picked "
+        "on the validation rows) and a README.md model card (stage publish).")
+    train_runs: RepoPath = Field("reports/train", description="Each seed's training run in "
+                                 "seed-<n>/: summary.json (first and last steps' means, final KL "
+                                 "and beta, the selection), history.jsonl (every logged step), "
+                                 "curves.png and live/ (DVCLive).")
+    eval_runs: RepoPath = Field("reports/eval", description="Each seed's step 0 vs final in "
+                                "seed-<n>/: summary.json (every statistic of both splits, the "
+                                "seed's own verdict) and per_prompt.jsonl (one record per "
+                                "prompt).")
+    recipe_summary: RepoPath = Field("reports/recipe/summary.json", description="The recipe's "
+                                     "audit over the seeds: each seed's line, the pooled "
+                                     "figures and intervals, the verdict, the published seed.")
+    recipe_metrics: RepoPath = Field("metrics/recipe.json", description="The recipe's headline "
+                                     "(a DVC metric): seeds, verdict, the pooled delta with its "
+                                     "interval, pass@1 and pass@n, per tag.")
+    seeds_figure: RepoPath = Field("reports/figures/seeds.png", description="Each seed's "
+                                   "held-out delta with its interval, and the pooled band (PNG).")
     per_prompt_figure: RepoPath = Field("reports/figures/per_prompt.png", description="Per-prompt "
                                         "scatter of the retrospective (PNG).")
     pass_at_k_figure: RepoPath = Field("reports/figures/pass_at_k.png", description="pass@k "
@@ -371,8 +391,9 @@ class PathsParams:
 
 @section("")
 class Params:
-    seed: Int = Field(0, ge=0, le=SEED_MAX, description="Seed for everything random in the "
-                      "pipeline.")
+    seed: Int = Field(0, ge=0, le=SEED_MAX, description="Seed for what the RL seeds share: the "
+                      "base model's warm start and the smoke run (each RL run's own seed is one "
+                      "of audit.seeds).")
     data: DataParams = Field(default_factory=DataParams, description="Where the rows are and what "
                              "they must look like.")
     rewards: RewardsParams = Field(default_factory=RewardsParams, description="Which rewards "
@@ -387,6 +408,8 @@ class Params:
                                      "audit.")
     report: ReportParams = Field(default_factory=ReportParams, description="Thresholds of the "
                                  "retrospective's KL/beta diagnosis.")
+    audit: AuditParams = Field(default_factory=AuditParams, description="The recipe's audit: "
+                               "which RL seeds it trains and pools.")
     runtime: RuntimeParams = Field(default_factory=RuntimeParams, description="How torch "
                                    "computes: threads and pinned CPU numerics.")
     orchestration: OrchestrationParams = Field(default_factory=OrchestrationParams,

@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 ACCELERATE_CONFIGS = Path("configs/accelerate")
@@ -54,8 +55,9 @@ def accelerate_config_file(name: str) -> Path | None:
 
 
 def launch_args(module: str, processes: int, *, use_cpu: bool, config_name: str = "",
-                port: int = 29500) -> list[str]:
-    """The `accelerate launch` arguments that run `python -m module` in `processes` ranks.
+                port: int = 29500, script_args: Sequence[str] = ()) -> list[str]:
+    """The `accelerate launch` arguments that run `python -m module *script_args` in `processes`
+    ranks.
 
     Plain DDP goes through `--multi_gpu` even on CPU: it is accelerate's torchrun launcher, and
     the Trainer picks gloo when `use_cpu` is set (`--cpu` alone would start a single process).
@@ -72,7 +74,7 @@ def launch_args(module: str, processes: int, *, use_cpu: bool, config_name: str 
     else:
         head = ["--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
                 "--mixed_precision", "no", "--dynamo_backend", "no"]
-    return [*head, "--main_process_port", str(port), "-m", module]
+    return [*head, "--main_process_port", str(port), "-m", module, *script_args]
 
 
 def free_port() -> int:
@@ -82,8 +84,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def launch(stage: str, module: str, processes: int, *, use_cpu: bool, config_name: str = "") -> int:
-    """Run `module` in `processes` ranks with accelerate's launcher; the exit code for the stage.
+def launch(stage: str, module: str, processes: int, *, use_cpu: bool, config_name: str = "",
+           script_args: Sequence[str] = ()) -> int:
+    """Run `module` (with `script_args`) in `processes` ranks with accelerate's launcher; the exit
+    code for the stage.
 
     An expected failure in a rank comes back as its one-line message, printed once; a bug still
     shows the rank's traceback (the rank prints it), never torchrun's own.
@@ -112,7 +116,7 @@ def launch(stage: str, module: str, processes: int, *, use_cpu: bool, config_nam
           f"({config_name or ('DDP, gloo' if use_cpu else 'DDP')})", file=sys.stderr)
     args = launch_command_parser().parse_args(
         launch_args(module, processes, use_cpu=use_cpu, config_name=config_name,
-                    port=free_port()))
+                    port=free_port(), script_args=script_args))
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="rlvr-ranks.") as failures:
         os.environ[FAILURES_ENV] = failures

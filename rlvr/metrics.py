@@ -1,14 +1,12 @@
 """The figures people compare across runs: what `dvc exp show` and `dvc metrics diff` list.
-
 Each stage writes its whole result as a plain output (every rule, check, step and statistic) and
-a DVC metric under `metrics/` with only its headline: pass/fail of each gate, the training reward
-and KL, the held-out reward and greedy success before and after, the delta with its CI, and the
-verdict. Keys are short and flat, the folder name is short, and there are few of them, because
-`dvc exp show` prints one column per key (the first of each file headed by its path), then the
-params, then a hash column per changed dependency file: after a beta sweep, `dvc exp show
---only-changed` in a 200-column terminal shows every metric and the changed params whole (only
-the dependency hashes, last, fold into "…"). Each function here is a projection of the detail,
-so the two files cannot disagree.
+a DVC metric under `metrics/` with only its headline: pass/fail of each gate, the data check,
+the smoke run, and the recipe over its seeds (rlvr.recipe.recipe_metrics, metrics/recipe.json).
+Keys are short and flat where they can be, because `dvc exp show` prints one column per key (the
+first of each file headed by its path), then the params, then a hash column per changed
+dependency file. `train_metrics` and `eval_metrics` are one seed's headline, from its summaries:
+the model card and the experiments' table show them. Each function here is a projection of the
+detail, so the two cannot disagree.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlvr.errors import PipelineError
 from rlvr.provenance import (UNKNOWN_COMMIT, library_versions, provenance, read_lock,
                              sources_state)
 from rlvr.render import md_code, md_escape, md_table
@@ -136,18 +137,28 @@ def model_card(*, folder: str, base: str, base_hub_id: str | None, base_md5: str
                adapter: Mapping | None, data: Mapping[str, str],
                params: Sequence[tuple[str, Any]], metrics: Mapping[str, Any], verdict_line: str,
                samples: int, confidence: float, git: Mapping[str, Any], code_digest: str,
-               weights_md5: str, versions: Mapping[str, str]) -> str:
+               weights_md5: str, versions: Mapping[str, str], seed: int | None = None,
+               seed_reason: str = "", recipe: Mapping[str, Any] | None = None) -> str:
     """The card's markdown for the model in `folder`. `adapter`: the adapter_config.json of a
-    LoRA folder (None for full weights); `data`: path -> md5; `metrics`: metrics/eval.json, its
-    interval at `confidence`; `git`: `commit` and `changed`, the files the run depends on that
-    differed from it (rlvr.provenance.sources_state)."""
+    LoRA folder (None for full weights); `data`: path -> md5; `metrics`: the published seed's
+    headline (rlvr.metrics.eval_metrics), its interval at `confidence`; `git`: `commit` and
+    `changed`, the files the run depends on that differed from it
+    (rlvr.provenance.sources_state); `seed`, `seed_reason`: which RL seed these weights are and
+    why; `recipe`: metrics/recipe.json, the recipe's figures over its seeds."""
     lora = adapter is not None
     changed = git.get("changed") or []
     out = _yaml_header("peft" if lora else "transformers", base_hub_id)
-    out += [f"# GRPO policy: {md_escape(metrics.get('verdict', 'not evaluated'))}", "",
+    title = md_escape(metrics.get("verdict", "not evaluated"))
+    if recipe:
+        title = (f"{md_escape(recipe['verdict'])} over {len(recipe['seeds'])} seeds "
+                 f"(this seed: {title})")
+    out += [f"# GRPO policy: {title}", "",
             f"Post-trained with GRPO (TRL's GRPOTrainer) on verifiable rewards from "
-            f"{md_escape(base)}, by `dvc repro` {_made_where(git)}", "",
-            "## Result", "",
+            f"{md_escape(base)}, by `dvc repro` {_made_where(git)}", ""]
+    if seed is not None:
+        out += [f"These weights are RL seed {seed}'s: {md_escape(seed_reason)}. The test rows "
+                "played no part in the choice.", ""]
+    out += ["## Result", "",
             f"On the held-out test rows, step 0 (the base) against this model, the same seeded "
             f"samples; the delta's interval is a paired bootstrap over prompts.", ""]
     out += md_table(["figure", "step 0", "this model"],
@@ -155,8 +166,10 @@ def model_card(*, folder: str, base: str, base_hub_id: str | None, base_md5: str
                       _figure(metrics.get(after))] for before, after, label in HEADLINE])
     interval = f"[{_figure(metrics.get('ci_low'))}, {_figure(metrics.get('ci_high'))}]"
     out += ["", f"Mean reward delta, {confidence:.0%} interval: {interval}.", "",
-            f"Verdict: {md_escape(verdict_line)}", "",
-            "## Base model", ""]
+            f"Verdict (this run): {md_escape(verdict_line)}", ""]
+    if recipe:
+        out += _recipe_lines(recipe, metrics, samples, confidence)
+    out += ["## Base model", ""]
     out += md_table(["what", "value"], [
         ["base", base],
         ["models/base md5 (prepare_model)", base_md5],
@@ -189,6 +202,30 @@ def model_card(*, folder: str, base: str, base_hub_id: str | None, base_md5: str
                 "run from the project's root when that is a local folder.", ""]
     out += ["The per-prompt audit and every curve are in reports/retrospective.html.", ""]
     return "\n".join(out)
+
+
+def _recipe_lines(recipe: Mapping[str, Any], metrics: Mapping[str, Any], samples: int,
+                  confidence: float) -> list[str]:
+    """The recipe's figures (metrics/recipe.json) beside this seed's: what the recipe does over
+    its seeds, of which this model is one draw."""
+    delta = recipe.get("delta_mean_reward")
+    pooled = (f"{delta['value']:+.3f} [{delta['ci_low']:+.3f}, {delta['ci_high']:+.3f}]"
+              if delta else "n/a")
+    mine = "n/a" if metrics.get("ci_low") is None else (
+        f"{metrics['reward'] - metrics['reward0']:+.3f} [{metrics['ci_low']:+.3f}, "
+        f"{metrics['ci_high']:+.3f}]")
+    out = ["## The recipe over its seeds", "",
+           f"The same recipe trained once per RL seed ({', '.join(map(str, recipe['seeds']))}); "
+           f"its intervals ({confidence:.0%}) hold training noise and prompt noise "
+           "(reports/recipe/summary.json).", ""]
+    out += md_table(["held-out figure", "this seed", "the recipe, pooled"],
+                    [["mean reward delta [interval]", mine, pooled],
+                     ["pass@1 final", _figure(metrics.get("pass1")),
+                      _figure(recipe.get("pass1_final"))],
+                     [f"pass@{samples} final", _figure(metrics.get("passn")),
+                      _figure(recipe.get("passn_final"))],
+                     ["verdict", metrics.get("verdict", "n/a"), recipe["verdict"]]])
+    return out + [""]
 
 
 def card_body(card: str) -> str:
@@ -229,24 +266,35 @@ def publish_folder(weights: str | Path, final: str | Path, card: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def run_card(params) -> str:
-    """The card of the run params.yaml describes, from what its stages wrote: the trained
-    folder, evaluate's metrics and verdict line, and dvc.lock (md5s, code digests, the commit)."""
+def run_card(params) -> tuple[str, str]:
+    """The published seed's folder and the card of the run params.yaml describes, from what its
+    stages wrote: the recipe (which seed, its figures), that seed's trained folder and
+    evaluation, and dvc.lock (md5s, code digests, the commit)."""
     from rlvr.config import data_files, test_file_reader
+    from rlvr.metrics import eval_metrics
+    from rlvr.seeds import seed_paths
 
     paths, model = params.paths, params.model
-    prov = provenance(data_files(params), [paths.base_model, paths.trained_model],
+    recipe = json.loads(Path(paths.recipe_summary).read_text())
+    if "published_seed" not in recipe:
+        raise PipelineError(f"{paths.recipe_summary} names no seed with results to publish: "
+                            f"{recipe['verdict_line']}")
+    run = seed_paths(paths, recipe["published_seed"])
+    prov = provenance(data_files(params), [paths.base_model, run.trained_model],
                       current_stage="publish", read_by=test_file_reader(params))
-    adapter_file = Path(paths.trained_model) / ADAPTER_CONFIG
-    return model_card(
+    adapter_file = Path(run.trained_model) / ADAPTER_CONFIG
+    summary = json.loads(Path(run.eval_summary).read_text())
+    card = model_card(
         folder=paths.final_model, base=base_description(model),
         base_hub_id=model.name_or_path if model.init == "pretrained" else None,
         base_md5=prov["models"][paths.base_model],
         adapter=json.loads(adapter_file.read_text()) if adapter_file.exists() else None,
-        data=prov["data"], params=key_params(params),
-        metrics=json.loads(Path(paths.eval_metrics).read_text()),
-        verdict_line=json.loads(Path(paths.eval_summary).read_text())["verdict_line"],
+        data=prov["data"], params=key_params(params), metrics=eval_metrics(summary),
+        verdict_line=summary["verdict_line"],
         samples=params.evaluate.samples, confidence=params.evaluate.confidence,
         git=sources_state(read_lock()), code_digest=combined_digest(prov["code"]),
-        weights_md5=prov["models"][paths.trained_model],
-        versions=library_versions(("torch", "transformers", "trl", "peft")))
+        weights_md5=prov["models"][run.trained_model],
+        versions=library_versions(("torch", "transformers", "trl", "peft")),
+        seed=run.seed, seed_reason=recipe["published_reason"],
+        recipe=json.loads(Path(paths.recipe_metrics).read_text()))
+    return run.trained_model, card

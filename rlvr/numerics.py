@@ -26,7 +26,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+# params.yaml `runtime`'s defaults (rlvr.config.RuntimeParams declares the fields with these):
+# here, because a stage pins from the raw file before anything heavier is imported.
 THREADS_DEFAULT = 2
+REPRODUCIBLE_DEFAULT = True
 # The variables a reproducible run sets, beyond the thread count (x86-64 only: the names and
 # values are x86's).
 PINNED_ISA = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
@@ -74,8 +77,8 @@ def runtime_settings(raw: Mapping | None) -> tuple[int, bool]:
     threads = raw.get("torch_threads", THREADS_DEFAULT)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         threads = THREADS_DEFAULT
-    reproducible = raw.get("reproducible", True)
-    return threads, reproducible if isinstance(reproducible, bool) else True
+    reproducible = raw.get("reproducible", REPRODUCIBLE_DEFAULT)
+    return threads, reproducible if isinstance(reproducible, bool) else REPRODUCIBLE_DEFAULT
 
 
 def pin_from_params(path: str | Path = "params.yaml") -> dict[str, str] | None:

@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from typing import Any
 
 from rlvr.config import PathsParams
 from rlvr.errors import PipelineError
+from rlvr.seeds import seed_paths
 
 
 class StageFailed(PipelineError):
@@ -45,11 +47,26 @@ class Artifact:
     link: str = ""
 
 
-def dvc_stages(dvc_yaml: str | Path = "dvc.yaml") -> list[str]:
-    """Stage names in dvc.yaml's order (the order they are written, upstream first)."""
+def _dvc_yaml_stages(dvc_yaml: str | Path) -> dict:
     from ruamel.yaml import YAML
 
-    return list((YAML(typ="safe").load(Path(dvc_yaml).read_text()) or {})["stages"])
+    return (YAML(typ="safe").load(Path(dvc_yaml).read_text()) or {})["stages"]
+
+
+def dvc_stages(dvc_yaml: str | Path = "dvc.yaml") -> list[str]:
+    """Stage names in dvc.yaml's order (the order they are written, upstream first)."""
+    return list(_dvc_yaml_stages(dvc_yaml))
+
+
+def seeded_stages(dvc_yaml: str | Path = "dvc.yaml") -> set[str]:
+    """The stages run once per RL seed (`foreach: ${audit.seeds}`: train, evaluate): one seed's
+    failure leaves the others to run (`dvc repro --keep-going`)."""
+    return {name for name, stage in _dvc_yaml_stages(dvc_yaml).items() if "foreach" in stage}
+
+
+# The stage that pools the seeds. DVC runs it once every seed has run to the end; after a failed
+# seed the flow runs it alone, on the seeds that did (recipe_alone).
+RECIPE_STAGE = "recipe"
 
 
 def _tail(text: str, lines: int = 25) -> str:
@@ -95,16 +112,35 @@ def _stage_line(stage: str, output: str) -> str | None:
     >>> _stage_line("train", "train: step 3\nKeyError: 1\ntrain: FAILED on an unexpected error"
     ...             "\nERROR: failed to reproduce 'train'") is None
     True
+    >>> _stage_line("train", "train@1: stopped by SIGTERM\nERROR: failed to reproduce 'train@1'")
+    'train@1: stopped by SIGTERM'
+    >>> _stage_line("train", "train@2: the disk is full\nWARNING: failed to run: x, exited with 1"
+    ...             "\nWARNING: Stages 'recipe' will be skipped due to this failure\n"
+    ...             "ERROR: failed to reproduce 'train@2'")  # --keep-going warns in between
+    'train@2: the disk is full'
     """
-    lines = [line for line in output.splitlines() if line.strip()]
+    # DVC's own warnings (--keep-going: the stages it skips) stand between the two
+    lines = [line for line in output.splitlines()
+             if line.strip() and not line.startswith("WARNING: ")]
+    name = re.escape(stage) + r"(@\d+)?"  # a per-seed stage: train@1
     ends = [i for i, line in enumerate(lines)
-            if line.startswith(f"ERROR: failed to reproduce '{stage}'")]
+            if re.match(f"ERROR: failed to reproduce '{name}'", line)]
     if not ends or ends[0] == 0:
         return None
     last = lines[ends[0] - 1]
-    if last.startswith(f"{stage}: ") and not last.startswith(f"{stage}: FAILED"):
+    if re.match(f"{name}: ", last) and not re.match(f"{name}: FAILED", last):
         return last
     return None
+
+
+def readable(output: str) -> str:
+    r"""A stage's output as a person reads it in a log: each progress bar's last state only (a bar
+    redraws itself with \r), every line of every seed kept.
+
+    >>> readable("train@0: start\n  0%|  | 0/8\r 50%|  | 4/8\r100%|  | 8/8\ntrain@0: done\n")
+    'train@0: start\n100%|  | 8/8\ntrain@0: done\n'
+    """
+    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in output.split("\n"))
 
 
 def tool_env() -> dict[str, str]:
@@ -131,7 +167,8 @@ def stale_stages(root: str | Path) -> set[str] | None:
         status = None
     if not isinstance(status, dict):
         return None
-    return {name.rsplit(":", 1)[-1] for name in status}
+    # "dvc.yaml:train@1" -> "train": the flow runs a per-seed stage as its whole group
+    return {name.rsplit(":", 1)[-1].split("@", 1)[0] for name in status}
 
 
 def stages_to_run(order: list[str], stale: set[str] | None) -> list[str]:
@@ -150,15 +187,32 @@ def stages_to_run(order: list[str], stale: set[str] | None) -> list[str]:
     return list(order[first:])
 
 
-def run_dvc_stage(stage: str, root: str | Path) -> str:
-    """`dvc repro <stage>` in root; its output, or StageFailed naming the stage and the cause."""
+def run_dvc_stage(stage: str, root: str | Path, keep_going: bool = False) -> str:
+    """`dvc repro <stage>` in root (with keep_going, `--keep-going`: a per-seed stage's other
+    seeds run on after one fails); its output, or StageFailed naming the stage and the cause."""
     root = Path(root)
-    run = run_dvc(root, "repro", stage)
+    run = run_dvc(root, "repro", *(["--keep-going"] if keep_going else []), stage)
     output = run.stdout + run.stderr
     if run.returncode != 0:
         raise StageFailed(f"stage {stage} failed (dvc repro exit {run.returncode}): "
                           f"{failure_detail(stage, root, output)}")
     return output
+
+
+def recipe_alone(root: str | Path) -> tuple[str, str]:
+    """Stage recipe run outside DVC (`python -m stages.recipe`), on the seeds that ran to the end
+    after another failed: its output and the recipe's verdict line (it names the failed seeds).
+    DVC records nothing: `dvc repro` reruns the failed seeds, then the recipe, in its own time."""
+    root = Path(root)
+    run = subprocess.run([sys.executable, "-m", "stages.recipe"], cwd=root, capture_output=True,
+                         text=True, env=tool_env())
+    output = run.stdout + run.stderr
+    if run.returncode != 0:
+        raise StageFailed(f"stage {RECIPE_STAGE} failed on the seeds that ran (exit "
+                          f"{run.returncode}): {_tail(output)}")
+    recipe = _json(root, _paths(root).recipe_summary) or {}
+    return output, (f"the recipe over {len(recipe.get('evaluated') or [])} of "
+                    f"{len(recipe.get('seeds') or [])} seeds: {recipe.get('verdict_line')}")
 
 
 # ------------------------------------------------------------------ how a flow run ends
@@ -299,8 +353,9 @@ def workspace_lock(root: str | Path, holder: dict | None = None) -> Iterator[dic
 
 
 def audit_verdict(root: str | Path) -> str | None:
-    """The audit's verdict (paths.eval_metrics' `verdict`), None before evaluate has run."""
-    return (_json(Path(root), _paths(Path(root)).eval_metrics) or {}).get("verdict")
+    """The recipe's verdict over its seeds (paths.recipe_metrics' `verdict`), None before stage
+    recipe has run."""
+    return (_json(Path(root), _paths(Path(root)).recipe_metrics) or {}).get("verdict")
 
 
 def run_summary(result: dict) -> str:
@@ -325,8 +380,9 @@ def provenance_line(root: Path) -> str:
 
     params = load_params(root / "params.yaml")
     paths = params.paths
+    trained = [seed_paths(paths, seed).trained_model for seed in params.audit.seeds]
     # Not rlvr.provenance.provenance: its compute platform imports torch (2 s per flow run).
-    found = data_and_model_hashes(data_files(params), [paths.base_model, paths.trained_model],
+    found = data_and_model_hashes(data_files(params), [paths.base_model, *trained],
                                   read_lock(root / "dvc.lock"), root, test_file_reader(params))
     hashes = ", ".join(f"{path} {md5[:12]}" for path, md5 in
                        {**found["data"], **found["models"]}.items())
@@ -368,48 +424,72 @@ def _smoke_artifacts(root: Path, where: str) -> list[Artifact]:
                             for c in checks["checks"]])]
 
 
+def _seeds(root: Path) -> list[int]:
+    from rlvr.config import load_params
+
+    return load_params(root / "params.yaml").audit.seeds
+
+
 def _train_artifacts(root: Path, where: str) -> list[Artifact]:
     paths = _paths(root)
-    m = _json(root, paths.train_summary) or {}
     step0 = _json(root, paths.step0) or {}
-    final = m.get("final", {})
-    markdown = "\n".join([
-        "# Training summary", "",
-        f"- step-0 baseline mean reward: {step0.get('mean_reward', float('nan')):.3f}",
-        f"- mean reward, first 10 steps: {m.get('first10_mean_reward', float('nan')):.3f}",
-        f"- mean reward, last 10 steps: {m.get('last10_mean_reward', float('nan')):.3f}",
-        f"- final KL (last 10 steps): {m.get('last10_mean_kl', float('nan')):.4f}",
-        f"- steps: {m.get('steps')}, final beta: {final.get('beta')}", "",
-        f"Curves: {(root / paths.train_curves).resolve().as_uri()}"])
-    return [Artifact("training-summary", "markdown", f"GRPO training summary. {where}",
-                     markdown=markdown)]
+    lines = ["# Training summary", "",
+             f"Step-0 baseline mean reward: {step0.get('mean_reward', float('nan')):.3f}", "",
+             "| seed | steps | mean reward, first 10 steps | last 10 steps | final KL | final beta "
+             "| curves |", "|---|---|---|---|---|---|---|"]
+    for seed in _seeds(root):
+        run = seed_paths(paths, seed)
+        m = _json(root, run.train_summary) or {}
+        lines.append(f"| {seed} | {m.get('steps')} | "
+                     f"{m.get('first10_mean_reward', float('nan')):.3f} | "
+                     f"{m.get('last10_mean_reward', float('nan')):.3f} | "
+                     f"{m.get('last10_mean_kl', float('nan')):.4f} | "
+                     f"{m.get('final', {}).get('beta')} | "
+                     f"{(root / run.train_curves).resolve().as_uri()} |")
+    return [Artifact("training-summary", "markdown", f"GRPO training summary, per RL seed. "
+                     f"{where}", markdown="\n".join(lines))]
+
+
+def _split_row(seed: str, split: str, s: dict, verdict: str | None) -> dict:
+    d, n = s["delta_mean_reward"], str(s["samples_per_prompt"])
+    curves, solved = s["pass_at_k"], s.get("solutions") or {}
+    return {"seed": seed, "split": split, "mean reward step 0": s["step0"]["mean_reward"],
+            "mean reward final": s["final"]["mean_reward"],
+            "delta": d["value"], "ci low": d["ci_low"], "ci high": d["ci_high"],
+            "greedy success step 0": s["step0"].get("greedy_success"),
+            "greedy success final": s["final"].get("greedy_success"),
+            "pass@1 step 0": curves["step0"]["1"], "pass@1 final": curves["final"]["1"],
+            f"pass@{n} step 0": curves["step0"][n], f"pass@{n} final": curves["final"][n],
+            "prompts lost": solved.get("lost_count"), "prompts new": solved.get("new_count"),
+            "regressed tags": ", ".join(t["tag"] for t in s["slices"]
+                                        if t["regressed"] and t["weighed"]),
+            "KL final vs step 0": s.get("kl_final_vs_step0"), "verdict": verdict}
 
 
 def _evaluate_artifacts(root: Path, where: str) -> list[Artifact]:
-    ev = _json(root, _paths(root).eval_summary) or {}
+    """Each seed's step 0 vs final (its own verdict, one run's), then the recipe pooled over the
+    seeds: the verdict the description opens with."""
+    paths = _paths(root)
     rows = []
-    for split in ("train", "heldout"):
-        if split in ev:
-            s, d = ev[split], ev[split]["delta_mean_reward"]
-            n = str(s["samples_per_prompt"])
-            curves, solved = s["pass_at_k"], s["solutions"]
-            rows.append({"split": split, "mean reward step 0": s["step0"]["mean_reward"],
-                         "mean reward final": s["final"]["mean_reward"],
-                         "delta": d["value"], "ci low": d["ci_low"], "ci high": d["ci_high"],
-                         "greedy success step 0": s["step0"]["greedy_success"],
-                         "greedy success final": s["final"]["greedy_success"],
-                         "pass@1 step 0": curves["step0"]["1"], "pass@1 final": curves["final"]["1"],
-                         f"pass@{n} step 0": curves["step0"][n],
-                         f"pass@{n} final": curves["final"][n],
-                         "prompts lost": solved["lost_count"], "prompts new": solved["new_count"],
-                         "regressed tags": ", ".join(t["tag"] for t in s["slices"]
-                                                     if t["regressed"] and t["weighed"]),
-                         "KL final vs step 0": s.get("kl_final_vs_step0"),
-                         "verdict": ev.get("verdict")})
+    for seed in _seeds(root):
+        ev = _json(root, seed_paths(paths, seed).eval_summary) or {}
+        rows += [_split_row(str(seed), split, ev[split], ev.get("verdict"))
+                 for split in ("train", "heldout") if split in ev]
+    recipe = _json(root, paths.recipe_summary) or {}
+    pooled = recipe.get("pooled")
+    if pooled:
+        n = pooled["samples_per_prompt"]
+        curves = {p: {"1": pooled[p]["pass@1"], str(n): pooled[p][f"pass@{n}"]}
+                  for p in ("step0", "final")}
+        rows.append(_split_row(f"pooled over {len(recipe['evaluated'])}", recipe["split"],
+                               {**pooled, "pass_at_k": curves}, recipe["verdict"]))
     # the verdict line says what was lost, where a mean would hide it (rlvr.audit.verdict_line)
+    missing = "".join(f" Seed {seed} has no results: {why}." for seed, why in
+                      (recipe.get("failed") or {}).items())
     return [Artifact("evaluation-audit", "table",
-                     f"Step 0 vs final; verdict: {ev.get('verdict_line', ev.get('verdict'))}. "
-                     f"{where}", table=rows)]
+                     f"Step 0 vs final, per RL seed and pooled; "
+                     f"{recipe.get('verdict_line', 'no recipe yet')}.{missing} {where}",
+                     table=rows)]
 
 
 def _report_artifacts(root: Path, where: str) -> list[Artifact]:
@@ -437,7 +517,8 @@ def _publish_artifacts(root: Path, where: str) -> list[Artifact]:
 # the flow runs no artifact task for them).
 ARTIFACT_BUILDERS: dict[str, Callable[[Path, str], list[Artifact]]] = {
     "reward_tests": _reward_tests_artifacts, "validate": _validate_artifacts,
-    "smoke": _smoke_artifacts, "train": _train_artifacts, "evaluate": _evaluate_artifacts,
+    # the evaluation artifact waits for recipe: it carries the recipe's verdict over the seeds
+    "smoke": _smoke_artifacts, "train": _train_artifacts, RECIPE_STAGE: _evaluate_artifacts,
     "report": _report_artifacts, "publish": _publish_artifacts,
 }
 

@@ -220,6 +220,36 @@ def plot_pass_at_k(evaluation: Mapping, path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
+def plot_seeds(recipe: Mapping, path: str | Path) -> Path:
+    """Each seed's held-out delta of mean reward with its interval over prompts, and the pooled
+    interval over seeds and prompts as a band: where the seeds disagree, one run's verdict is
+    one draw."""
+    plt = pyplot()
+    lines = recipe["seed_lines"]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.0 + 0.8 * len(lines)), 3.6))
+    pooled = (recipe.get("pooled") or {}).get("delta_mean_reward")
+    if pooled:
+        ax.axhspan(pooled["ci_low"], pooled["ci_high"], color="C0", alpha=0.15,
+                   label=f"pooled over {len(lines)} seeds: {pooled['value']:+.3f} "
+                         f"[{pooled['ci_low']:+.3f}, {pooled['ci_high']:+.3f}]")
+        ax.axhline(pooled["value"], color="C0", linewidth=1.2)
+    for x, line in enumerate(lines):
+        d = line["delta_mean_reward"]
+        ax.errorbar([x], [d["value"]], yerr=[[d["value"] - d["ci_low"]],
+                                             [d["ci_high"] - d["value"]]],
+                    fmt="o", color="C3" if line["seed"] == recipe.get("published_seed") else "k",
+                    capsize=4)
+    ax.axhline(0.0, color="C7", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(lines)), [f"seed {line['seed']}" for line in lines])
+    ax.set_xlim(-0.6, len(lines) - 0.4)
+    ax.set_ylabel("held-out delta of mean reward")
+    ax.set_title(f"Recipe: {recipe['verdict']} (red: the published seed)", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    if pooled:
+        ax.legend(fontsize=8, loc="best")
+    return save_figure(fig, path)
+
+
 def settings_figure(settings: Mapping[str, Sequence[tuple[Sequence[dict], Sequence[dict]]]]):
     """One line per setting, labelled by what it changes: the mean over its runs (seeds) with a
     band from their lowest to their highest, in four panels: training reward and KL to the

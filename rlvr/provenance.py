@@ -54,6 +54,17 @@ def read_lock(lock_path: str | Path = "dvc.lock") -> dict[str, dict]:
     return (YAML(typ="safe").load(lock.read_text()) or {}).get("stages", {}) or {}
 
 
+def holds_outputs(path: str, produced) -> bool:
+    """Is `path` a stage's out, or a folder holding some (a dep on the seeds' folders)?
+
+    >>> holds_outputs("reports/eval", {"reports/eval/seed-0/summary.json"})
+    True
+    >>> holds_outputs("rlvr", {"reports/eval/seed-0/summary.json"})
+    False
+    """
+    return path in produced or any(out.startswith(path.rstrip("/") + "/") for out in produced)
+
+
 def produced_hashes(stages: dict[str, dict]) -> dict[str, str]:
     """path -> md5 for every out, as recorded by the stage that produced it."""
     return {out["path"]: out["md5"] for stage in stages.values()
@@ -70,7 +81,7 @@ def code_digests(stages: dict[str, dict], data_paths: Sequence[str],
         if name in exclude:
             continue
         code = sorted((d["path"], d.get("md5", "")) for d in stage.get("deps", [])
-                      if d["path"] not in produced and d["path"] not in data_paths)
+                      if not holds_outputs(d["path"], produced) and d["path"] not in data_paths)
         text = "".join(f"{path} {md5}\n" for path, md5 in code)
         digests[name] = {"files": len(code), "digest": hashlib.sha256(text.encode()).hexdigest()}
     return digests
@@ -163,8 +174,8 @@ def sources_state(stages: dict[str, dict], cwd: str | Path | None = None) -> dic
     dvc.lock) or changes docs leaves both alone, as it leaves DVC's cache: a rerun of it writes
     the same bytes."""
     produced = {out["path"] for stage in stages.values() for out in stage.get("outs", [])}
-    followed = sorted({d["path"] for stage in stages.values() for d in stage.get("deps", [])}
-                      - produced | {"params.yaml"})
+    followed = sorted({d["path"] for stage in stages.values() for d in stage.get("deps", [])
+                       if not holds_outputs(d["path"], produced)} | {"params.yaml"})
     commit = _git("log", "-1", "--format=%H", "--", *followed, cwd=cwd) or UNKNOWN_COMMIT
     changed = changed_files(_git("status", "--porcelain", "-z", "--", *followed, cwd=cwd,
                                  strip=False))

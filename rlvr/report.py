@@ -21,6 +21,7 @@ from typing import Any
 from rlvr.diagnosis import prompt_audit
 from rlvr.grpo.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS
 from rlvr.render import Md, md_code, md_escape, md_image, md_table, md_value
+from rlvr.seeds import seed_folder
 
 
 def ci_text(d: dict) -> Md:
@@ -176,6 +177,71 @@ class ReportInputs:
     confidence: float
     selection: dict | None = None
     alarms: dict | None = None
+    recipe: dict | None = None  # rlvr.recipe.recipe_audit: the seeds pooled (None: one run only)
+
+
+def per_prompt_path(r: ReportInputs) -> str:
+    """Where the shown run's per-prompt records are: the published seed's folder."""
+    seed = (r.recipe or {}).get("published_seed", r.params.get("seed", 0))
+    return f"{r.params['paths']['eval_runs']}/{seed_folder(seed)}/per_prompt.jsonl"
+
+
+def recipe_section(r: ReportInputs) -> list[str]:
+    """The recipe's verdict over the seeds, first: the pooled figures, each seed's line (its own
+    verdict, one run's), the per-seed deltas against the pooled band, and per-tag agreement."""
+    recipe = r.recipe
+    if not recipe:
+        return []
+    e, v = md_escape, md_value
+    lines, pooled = recipe["seed_lines"], recipe.get("pooled")
+    verdict, line = recipe["verdict"], recipe["verdict_line"]
+    detail = line[len(verdict) + 2:] if line.startswith(f"{verdict}: ") else line
+    out = [f"**The recipe over {len(recipe['evaluated'])} of {len(recipe['seeds'])} seeds: "
+           f"{e(verdict.capitalize())}**: {e(detail)}.", "",
+           "## 0. The recipe over its seeds", ""]
+    if pooled:
+        n = pooled["samples_per_prompt"]
+        out += [f"Each RL seed (params.yaml `audit.seeds`) trained and was evaluated on its own; "
+                f"the pooled figures are means over seeds, and each interval is a "
+                f"{r.confidence:.0%} two-level bootstrap, seeds then prompts, so it holds "
+                "training noise and prompt noise (rlvr/recipe.py). The verdict follows the same "
+                "rules as one run's.", ""]
+        out += md_table(["held-out, pooled", "step 0", "final", f"delta [{r.confidence:.0%} CI]"],
+                        [["mean reward", pooled["step0"]["mean_reward"],
+                          pooled["final"]["mean_reward"], ci_text(pooled["delta_mean_reward"])],
+                         ["pass@1", pooled["step0"]["pass@1"], pooled["final"]["pass@1"],
+                          ci_text(pooled["delta_pass@1"])],
+                         [f"pass@{n}", pooled["step0"][f"pass@{n}"],
+                          pooled["final"][f"pass@{n}"], ci_text(pooled[f"delta_pass@{n}"])]])
+        out.append("")
+    out += ["Each seed's line: its held-out delta with its CI over prompts alone, and its own "
+            "verdict, which is one run's.", ""]
+    n = lines[0]["samples"] if lines else "n"
+    out += md_table(["seed", "delta [CI over prompts]", "pass@1 final", f"pass@{n} final",
+                     "regressed tags", "this run's verdict", "validation reward", "published"],
+                    [[line["seed"], ci_text(line["delta_mean_reward"]), line["pass1_final"],
+                      line["passn_final"], ", ".join(line["regressed_tags"]) or "none",
+                      line["verdict"], line["validation_reward"],
+                      "yes" if line["seed"] == recipe.get("published_seed") else ""]
+                     for line in lines])
+    out += [""] + [f"Seed {v(seed)}: {e(why)}." for seed, why in recipe["failed"].items()]
+    out += ["", md_image("each seed's held-out delta and the pooled interval", r.images["seeds"]),
+            ""]
+    if pooled and pooled["slices"]:
+        n = pooled["samples_per_prompt"]
+        out += ["Per tag, pooled, and how many seeds' own audits called it regressed:", ""]
+        out += md_table(["tag", "rows", f"delta [{r.confidence:.0%} CI]",
+                         f"pass@{n} delta [CI]", "regressed (pooled)",
+                         f"regressed in k of {len(lines)} seeds"],
+                        [[s["tag"], s["rows"], ci_text(s["delta_mean_reward"]),
+                          ci_text(s[f"delta_pass@{n}"]),
+                          ("yes: " + "; ".join(s["reasons"])) if s["regressed"] else "no",
+                          s["regressed_seeds"]] for s in pooled["slices"]])
+        out.append("")
+    if "published_seed" in recipe:
+        out += [f"The rest of this page is one run's: seed {v(recipe['published_seed'])}, the "
+                f"published one ({e(recipe['published_reason'])}).", ""]
+    return out
 
 
 def verdict_section(r: ReportInputs) -> list[str]:
@@ -187,8 +253,10 @@ def verdict_section(r: ReportInputs) -> list[str]:
     verdict = evaluation["verdict"]
     line = evaluation.get("verdict_line", verdict)
     detail = line[len(verdict) + 2:] if line.startswith(f"{verdict}: ") else line
-    out = [f"**{e(verdict.capitalize())}**: {e(detail)}.", ""]
-    out += ["## 1. Verdict", ""]
+    one_run = (f"Seed {md_value(r.recipe['published_seed'])}, one run: "
+               if r.recipe and "published_seed" in r.recipe else "")
+    out = [f"{one_run}**{e(verdict.capitalize())}**: {e(detail)}.", ""]
+    out += ["## 1. Verdict" + (" of one run" if one_run else ""), ""]
     out.append(
         f"On held-out prompts: mean sampled reward "
         f"{held['step0']['mean_reward']:.3f} -> {held['final']['mean_reward']:.3f} (paired delta "
@@ -298,7 +366,7 @@ def audit_section(r: ReportInputs) -> list[str]:
         f"gained, {sum(x['delta'] < 0 for x in train_rows)} lost, "
         f"{len(train_audit['never_solved'])} never solved, "
         f"{len(train_audit['always_solved'])} always solved "
-        f"(every row is in {md_code(r.params['paths']['eval_per_prompt'])}).", ""]
+        f"(every row is in {md_code(per_prompt_path(r))}).", ""]
 
 
 def cost_section(r: ReportInputs) -> list[str]:
@@ -339,7 +407,7 @@ def provenance_section(r: ReportInputs) -> list[str]:
                   json.dumps(params, indent=2, default=str), "```", "", "</details>", ""]
 
 
-SECTIONS = (verdict_section, curves_section, diagnosis_section, hyperparameters_section,
+SECTIONS = (recipe_section, verdict_section, curves_section, diagnosis_section, hyperparameters_section,
             checks_section, audit_section, cost_section, provenance_section)
 
 

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from rlvr.config import Params, PathsParams
+from rlvr.seeds import SeedPaths
 from rlvr.data import Row, read_rows, share_with_umask, write_text_atomic
 from rlvr.distributed import accelerate_config_file, barrier, is_main_process, sum_over_ranks
 from rlvr.evaluation import (correct_spread, prompt_template, rollout_settings, score_rows,
@@ -141,15 +142,15 @@ def validation_history(log_history: list[dict]) -> list[dict]:
             if validation_entry(entry)]
 
 
-def selection_record(params: Params, state) -> dict:
-    """Which step's weights became the final model, and why (the train summary and the report)."""
+def selection_record(params: Params, state, final: str) -> dict:
+    """Which step's weights became the final model (saved to `final`), and why (the train summary
+    and the report)."""
     train = params.train
     scored = validation_history(state.log_history)
     record = {"select": train.select, "last_step": state.global_step,
               "max_steps": train.max_steps, "validation": scored,
               "stopped_early": state.global_step < train.max_steps}
     best = state.best_global_step if train.select == "best_val" else None
-    final = params.paths.trained_model
     if best and state.best_model_checkpoint:
         record.update(chosen_step=best, best_mean_reward=state.best_metric,
                       reason=f"{final} is step {best}: the best validation mean reward "
@@ -184,7 +185,7 @@ def interrupted(error: Exception, checkpoint_dir: str, own_state: list[str]) -> 
                                                     if damaged else ""), needed))
 
 
-def train_run(params: Params, paths: PathsParams) -> dict | None:
+def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None:
     """The full run: resume from a checkpoint of this very run if there is one, train, then
     write the final model, the history, the curves; return the metrics and the lines to print
     (None on a rank other than the main one, which alone writes)."""
@@ -194,7 +195,7 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
     rows = read_rows(params.data.train_path)
     val_rows = read_rows(params.data.val_path) if params.train.eval_steps else None
     policy = policy_path(paths.base_model)
-    final_dir, checkpoint_dir = paths.trained_model, paths.checkpoints
+    final_dir, checkpoint_dir = run.trained_model, run.checkpoints
     # What the run depends on: params, data, base model, the library's code and versions, the
     # numerics it computes with (rlvr/numerics.py). A checkpoint of any other run is never resumed.
     model = params.model
@@ -215,16 +216,16 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
     if not is_main_process():
         resume = last_checkpoint(checkpoint_dir, own_state)
     elif resume:
-        print(f"train: resuming from {resume}")
+        print(f"train@{params.seed}: resuming from {resume}")
     try:
         trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
                            save_steps=params.train.save_steps, resume_from=resume,
-                           callbacks=[LiveCurvesCallback(paths.train_live)], val_rows=val_rows,
+                           callbacks=[LiveCurvesCallback(run.train_live)], val_rows=val_rows,
                            dynamic_sampling=True)
     except Exception as error:  # noqa: BLE001 - the machine's faults get what a rerun does
         raise interrupted(error, checkpoint_dir, own_state) from error
     history = step_history(trainer.state.log_history)
-    selection = selection_record(params, trainer.state)
+    selection = selection_record(params, trainer.state, final_dir)
 
     # One staging folder every rank agrees on: save_model must run on every rank (FSDP and
     # DeepSpeed gather the weights), and only the main process writes.
@@ -244,24 +245,26 @@ def train_run(params: Params, paths: PathsParams) -> dict | None:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
-    write_text_atomic(paths.train_history,
+    write_text_atomic(run.train_history,
                       "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in history))
-    plot_curves(history, paths.train_curves,
+    plot_curves(history, run.train_curves,
                 title=f"GRPO: {len(history)} steps, beta {params.train.beta_schedule.kind}",
                 validation=selection["validation"], chosen_step=selection["chosen_step"])
     summary = {**run_metrics(history), "selection": selection, "numerics": numerics_in_force()}
     final = summary["final"]
-    lines = [f"train: {summary['steps']} steps; reward {summary['first10_mean_reward']:.3f} "
+    label = f"train@{params.seed}"  # as DVC names the stage
+    lines = [f"{label}: {summary['steps']} steps; reward {summary['first10_mean_reward']:.3f} "
              f"(first 10) -> {summary['last10_mean_reward']:.3f} (last 10); final KL "
              f"{final.get('kl', float('nan')):.4f}; model -> {final_dir}",
-             f"train: {selection['reason']}"]
+             f"{label}: {selection['reason']}"]
     if val_rows:
         runtime = next((e[TRAIN_RUNTIME] for e in reversed(trainer.state.log_history)
                         if TRAIN_RUNTIME in e), None)
         if runtime:
             record_timing(validation_seconds=trainer.validation_seconds, train_runtime=runtime)
-            lines.append(f"train: scoring the validation rows took {trainer.validation_seconds:.1f}"
-                         f" s of {runtime:.1f} s ({trainer.validation_seconds / runtime:.1%})")
+            lines.append(f"{label}: scoring the validation rows took "
+                         f"{trainer.validation_seconds:.1f} s of {runtime:.1f} s "
+                         f"({trainer.validation_seconds / runtime:.1%})")
     if resume:
-        lines.append(f"train: resumed from {resume}")
+        lines.append(f"{label}: resumed from {resume}")
     return {"summary": summary, "lines": lines}

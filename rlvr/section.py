@@ -175,6 +175,8 @@ def _rule(error: dict, node: dict) -> str:
     kind = error["type"]
     if kind in _WORDS:
         return _WORDS[kind]
+    if kind == "too_long":
+        return f"must hold at most {node['maxItems']} items"
     if kind == "literal_error":
         return "must be one of: " + ", ".join(choice or "''" for choice in node["enum"])
     if kind in _BOUNDS:  # the whole range, as the schema states it: "must be in [0, 1)"

@@ -35,6 +35,7 @@ from rlvr.gate import require_gate
 
 DVC_YAML = Path("dvc.yaml")
 WHOLE_FILE = ""  # a stage that declares all of params.yaml
+FOREACH_ITEM = "item"  # a foreach stage's own value (${item}: the seed), not a param
 _INTERPOLATION = re.compile(r"\$\{\s*([A-Za-z0-9_.]+)\s*\}")
 
 
@@ -88,6 +89,8 @@ def declared_params(stage: str, dvc_yaml: str | Path = DVC_YAML) -> set[str]:
     from ruamel.yaml import YAML
 
     spec = (YAML(typ="safe").load(Path(dvc_yaml).read_text()) or {})["stages"][stage]
+    if "foreach" in spec:  # one stage per seed (train@0, ...): their shared definition
+        spec = spec["do"]
     keys = set()
     for entry in spec.get("params") or []:
         if isinstance(entry, str):
@@ -103,7 +106,7 @@ def declared_params(stage: str, dvc_yaml: str | Path = DVC_YAML) -> set[str]:
                     keys.add(WHOLE_FILE)
     for text in _strings({k: v for k, v in spec.items() if k != "params"}):
         keys.update(_INTERPOLATION.findall(text))
-    return keys
+    return keys - {FOREACH_ITEM}
 
 
 class ParamsView:
@@ -144,9 +147,11 @@ class ParamsView:
         return f"ParamsView({self._stage}: {self._prefix or 'params'})"
 
 
-def stage_view(params: Params, stage: str, dvc_yaml: str | Path = DVC_YAML) -> Params | ParamsView:
-    """The params as the stage may see them (the Params itself if it declares the whole file)."""
-    allowed = declared_params(stage, dvc_yaml)
+def stage_view(params: Params, stage: str, dvc_yaml: str | Path = DVC_YAML,
+               seeded: bool = False) -> Params | ParamsView:
+    """The params as the stage may see them (the Params itself if it declares the whole file);
+    a seeded stage also sees `seed`, its own (its command line, which DVC follows)."""
+    allowed = declared_params(stage, dvc_yaml) | ({"seed"} if seeded else set())
     return params if WHOLE_FILE in allowed else ParamsView(params, allowed, stage)
 
 
@@ -156,10 +161,56 @@ def _parts_file(params: Params, name: str) -> Path:
     return Path(params.paths.timing) / f".{name}.parts"
 
 
+def _record_failure(label: str, line: str, in_rank: bool) -> None:
+    """Leave the line a stage stopped with where the timing goes (not an output: DVC removes
+    nothing there), so stage recipe can name a seed that has no results and why. Best effort:
+    the line is printed already, and params.yaml may be what failed to load."""
+    if in_rank:
+        return  # the launcher records it (a rank's line comes back to it)
+    with contextlib.suppress(Exception):
+        write_json(Path(load_params().paths.timing) / f"{label}.json",
+                   {"exit_code": 1, "error": line})
+
+
+def failure_line(timing_dir: str | Path, label: str) -> str | None:
+    """The line stage `label` last stopped with (None: it did not fail, or left no record)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return json.loads((Path(timing_dir) / f"{label}.json").read_text()).get("error")
+    return None
+
+
+def seed_argument(name: str, argv: list[str]) -> int:
+    """The RL seed a per-seed stage runs for: its one command-line argument (dvc.yaml passes
+    `${item}`, one stage per `audit.seeds`).
+
+    >>> seed_argument("train", ["3"])
+    3
+    >>> seed_argument("train", [])
+    Traceback (most recent call last):
+    ...
+    rlvr.errors.PipelineError: stage train runs once per RL seed: python -m stages.train SEED (dvc repro runs one per audit.seeds), got []
+    """
+    if len(argv) == 1 and argv[0].isdigit():
+        return int(argv[0])
+    raise PipelineError(f"stage {name} runs once per RL seed: python -m stages.{name} SEED "
+                        f"(dvc repro runs one per audit.seeds), got {argv}")
+
+
+def stage_label(name: str, seed: int | None) -> str:
+    """How DVC names the stage: `train@3` for a per-seed stage.
+
+    >>> stage_label("train", 3), stage_label("smoke", None)
+    ('train@3', 'smoke')
+    """
+    return name if seed is None else f"{name}@{seed}"
+
+
 def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
-              launchable: bool = False) -> None:
+              launchable: bool = False, seeded: bool = False) -> None:
     """Load params, check the gate, run `main`; a launchable stage (smoke, train) with
-    train.processes above 1 runs `main` in that many ranks under accelerate (rlvr.distributed)."""
+    train.processes above 1 runs `main` in that many ranks under accelerate (rlvr.distributed).
+    A seeded stage (train, evaluate: one per `audit.seeds`) takes its RL seed as its argument and
+    sees it as `params.seed`."""
     from rlvr import distributed
     from rlvr.rewards.registry import check_reward_names
 
@@ -168,50 +219,59 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
     quiet_library_noise()
     stop_on_sigterm()
     in_rank = distributed.launched()
+    seed, label = None, name
     try:
         params = load_params()
+        if seeded:
+            seed = seed_argument(name, sys.argv[1:])
+            params, label = dataclasses.replace(params, seed=seed), stage_label(name, seed)
         if gated:  # the gate runs first: it must report broken reward code, not crash on it
             require_gate(params.paths.gate_verdict)
             check_reward_names(params.rewards.funcs)
         train = params.train
         if launchable and train.processes > 1 and not in_rank:
-            _parts_file(params, name).unlink(missing_ok=True)
-            code = distributed.launch(name, f"stages.{name}", train.processes,
+            _parts_file(params, label).unlink(missing_ok=True)
+            code = distributed.launch(label, f"stages.{name}", train.processes,
                                       use_cpu=train.grpo.use_cpu,
-                                      config_name=train.accelerate_config)
+                                      config_name=train.accelerate_config,
+                                      script_args=sys.argv[1:] if seeded else ())
             with contextlib.suppress(OSError, ValueError):  # none: the ranks measured nothing
-                timing.PARTS.update(json.loads(_parts_file(params, name).read_text()))
-                _parts_file(params, name).unlink()
+                timing.PARTS.update(json.loads(_parts_file(params, label).read_text()))
+                _parts_file(params, label).unlink()
         else:
             if in_rank:
-                distributed.start_rank(name, use_cpu=train.grpo.use_cpu)
-            code = main(stage_view(params, name))
+                distributed.start_rank(label, use_cpu=train.grpo.use_cpu)
+            code = main(stage_view(params, name, seeded=seeded))
     except PipelineError as error:
-        if not distributed.report_failure(f"{name}: {error}"):
-            print(f"{name}: {error}", file=sys.stderr)
+        if not distributed.report_failure(f"{label}: {error}"):
+            print(f"{label}: {error}", file=sys.stderr)
+        _record_failure(label, f"{label}: {error}", in_rank)
         sys.exit(Stopped.exit_code if isinstance(error, Stopped) else 1)
     except Exception as error:  # noqa: BLE001 - a bug: its traceback, then one line that says so
         folder = full_disk_folder(error)
         if folder is not None:  # not a bug: the machine's disk (train says more: rlvr.runs)
-            line = f"{name}: " + disk_full_line(
-                folder, f"`dvc repro` runs {name} again, keeping the stages before it")
+            line = f"{label}: " + disk_full_line(
+                folder, f"`dvc repro` runs {label} again, keeping the stages before it")
             if not distributed.report_failure(line):
                 print(line, file=sys.stderr)
+            _record_failure(label, line, in_rank)
             sys.exit(1)
         traceback.print_exc()
-        print(f"{name}: FAILED on an unexpected error: this is a bug in the pipeline, please "
-              "report it with the traceback above", file=sys.stderr)
+        line = (f"{label}: FAILED on an unexpected error: this is a bug in the pipeline, please "
+                "report it with the traceback above")
+        print(line, file=sys.stderr)
+        _record_failure(label, f"{label}: {type(error).__name__}: {error}", in_rank)
         sys.exit(1)
     if in_rank:  # the launcher times the whole stage and says how it ended
         if timing.PARTS and distributed.is_main_process():
-            write_json(_parts_file(params, name), timing.PARTS)
+            write_json(_parts_file(params, label), timing.PARTS)
         if code:  # a failure the stage has printed itself (smoke's failed checks)
             distributed.report_failure("")
         sys.exit(code)
     seconds = time.perf_counter() - started
     # Wall time per stage, for the console and the flows; kept out of every output DVC records,
     # which must be identical between runs with the same seed.
-    write_json(Path(params.paths.timing) / f"{name}.json",
+    write_json(Path(params.paths.timing) / f"{label}.json",
                {"seconds": round(seconds, 1), "exit_code": code, **timing.PARTS})
-    print(f"{name}: {'done' if code == 0 else 'FAILED'} in {seconds:.1f} s", file=sys.stderr)
+    print(f"{label}: {'done' if code == 0 else 'FAILED'} in {seconds:.1f} s", file=sys.stderr)
     sys.exit(code)

@@ -95,3 +95,43 @@ def paired_ci(deltas: Sequence[float], confidence: float = 0.95, n_resamples: in
         if math.isfinite(interval.low) and math.isfinite(interval.high):
             break
     return {"value": mean, "ci_low": float(interval.low), "ci_high": float(interval.high)}
+
+
+def seeds_and_prompts_ci(deltas: Sequence[Sequence[float]], confidence: float = 0.95,
+                         n_resamples: int = 10000, seed: int = 0) -> dict:
+    """Mean of a seeds x prompts table of paired deltas, with a bootstrap CI that holds both
+    training noise and prompt noise: each resample draws seeds with replacement and, crossed
+    with them, prompts with replacement (a two-level bootstrap; scipy.stats.bootstrap over two
+    independent index samples, percentile interval). One seed: the prompts' CI alone.
+
+    Not rliable's stratified bootstrap (rliable 1.2.0 needs arch<8, which breaks on the pinned
+    pandas 3.1): rliable resamples runs within each task; here the tasks are the prompts, which
+    are themselves a sample, so both levels are drawn.
+
+    >>> seeds_and_prompts_ci([[0.0, 0.0], [0.0, 0.0]])
+    {'value': 0.0, 'ci_low': 0.0, 'ci_high': 0.0}
+    >>> ci = seeds_and_prompts_ci([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]], n_resamples=2000)
+    >>> ci["value"], ci["ci_low"] < 0.375 < ci["ci_high"]
+    (0.375, True)
+    """
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    table = np.asarray(deltas, dtype=float)
+    mean = float(table.mean()) if table.size else math.nan
+    if table.ndim != 2 or table.size < 2 or np.all(table == table.flat[0]):
+        return {"value": mean, "ci_low": mean, "ci_high": mean}
+    seeds, prompts = table.shape
+
+    if seeds == 1:
+        return paired_ci(table[0], confidence, n_resamples, seed)
+
+    def statistic(s, p, axis=-1):  # s, p: index resamples, batched in their leading axes
+        per_prompt = table[s].mean(axis=-2)  # each resample's seeds, averaged per prompt
+        return np.take_along_axis(per_prompt, p, axis=-1).mean(axis=-1)
+
+    interval = bootstrap((np.arange(seeds), np.arange(prompts)), statistic, paired=False,
+                         vectorized=True, confidence_level=confidence, n_resamples=n_resamples,
+                         method="percentile", batch=1000,
+                         random_state=np.random.default_rng(seed)).confidence_interval
+    return {"value": mean, "ci_low": float(interval.low), "ci_high": float(interval.high)}

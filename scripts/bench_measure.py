@@ -244,11 +244,13 @@ def measure_evaluation(bench: Bench) -> None:
     from rlvr.evaluation import audit, prompt_template, rollout_settings
     from rlvr.policy import load_policy
     from rlvr.rewards.registry import build_reward_funcs, normalized_weights
+    from rlvr.seeds import seed_paths
 
     params, ev = bench.params, bench.params.evaluate
     base = bench.base_model()
     cold = bench.cold_copy
-    final = str(cold / params.paths.trained_model) if cold is not None else base
+    first = seed_paths(params.paths, params.audit.seeds[0]).trained_model  # one seed's model
+    final = str(cold / first) if cold is not None else base
     policies = {"step0": load_policy(base), "final": load_policy(final)}
     rows = read_rows(bench.eval_path)[:bench.budget.eval_prompts]
     settings = rollout_settings(params, n=ev.samples, seed=ev.seed)

@@ -5,13 +5,15 @@
 Reads `dvc exp show --json` (params and metrics; the experiments of HEAD, or of each COMMIT given:
 the runs of one grid queued on several commits) and each run's committed outputs, and writes one
 table of every run (params that differ, final reward, held-out greedy success and mean reward,
-final KL, verdict), one row per setting over its seeds, and each setting's curves
-(reports/figures/experiments.png).
+final KL, verdict), one row per setting over its seeds, each setting's recipe against the
+default's (the difference of held-out deltas with a 95% interval over both recipes' seeds and the
+prompts, the probability of improvement, and better / worse / tie by that interval), and each
+setting's curves (reports/figures/experiments.png). Prints the first and the last table.
 """
 
 import argparse
 
-from rlvr.comparison import compare, comparison_rows
+from rlvr.comparison import compare, comparison_rows, recipe_rows
 
 
 def main() -> None:
@@ -20,10 +22,11 @@ def main() -> None:
                         help="compare the experiments of this commit (default: HEAD); repeat it "
                              "to compare runs queued on several commits")
     experiments = compare(revs=parser.parse_args().rev)
-    header, rows = comparison_rows(experiments)
-    print(" | ".join(header))
-    for row in rows:
-        print(" | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row))
+    for table in (comparison_rows, recipe_rows):
+        header, rows = table(experiments)
+        print(" | ".join(header))
+        for row in rows:
+            print(" | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row))
     print("compare: reports/experiments.md and reports/experiments.html")
 
 

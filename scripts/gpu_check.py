@@ -180,6 +180,9 @@ def throughput(history: list[dict], completions_per_step: int) -> dict:
     }
 
 
+SEEDED_STAGES = ("train", "evaluate")  # one per RL seed in dvc.yaml (rlvr.stage.run_stage)
+
+
 def run_stage(name: str, mode: str, report: str | None) -> int:
     """Run stages/<name>.py as `python -m stages.<name>` does; for smoke, keep its trainer (the
     one rlvr.runs.run_grpo returns) and print the figures."""
@@ -189,6 +192,7 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
     import torch
 
     import rlvr.runs
+    from rlvr.config import load_params
 
     marks, kept = {"start": time.perf_counter()}, {}
     run_grpo = rlvr.runs.run_grpo
@@ -205,7 +209,9 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
 
     rlvr.runs.run_grpo = keeping_run_grpo
     cuda = torch.cuda.is_available() and mode == "cuda"
-    sys.argv = [f"stages/{name}.py"]
+    # a per-seed stage (train, evaluate) runs the first seed of audit.seeds, as train@<seed> does
+    seeded = [str(load_params("params.yaml").audit.seeds[0])] if name in SEEDED_STAGES else []
+    sys.argv = [f"stages/{name}.py", *seeded]
     try:
         runpy.run_module(f"stages.{name}", run_name="__main__", alter_sys=True)
         code = 0
@@ -265,9 +271,12 @@ def train_figures(trainer) -> dict:
     from rlvr.config import load_params
     from rlvr.grpo.checkpoints import WEIGHT_FILES
     from rlvr.grpo.metric_keys import LOSS, STEP_TIME
+    from rlvr.seeds import seed_paths
 
     times = [e[STEP_TIME] for e in trainer.state.log_history if LOSS in e]
-    folder = Path(load_params("params.yaml").paths.trained_model)
+    params = load_params("params.yaml")
+    # the stage trained the first seed of audit.seeds (the check runs one: rlvr.seeds)
+    folder = Path(seed_paths(params.paths, params.audit.seeds[0]).trained_model)
     weights = next(folder / name for name in WEIGHT_FILES if (folder / name).exists())
     return {"steps": len(times), "median_step_s": round(statistics.median(times), 2),
             "folder": str(folder), "weights": weights.name,

@@ -1,14 +1,15 @@
-"""Stage evaluate: step 0 (the base policy) vs the final policy, prompt by prompt.
+"""Stage evaluate: step 0 (the base policy) vs one seed's final policy, prompt by prompt.
 
-    dvc repro evaluate              (or: python -m stages.evaluate)
+    dvc repro evaluate              (every seed of audit.seeds: evaluate@0, evaluate@1, ...)
+    python -m stages.evaluate SEED  (one seed)
 
 Scores both policies on the training prompts and the held-out prompts with the same sampling
 seeds: greedy success, mean sampled reward over evaluate.samples samples, each reward function,
 completion length, malformed share; and what a mean hides (rlvr.audit): pass@k, the rows of each
-tag, the prompts that lost or gained every correct answer, diversity. Writes
-reports/eval/summary.json (every statistic; the deltas carry a paired bootstrap CI, and the
-verdict follows the held-out split: `mixed` when a tag regressed), its headline metrics/eval.json
-(a DVC metric) and reports/eval/per_prompt.jsonl.
+tag, the prompts that lost or gained every correct answer, diversity. Writes, in
+reports/eval/seed-SEED/, summary.json (every statistic; the deltas carry a paired bootstrap CI
+over the prompts, and the seed's own verdict follows the held-out split: `mixed` when a tag
+regressed) and per_prompt.jsonl. Stage recipe pools the seeds.
 """
 
 import json
@@ -17,17 +18,18 @@ from rlvr.audit import SliceRule
 from rlvr.config import Params
 from rlvr.data import read_rows, write_json, write_text_atomic
 from rlvr.evaluation import audit, prompt_template, rollout_settings
-from rlvr.metrics import eval_metrics
 from rlvr.policy import load_policy, policy_path
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
+from rlvr.seeds import seed_paths
 from rlvr.stage import run_stage
 
 
 def main(params: Params) -> int:
+    run = seed_paths(params.paths, params.seed)
     splits = {"train": read_rows(params.data.train_path),
               "heldout": read_rows(params.data.eval_path)}
     policies = {"step0": load_policy(policy_path(params.paths.base_model)),
-                "final": load_policy(params.paths.trained_model)}
+                "final": load_policy(run.trained_model)}
     ev = params.evaluate
     metrics, per_prompt = audit(
         policies, splits, build_reward_funcs(params.rewards),
@@ -37,16 +39,15 @@ def main(params: Params) -> int:
         n_resamples=ev.n_resamples,
         slice_rule=SliceRule(params.report.min_slice_rows, params.report.slice_drop_from,
                              params.report.slice_drop_to))
-    write_json(params.paths.eval_summary, metrics)
-    write_json(params.paths.eval_metrics, eval_metrics(metrics))
-    write_text_atomic(params.paths.eval_per_prompt,
+    write_json(run.eval_summary, metrics)
+    write_text_atomic(run.eval_per_prompt,
                       "".join(json.dumps(r, sort_keys=True) + "\n" for r in per_prompt))
     n = ev.samples
     for split in splits:
         m = metrics[split]
         d = m["delta_mean_reward"]
         curves, solved = m["pass_at_k"], m["solutions"]
-        print(f"evaluate: {split}: mean reward {m['step0']['mean_reward']:.3f} -> "
+        print(f"evaluate@{params.seed}: {split}: mean reward {m['step0']['mean_reward']:.3f} -> "
               f"{m['final']['mean_reward']:.3f} (delta {d['value']:+.3f}, "
               f"{ev.confidence:.0%} CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]); greedy success "
               f"{m['step0']['greedy_success']:.3f} -> {m['final']['greedy_success']:.3f}; "
@@ -54,9 +55,10 @@ def main(params: Params) -> int:
               f"{curves['step0'][str(n)]:.3f} -> {curves['final'][str(n)]:.3f}; "
               f"{solved['lost_count']} prompts lost every correct answer, {solved['new_count']} "
               "gained one")
-    print(f"evaluate: verdict on {metrics['verdict_split']}: {metrics['verdict_line']}")
+    print(f"evaluate@{params.seed}: this seed's verdict on {metrics['verdict_split']}: "
+          f"{metrics['verdict_line']}")
     return 0
 
 
 if __name__ == "__main__":
-    run_stage("evaluate", main)
+    run_stage("evaluate", main, seeded=True)

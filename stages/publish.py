@@ -2,10 +2,11 @@
 
     dvc repro publish               (or: python -m stages.publish)
 
-Runs after report. Copies models/trained (what train saved: full weights, or a LoRA adapter) to
-models/final and writes its model card (rlvr.model_card): the base model, the data md5s, the key
-params, the audit's headline figures and verdict (metrics/eval.json), the commit and the code
-digest. The folder loads with `from_pretrained` as it is (through peft for an adapter).
+Runs after report. Copies the published seed's models/trained/seed-<n> (picked on the validation
+rows by stage recipe; what train saved: full weights, or a LoRA adapter) to models/final and
+writes its model card (rlvr.model_card): which seed and why, the base model, the data md5s, the
+key params, the seed's headline figures and verdict beside the recipe's over its seeds, the
+commit and the code digest. The folder loads with `from_pretrained` as it is (through peft for an adapter).
 """
 
 from rlvr.config import Params
@@ -15,9 +16,9 @@ from rlvr.stage import run_stage
 
 def main(params: Params) -> int:
     paths = params.paths
-    publish_folder(paths.trained_model, paths.final_model, run_card(params))
-    print(f"publish: {paths.final_model} = {paths.trained_model} + model card "
-          f"{paths.final_model}/README.md")
+    weights, card = run_card(params)
+    publish_folder(weights, paths.final_model, card)
+    print(f"publish: {paths.final_model} = {weights} + model card {paths.final_model}/README.md")
     return 0
 
 

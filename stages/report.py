@@ -2,9 +2,10 @@
 
     dvc repro report                (or: python -m stages.report)
 
-Reads what the other stages wrote (evaluation, curves, smoke checks, validation, gate, dvc.lock)
-and writes reports/retrospective.md and reports/retrospective.html (plots embedded, opens with no
-network): verdict (what was gained and what was lost: pass@k, kinds of problem, solutions, diversity),
+Reads what the other stages wrote (the recipe over the seeds, the published seed's evaluation and
+curves, smoke checks, validation, gate, dvc.lock) and writes reports/retrospective.md and
+reports/retrospective.html (plots embedded, opens with no network): the recipe's verdict over
+the seeds, each seed's line and per-tag agreement; then the published seed's run: verdict (what was gained and what was lost: pass@k, kinds of problem, solutions, diversity),
 curves, KL/beta diagnosis and alarms, hyperparameters with their rationale, smoke and data checks,
 per-prompt audit, GRPO vs PPO cost, provenance. Every path comes from params.yaml `paths`.
 """
@@ -17,12 +18,14 @@ from pathlib import Path
 from rlvr.config import PARAMS_FILE, Params, data_files, test_file_reader
 from rlvr.alarms import AlarmThresholds, check_alarms
 from rlvr.data import write_text_atomic
+from rlvr.errors import PipelineError
 from rlvr.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost
 from rlvr.plots import plot_pass_at_k, plot_per_prompt
 from rlvr.policy import policy_path
 from rlvr.provenance import provenance
 from rlvr.render import to_html
 from rlvr.report import build_report, hyperparameter_table
+from rlvr.seeds import seed_paths
 from rlvr.stage import run_stage
 
 
@@ -36,24 +39,30 @@ def _jsonl(path: str) -> list:
 
 def main(params: Params) -> int:
     paths = params.paths
-    per_prompt = _jsonl(paths.eval_per_prompt)
-    history = _jsonl(paths.train_history)
-    evaluation = _json(paths.eval_summary)
+    recipe = _json(paths.recipe_summary)
+    if "published_seed" not in recipe:
+        raise PipelineError(f"{paths.recipe_summary} names no seed with results: "
+                            f"{recipe['verdict_line']}")
+    run = seed_paths(paths, recipe["published_seed"])  # the rest of the page: that one run
+    per_prompt = _jsonl(run.eval_per_prompt)
+    history = _jsonl(run.train_history)
+    evaluation = _json(run.eval_summary)
     plot_per_prompt(per_prompt, paths.per_prompt_figure)
     plot_pass_at_k(evaluation, paths.pass_at_k_figure)
     base = Path(policy_path(paths.base_model))
     config = json.loads((base / "config.json").read_text()) if base.is_dir() else {}
     cost = ppo_cost(count_parameters(base) or 0, config.get("hidden_size", 0),
                     params.train.grpo.num_generations)
-    train_summary = _json(paths.train_summary)
+    train_summary = _json(run.train_summary)
     selection = train_summary.get("selection") or {}
     report = params.report
     kl_thresholds = {f.name: getattr(report, f.name) for f in dataclasses.fields(KLThresholds)}
     report_dir = Path(paths.retrospective_md).parent
     images = {name: os.path.relpath(path, report_dir) for name, path in
-              (("curves", paths.train_curves), ("per_prompt", paths.per_prompt_figure),
+              (("curves", run.train_curves), ("per_prompt", paths.per_prompt_figure),
+               ("seeds", paths.seeds_figure),
                ("pass_at_k", paths.pass_at_k_figure))}
-    prov = provenance(data_files(params), [paths.base_model, paths.trained_model],
+    prov = provenance(data_files(params), [paths.base_model, run.trained_model],
                       current_stage="report", read_by=test_file_reader(params),
                       numerics=train_summary.get("numerics"))
     # publish runs after the report (it depends on it): its dvc.lock entry is the last run's
@@ -69,7 +78,7 @@ def main(params: Params) -> int:
         validation=_json(paths.validation_summary), gate=_json(paths.gate_verdict),
         cost=cost, params=dataclasses.asdict(params),
         prov=prov, images=images, confidence=params.evaluate.confidence,
-        selection=selection)
+        selection=selection, recipe=recipe)
     write_text_atomic(paths.retrospective_md, markdown)
     # only the report's own figures are read and inlined, never an image named by the data
     write_text_atomic(paths.retrospective_html, to_html(markdown, report_dir, images=images))

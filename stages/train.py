@@ -1,32 +1,34 @@
-"""Stage train: the full GRPO run, with curves, checkpoints and automatic resume.
+"""Stage train: the full GRPO run of one RL seed, with curves, checkpoints and automatic resume.
 
-    dvc repro train                 (or: python -m stages.train)
+    dvc repro train                 (every seed of audit.seeds: train@0, train@1, ...)
+    python -m stages.train SEED     (one seed)
 
-Needs a passing smoke run. Trains models/base for train.max_steps GRPO steps, checkpointing every
-train.save_steps into models/checkpoints/; if a run was killed, the next one resumes from the last
-checkpoint by itself. Writes models/trained/ (stage publish makes it models/final),
-reports/train/summary.json and its headline metrics/train.json (a DVC metric), the DVCLive
-curves in reports/train/live/, reports/train/history.jsonl and reports/train/curves.png (every
-path from params.yaml `paths`).
+Needs a passing smoke run. Trains models/base for train.max_steps GRPO steps with the RL seed
+SEED (sampling and data order; the base and the smoke run are shared by every seed),
+checkpointing every train.save_steps into models/checkpoints/seed-SEED/; if a run was killed, the
+next one resumes from the last checkpoint by itself. Writes models/trained/seed-SEED/ and
+reports/train/seed-SEED/: summary.json (the run's figures and selection), history.jsonl (every
+step), curves.png and the DVCLive curves in live/ (folders from params.yaml `paths`,
+rlvr/seeds.py).
 """
 
 from rlvr.config import Params
 from rlvr.data import write_json
-from rlvr.metrics import train_metrics
 from rlvr.runs import train_run
+from rlvr.seeds import seed_paths
 from rlvr.stage import run_stage
 
 
 def main(params: Params) -> int:
-    result = train_run(params, params.paths)
+    run = seed_paths(params.paths, params.seed)
+    result = train_run(params, params.paths, run)
     if result is None:  # a rank other than the main one: the main process writes
         return 0
-    write_json(params.paths.train_summary, result["summary"])
-    write_json(params.paths.train_metrics, train_metrics(result["summary"]))
+    write_json(run.train_summary, result["summary"])
     for line in result["lines"]:
         print(line)
     return 0
 
 
 if __name__ == "__main__":
-    run_stage("train", main, launchable=True)
+    run_stage("train", main, launchable=True, seeded=True)

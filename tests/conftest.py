@@ -89,7 +89,8 @@ def small_budget():
             "smoke": {"max_steps": 3},
             "train": {"max_steps": 6, "save_steps": 3, "eval_steps": 3,
                       "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
-            "evaluate": {"samples": 2, "n_resamples": 500}}
+            "evaluate": {"samples": 2, "n_resamples": 500},
+            "runtime": SMALL_RUN["runtime"], "audit": SMALL_RUN["audit"]}
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,9 @@ SMALL_RUN = {"model": {"warm_start": {"steps": 30}},
              # one thread: the tests run two processes at once on 2 cores (tests/conftest.py);
              # each machine's own kernels, ~2x faster than the pinned ones (tests/test_numerics.py
              # covers the pinning, and no test depends on which figures a machine computes)
-             "runtime": {"torch_threads": 1, "reproducible": False}}
+             "runtime": {"torch_threads": 1, "reproducible": False},
+             # two RL seeds: the fewest that give a recipe verdict (rlvr.recipe.MIN_SEEDS)
+             "audit": {"seeds": [0, 1]}}
 
 
 def merge(target, changes) -> None:
@@ -159,8 +161,8 @@ def patch(Trainer):
 
 
 def kill_train_after(project: Path, step: int) -> str:
-    """Train from scratch under `dvc repro` (checkpoints removed first) and kill -9 the whole run
-    right after checkpoint-<step> is saved. Returns the run's output."""
+    """Train seed 0 from scratch under `dvc repro` (checkpoints removed first) and kill -9 the
+    whole run right after checkpoint-<step> is saved. Returns the run's output."""
     import signal
 
     shutil.rmtree(project / "models/checkpoints", ignore_errors=True)
@@ -169,7 +171,7 @@ def kill_train_after(project: Path, step: int) -> str:
     (hook / "sitecustomize.py").write_text(KILL_HOOK)
     env = project_env(project)
     env.update(PYTHONPATH=f"{hook}:{project}", KILL_AFTER_CHECKPOINT=str(step))
-    run = subprocess.run(["dvc", "repro", "--force", "--single-item", "train"], cwd=project,
+    run = subprocess.run(["dvc", "repro", "--force", "--single-item", "train@0"], cwd=project,
                          env=env, capture_output=True, text=True, start_new_session=True)
     output = run.stdout + run.stderr
     assert run.returncode == -signal.SIGKILL, f"not killed (exit {run.returncode}): {output[-3000:]}"

@@ -49,7 +49,8 @@ def test_a_reward_change_the_tests_accept_reruns_every_stage_that_runs_it(copy_r
                            "tests/rewards", "rlvr/rewards", "rlvr/grpo_math.py"], cwd=project,
                           capture_output=True, text=True)
     assert gate.returncode == 0, gate.stdout[-2000:]
-    assert {"smoke", "train", "evaluate", "report"} <= _changed_stages(project)
+    assert {"smoke", "train@0", "train@1", "evaluate@0", "evaluate@1",
+            "report"} <= _changed_stages(project)  # (SMALL_RUN: seeds 0 and 1)
     verifiers.write_text(original)
     assert _changed_stages(project) == set()
 
@@ -71,14 +72,16 @@ def test_the_report_shows_the_hashes_of_the_run_that_made_each_thing(copy_run, c
     params.dump(values, project / "params.yaml")
     dvc(project, "repro")
     lock, before = _lock(project), _lock(cold_run)
+    seed = json.loads((project / "reports/recipe/summary.json").read_text())["published_seed"]
+    model = f"models/trained/seed-{seed}"  # the published seed's, the one the report shows
     base, trained = (_out_md5(lock, "prepare_model", "models/base"),
-                     _out_md5(lock, "train", "models/trained"))
+                     _out_md5(lock, f"train@{seed}", model))
     assert base != _out_md5(before, "prepare_model", "models/base")
-    assert trained != _out_md5(before, "train", "models/trained")
+    assert trained != _out_md5(before, f"train@{seed}", model)
     data = {d["path"]: d["md5"] for d in lock["validate"]["deps"] if d["path"].startswith("data/")}
-    assert _report_rows(project) == {**data, "models/base": base, "models/trained": trained}
-    line = provenance_line(project)  # what the Prefect artifacts carry
-    assert f"models/base {base[:12]}" in line and f"models/trained {trained[:12]}" in line
+    assert _report_rows(project) == {**data, "models/base": base, model: trained}
+    line = provenance_line(project)  # what the Prefect artifacts carry: every seed's model
+    assert f"models/base {base[:12]}" in line and f"{model} {trained[:12]}" in line
     card = (project / "models/final/README.md").read_text()  # the card names the same hashes
     assert f"| models/base md5 (prepare\\_model) | {base} |" in card
     assert f"| their md5 (train) | {trained} |" in card
@@ -93,7 +96,8 @@ def test_a_rerun_of_the_same_commit_writes_the_same_lock_and_leaves_git_clean(co
     subprocess.run(["git", "clone", "-q", str(cold_run), str(clone)], check=True)
     assert not (clone / "models").exists()
     output = dvc(clone, "repro", "--force")
-    assert output.count("Running stage") == len(STAGES)
+    stages = dvc(clone, "stage", "list", "--name-only").split()  # train@0, train@1, ...
+    assert output.count("Running stage") == len(stages) > len(STAGES)  # a stage per seed
     assert (clone / "dvc.lock").read_text() == (cold_run / "dvc.lock").read_text()
     assert _git_status(clone) == ""
 

@@ -47,6 +47,18 @@ BAD_VALUES = [
     ({"training": {}}, "unknown key(s) ['training'] in top level"),
     # seed
     ({"seed": -1}, "seed = -1: must be in [0, 4294967295]"),
+    # audit: the RL seeds
+    ({"audit": {"seeds": []}}, "audit.seeds = []: must not be empty"),
+    ({"audit": {"seeds": [1, 1]}}, "audit.seeds = [1, 1]: must not repeat a seed"),
+    ({"audit": {"seeds": [0, "x"]}}, "audit.seeds[1] = 'x': must be an integer"),
+    ({"audit": {"seeds": [0.5]}}, "audit.seeds[0] = 0.5: must be an integer"),
+    ({"audit": {"seeds": [-1]}}, "audit.seeds[0] = -1: must be in [0, 4294967295]"),
+    ({"audit": {"seeds": list(range(17))}}, "audit.seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, "
+     "12, 13, 14, 15, 16]: must hold at most 16 items"),
+    ({"audit": {"seeds": 3}}, "audit.seeds = 3: must be a list"),
+    # runtime
+    ({"runtime": {"torch_threads": 0}}, "runtime.torch_threads = 0: must be in [1, 256]"),
+    ({"runtime": {"reproducible": "yes"}}, "runtime.reproducible = 'yes': must be true or false"),
     # data
     ({"data": {"train_rows": 0}}, "data.train_rows = 0: must be >= 1"),
     ({"data": {"max_prompt_chars": -5}}, "data.max_prompt_chars = -5: must be >= 1"),

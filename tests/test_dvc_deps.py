@@ -164,6 +164,27 @@ def test_paths_must_stay_inside_the_repository():
             parse_params({"paths": {"final_model": bad}})
 
 
+def test_each_seed_stage_writes_where_rlvr_seeds_says_it_does():
+    """dvc.yaml spells the per-seed paths (${paths.eval_runs}/seed-${item}/...); the code reads
+    them through rlvr.seeds: the two must name the same files, seed by seed."""
+    from dvc.repo import Repo
+
+    from rlvr.seeds import seed_paths
+
+    paths = load_params(ROOT / "params.yaml").paths
+    with Repo(str(ROOT)) as repo:
+        outs = {stage.name: {str(out.def_path) for out in stage.outs}
+                for stage in repo.index.stages}
+    seeds = load_params(ROOT / "params.yaml").audit.seeds
+    assert {name for name in outs if "@" in name} == {
+        f"{stage}@{seed}" for stage in ("train", "evaluate") for seed in seeds}
+    for seed in seeds:
+        run = seed_paths(paths, seed)
+        assert outs[f"train@{seed}"] == {run.trained_model, run.train_curves, run.train_history,
+                                         run.train_summary, f"{run.train_live}/plots/metrics"}
+        assert outs[f"evaluate@{seed}"] == {run.eval_summary, run.eval_per_prompt}
+
+
 def test_checkpoints_are_a_resume_cache_not_an_output():
     """Their files hold timings, and a clone that pulls the results must not see them deleted."""
     from dvc.repo import Repo
@@ -186,7 +207,7 @@ def test_dvc_plots_name_metric_keys_the_trainer_logs():
     files = {file: column for plot in plots for spec in plot.values()
              for file, column in spec["y"].items()}
     assert len(files) >= 5
-    prefix = "${paths.train_live}/plots/metrics/"
+    prefix = "${paths.train_runs}/seed-${audit.seeds[0]}/live/plots/metrics/"  # the first seed's
     for file, column in files.items():
         assert file.startswith(prefix) and file.endswith(".tsv"), file
         key = file[len(prefix):-len(".tsv")]

@@ -18,9 +18,7 @@ def test_parse_exp_show_and_the_comparison_table():
     def data(rev, beta, reward):
         return {"rev": rev, "params": {"params.yaml": {"data": {"seed": 0, "train": {
             "grpo": {"beta": beta}}}}}, "metrics": {
-            "metrics/train.json": {"data": {"reward": reward, "kl": 0.1}},
-            "metrics/eval.json": {"data": {"verdict": "improved", "greedy": 0.5,
-                                           "reward": 0.6}}}}
+            "metrics/recipe.json": {"data": {"verdict": "improved", "seeds": [0, 1]}}}}
 
     rows = [{"rev": "workspace", "data": data("workspace", 0.05, 0.8)},
             {"rev": "abcdef123", "data": data("abcdef123", 0.05, 0.8), "experiments": [
@@ -29,7 +27,10 @@ def test_parse_exp_show_and_the_comparison_table():
     experiments = parse_exp_show(rows)
     assert [e.name for e in experiments] == ["baseline (abcdef1)", "no-kl"]
     assert differing_params(experiments) == ["train.grpo.beta"]
-    experiments[1].eval_summary = {"heldout": {"kl_final_vs_step0": 0.2}}  # read from git
+    # read from git: the published seed's summaries, projected as metrics
+    experiments[1].eval_summary = {"heldout": {"kl_final_vs_step0": 0.2}}
+    experiments[1].train, experiments[1].evaluation = ({"reward": 0.7, "kl": 0.1},
+                                                       {"greedy": 0.5, "reward": 0.6})
     header, table = comparison_rows(experiments)
     assert header[1] == "train.grpo.beta"
     assert table[1] == ["no-kl", 0.0, 0.7, 0.5, 0.6, 0.2, 0.1, "improved"]
@@ -122,6 +123,46 @@ def test_runs_that_differ_by_seed_are_one_row_per_setting_named_by_what_it_chang
     assert "## Settings over seeds" not in comparison_markdown(experiments[:2], "x.png")
 
 
+def test_each_setting_meets_the_default_as_recipe_against_recipe_over_every_seed():
+    """A setting's runs each hold several RL seeds (audit.seeds): their records are pooled per
+    setting and compared with the default's, over seeds and prompts (rlvr.recipe)."""
+    import random
+
+    from rlvr.comparison import recipe_rows
+
+    rng = random.Random(3)
+    prompts = [rng.random() * 0.3 for _ in range(40)]
+
+    def run(name, params, gain, spread, seeds=(0, 1)):
+        heldout = {f"{name} seed {s}": [
+            {"id": f"h{i}", "split": "heldout", "step0_reward": 0.2,
+             "final_reward": 0.2 + p + gain + offset} for i, p in enumerate(prompts)]
+            for s, offset in zip(seeds, (rng.gauss(0, spread) for _ in seeds))}
+        return Experiment(name, name, {"seed": 0, **params}, heldout=heldout)
+
+    base = {"train.beta": 0.05, "train.resample_unsolved": True}
+    experiments = [
+        Experiment("baseline (abc1234)", "abc", {"seed": 0, **base}),
+        run("default", base, 0.0, 0.01, seeds=(0, 1, 2)),
+        run("better", {**base, "train.beta": 0.01}, 0.2, 0.01),
+        run("noisy", {**base, "train.beta": 0.1}, 0.2, 0.5),
+        run("worse", {**base, "train.resample_unsolved": False}, -0.2, 0.01)]
+    header, rows = recipe_rows(experiments)
+    assert header[:3] == ["setting", "seeds", "seeds of the default"]
+    calls = {row[0]: (row[1], row[2], row[-1]) for row in rows}
+    assert calls == {"train.beta=0.01": (2, 3, "better"), "train.beta=0.1": (2, 3, "tie"),
+                     "train.resample_unsolved=false": (2, 3, "worse")}
+    better = next(row for row in rows if row[0] == "train.beta=0.01")
+    value, low, high = map(float, re.findall(r"[+-][0-9.]+", better[3]))
+    assert 0.15 < low < value < high < 0.25 and better[4] == 1.0
+    markdown = comparison_markdown(experiments, "x.png")
+    assert "## Recipe against recipe" in markdown and "| train.beta=0.1 | 2 | 3 |" in markdown
+    # another held-out file: said, not compared
+    experiments[2].heldout = {k: v[:-1] for k, v in experiments[2].heldout.items()}
+    assert [row for row in recipe_rows(experiments)[1] if row[0] == "train.beta=0.01"] == [
+        ["train.beta=0.01", 2, 3, "scored on other held-out rows", None, "not compared"]]
+
+
 def test_the_experiments_figure_draws_one_line_per_setting_with_the_legend_off_the_curves():
     from rlvr.comparison import setting_curves
     from rlvr.plots import pyplot, settings_figure
@@ -170,6 +211,11 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     assert "| no-kl |" in table and "| no-group-norm |" in table
     assert table.count("| baseline (") == 1
     assert "train.advantage" in table and "train.grpo.beta" in table
+    # each setting's seeds against the default's, with the call the interval allows
+    recipe = table[table.index("## Recipe against recipe"):]
+    assert "| no-kl |" not in recipe and re.search(
+        r"\| train\.grpo\.beta=0\.01 \| 2 \| 2 \| [+-]\d\.\d{3} \\\[[+-]\d\.\d{3}, "
+        r"[+-]\d\.\d{3}\\\] \| [01]\.\d+ \| (better|worse|tie) \|", recipe), recipe
     assert all(row[-1] in ("improved", "no significant change", "regressed", "mixed")
                for row in rows)
     assert (project / "reports" / "figures" / "experiments.png").stat().st_size > 10_000
@@ -198,9 +244,9 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     diff = subprocess.run(["dvc", "metrics", "diff", "--all", "HEAD", sweep[0][0]], cwd=project,
                           env=env, capture_output=True, text=True, check=True).stdout
     lines = diff.strip().splitlines()
-    assert 5 <= len(lines) <= 25, diff
+    assert 10 <= len(lines) <= 60, diff
     assert {line.split()[0] for line in lines[1:]} == {
-        f"metrics/{name}.json" for name in ("data", "gate", "smoke", "train", "eval")}, diff
+        f"metrics/{name}.json" for name in ("data", "gate", "smoke", "recipe")}, diff
 
 
 def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
@@ -310,37 +356,37 @@ def test_a_failed_experiment_is_named_and_left_out_not_shown_with_its_baselines_
 
 
 def widest_metrics(paths, wide: float, verdict: str) -> dict:
-    """Every headline metric (rlvr.metrics) at its widest: what a sweep of a training knob
-    changes (the training run, the final model's figures, the delta's CI, the verdict) at
-    `wide` and `verdict`; what it shares (the gate, the data, the smoke run, step 0) at the
-    widest fixed values."""
-    from rlvr.metrics import (eval_metrics, gate_metrics, smoke_metrics, train_metrics,
-                              validation_metrics)
+    """Every headline metric (rlvr.metrics, rlvr.recipe) at its widest: what a sweep of a
+    training knob changes (the recipe's verdict, its pooled figures and intervals, per tag) at
+    `wide` and `verdict`; what it shares (the gate, the data, the smoke run, the seeds, step 0)
+    at the widest fixed values."""
+    from rlvr.metrics import gate_metrics, smoke_metrics, validation_metrics
+    from rlvr.recipe import recipe_metrics
 
     shared = -0.111111111111111
-    split = {"step0": {"mean_reward": shared, "greedy_success": shared},
-             "final": {"mean_reward": wide, "greedy_success": wide},
-             "delta_mean_reward": {"value": wide, "ci_low": wide, "ci_high": wide},
-             "samples_per_prompt": 32,
-             "pass_at_k": {"step0": {"1": shared, "32": shared}, "final": {"1": wide, "32": wide}}}
+    ci = {"value": wide, "ci_low": wide, "ci_high": wide}
+    tags = [{"tag": tag, "delta_mean_reward": ci, "delta_pass@32": ci, "regressed_seeds": 16,
+             "regressed": verdict == "regressed"} for tag in ("add", "mul", "sub")]
+    pooled = {"delta_mean_reward": ci, "samples_per_prompt": 32, "slices": tags,
+              "step0": {"pass@1": shared, "pass@32": shared},
+              "final": {"pass@1": wide, "pass@32": wide}}
+    recipe = {"seeds": list(range(16)), "verdict": verdict, "pooled": pooled}
     return {paths.gate_metrics: gate_metrics({"passed": False, "counts": {"tests": 10000,
                                                                           "failed": 1000}}),
             paths.validation_metrics: validation_metrics({"passed": False, "problems": 1000}),
             paths.smoke_metrics: smoke_metrics({"passed": False, "step0_mean_reward": shared,
                                                 "checks": [{"passed": False}] * 10}),
-            paths.train_metrics: train_metrics({"steps": 10000, "last10_mean_reward": wide,
-                                                "last10_mean_kl": wide * 100}),
-            paths.eval_metrics: eval_metrics({"verdict": verdict, "verdict_split": "heldout",
-                                              "heldout": split})}
+            paths.recipe_metrics: recipe_metrics(recipe)}
 
 
 def test_a_beta_sweep_fits_a_200_column_exp_show_whatever_the_values(tmp_path):
     """The table DVC users compare runs in, as a person sees it after a beta sweep, in a
-    200-column terminal: DVC folds the columns that do not fit, last first, into "…". Its order
-    is names, metrics, params, then a hash per changed dependency file: the experiment names,
-    every headline metric and the changed param must be whole; only dependency hashes may fold.
-    The values are the widest each metric can take (negative, unrounded where the metric is,
-    the longest verdict), not what this machine's floats give."""
+    200-column terminal, the per-tag figures dropped (`--drop tags`, as docs/pipeline.md says):
+    DVC folds the columns that do not fit, last first, into "…". Its order is names, metrics,
+    params, then a hash per changed dependency file: the experiment names, every headline metric
+    and the changed param must be whole; only dependency hashes may fold. The values are the
+    widest each metric can take (negative, the longest verdict), not what this machine's floats
+    give."""
     from rlvr.config import load_params
 
     from ruamel.yaml import YAML
@@ -353,7 +399,7 @@ def test_a_beta_sweep_fits_a_200_column_exp_show_whatever_the_values(tmp_path):
     metrics = [getattr(paths, re.fullmatch(r"\$\{paths\.(\w+)\}", path)[1])
                for stage in stages.values() for entry in stage.get("metrics", [])
                for path in entry]
-    assert len(metrics) == 5, metrics
+    assert len(metrics) == 4, metrics
     (project / "dvc.lock").unlink()
     (project / "dvc.yaml").write_text(json.dumps({"metrics": metrics, "params": ["params.yaml"]}))
 
@@ -370,15 +416,16 @@ def test_a_beta_sweep_fits_a_200_column_exp_show_whatever_the_values(tmp_path):
         write(wide, verdict)
         dvc(project, "exp", "save", "-n", f"beta-{beta}")
     subprocess.run(["git", "checkout", "--", "."], cwd=project, check=True)  # back to baseline
-    table = run_in_terminal(project, "dvc", "exp", "show", "--only-changed", "--no-pager")
+    table = run_in_terminal(project, "dvc", "exp", "show", "--only-changed", "--drop", "tags",
+                            "--no-pager")
     lines = [line.rstrip() for line in table.splitlines() if line.strip()]
     assert max(map(len, lines)) <= 200, table
     header = lines[1]
-    columns = ["Experiment", "metrics/train.json:reward", "kl", "metrics/eval.json:", "ci_low",
-               "ci_high", "greedy", "pass1", "passn", "train.grpo.beta"]
+    columns = ["Experiment", "verdict", "delta_mean_reward.value", "ci_low",
+               "ci_high", "pass1_final", "passn_final", "train.grpo.beta"]
     found = [header.find(column) for column in columns]
     assert -1 not in found and found == sorted(found), (columns, table)
     assert "…" not in header[:found[-1] + len(columns[-1])], table
     betas = [line[found[-1]:found[-1] + len(columns[-1])].strip() for line in lines[3:-1]]
     assert sorted(betas) == ["0.01", "0.05", "0.05", "0.1"], table  # workspace, baseline, sweep
-    assert "no significant change" in table and "-0.98765" in table, table
+    assert "no significant change" in table and "-0.988" in table, table

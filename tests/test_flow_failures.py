@@ -60,7 +60,7 @@ from rlvr.orchestration import StageFailed
 calls = []
 
 
-def run(stage, root):
+def run(stage, root, keep_going=False):
     calls.append(stage)
 {body}
 
@@ -87,7 +87,7 @@ def _last_line(console: str) -> str:
 
 
 def _verdict(project: Path):
-    metrics = project / "metrics/eval.json"
+    metrics = project / "metrics/recipe.json"
     return json.loads(metrics.read_text()).get("verdict") if metrics.exists() else None
 
 
@@ -202,10 +202,69 @@ def test_a_killed_training_run_is_retried_by_the_flow_and_resumes(copy_run, api_
     assert (hook / "killed").exists()  # it was killed once ...
     assert re.search(r"Task run failed with state: Failed\(message=.stage train failed "
                      r"\(dvc repro exit \d+\).*Retry 1/2", console), console[-4000:]
-    assert "train: resuming from models/checkpoints/checkpoint-8" in console  # ... and resumed
+    assert "train@0: resuming from models/checkpoints/seed-0/checkpoint-8" in console  # resumed
     assert "Traceback" not in console, console[-4000:]
     assert _last_line(console) == (f"pipeline: artifacts {PUBLISHED}; audit verdict: "
                                    f"{_verdict(project)}")
+
+
+# The training of one RL seed ($FAIL_SEED) stops on a full disk as it starts, every time.
+FULL_DISK_FOR_ONE_SEED = trainer_hook('''
+import errno
+
+
+def patch(Trainer):
+    train = Trainer.train
+
+    def train_or_fill_the_disk(trainer, *args, **kwargs):
+        seed = os.environ["FAIL_SEED"]
+        if sys.argv[0].endswith("train.py") and sys.argv[-1] == seed:
+            raise OSError(errno.ENOSPC, "No space left on device",
+                          f"models/checkpoints/seed-{seed}/checkpoint-3/model.safetensors")
+        return train(trainer, *args, **kwargs)
+
+    Trainer.train = train_or_fill_the_disk
+''')
+
+
+def test_a_failed_seed_leaves_the_others_and_the_recipe_of_those_that_ran(copy_run, api_url,
+                                                                           artifact_versions):
+    """A third seed added to the cold run's two fails in training: the flow still evaluates the
+    other two, pools them (a verdict over 2 of 3, naming seed 2 and its line) and publishes that,
+    then ends Failed; DVC then holds the two as done, so `dvc repro` reruns only seed 2's
+    stages and what pools the seeds."""
+    from tests.helpers import set_params
+
+    project = copy_run("one-seed-fails")
+    set_params(project, {"audit": {"seeds": [0, 1, 2]}, "orchestration": {"retries": 0}})
+    hook = project.parent / "full-disk"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(FULL_DISK_FOR_ONE_SEED)
+    code, console, _ = _cli(project, api_url, "flows.pipeline", env={
+        "PYTHONPATH": f"{hook}{os.pathsep}{project}", "FAIL_SEED": "2"})
+    assert code == 1, console[-4000:]
+    recipe = json.loads((project / "reports/recipe/summary.json").read_text())
+    assert recipe["evaluated"] == [0, 1] and list(recipe["failed"]) == ["2"], recipe["failed"]
+    assert "train@2: the disk is full: writing in models/checkpoints/seed-2/checkpoint-3 " in \
+        recipe["failed"]["2"]
+    assert recipe["verdict"] in ("improved", "no significant change", "regressed", "mixed")
+    assert re.match(r"pipeline: stage train failed \(dvc repro exit \d+\): train@2: the disk is "
+                    r"full: ", _last_line(console)), console[-4000:]
+    assert _last_line(console).endswith(f"; the recipe over 2 of 3 seeds: "
+                                        f"{recipe['verdict_line']}"), console[-4000:]
+    assert "dvc repro --keep-going evaluate" in console  # past the failed seed, to the others
+    assert "Traceback" not in console, console[-4000:]
+    audit = max(artifact_versions("evaluation-audit"), key=lambda a: a.created)  # this run's
+    assert audit.description.startswith(f"Step 0 vs final, per RL seed and pooled; "
+                                        f"{recipe['verdict_line']}. Seed 2 has no results: "
+                                        f"{recipe['failed']['2']}")
+    rows = json.loads(audit.data) if isinstance(audit.data, str) else audit.data
+    assert [row["seed"] for row in rows] == ["0", "0", "1", "1", "pooled over 2"], rows
+    stale = json.loads(subprocess.run(["dvc", "status", "--json"], cwd=project,
+                                      env=project_env(project), capture_output=True, text=True,
+                                      check=True).stdout)
+    assert {name for name in stale if "@" in name} == {"train@2", "evaluate@2"}, stale
+    assert {"recipe", "report", "publish"} <= set(stale), stale
 
 
 def test_the_cli_prints_the_artifacts_and_the_audits_verdict(copy_run, api_url):

@@ -8,7 +8,7 @@ import pytest
 
 STAGE_KEYS = {"check_params": [], "reward_tests": ["reward-tests"],
               "validate": ["data-validation"], "prepare_model": [], "smoke": ["smoke-checks"],
-              "train": ["training-summary"], "evaluate": ["evaluation-audit"],
+              "train": ["training-summary"], "evaluate": [], "recipe": ["evaluation-audit"],
               "report": ["retrospective", "retrospective-html"], "publish": ["model-card"]}
 
 
@@ -24,11 +24,11 @@ def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
     project = project_copy("flow", small_budget)
     result = pipeline(root=str(project))
     assert result["artifacts"] == STAGE_KEYS
-    # the audit's verdict comes back with the artifact keys
-    verdict = json.loads((project / "metrics/eval.json").read_text())["verdict"]
+    # the recipe's verdict over its seeds comes back with the artifact keys
+    verdict = json.loads((project / "metrics/recipe.json").read_text())["verdict"]
     assert result["verdict"] == verdict
     assert verdict in ("improved", "no significant change", "regressed", "mixed")
-    timing = project / "reports/timing/train.json"
+    timing = project / "reports/timing/train@0.json"
     first_train = _mtime(timing)
     # DVC: nothing changed, nothing reruns
     assert pipeline(root=str(project)) == {"artifacts": STAGE_KEYS, "verdict": verdict}
@@ -37,8 +37,10 @@ def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
         versions = artifact_versions(key)
         assert len(versions) >= 2, key
         assert "dvc.lock: " in versions[0].description and "git " in versions[0].description
-    audit = artifact_versions("evaluation-audit")[0].data
-    assert "heldout" in json.dumps(audit) and "verdict" in json.dumps(audit)
+    audit = artifact_versions("evaluation-audit")[0]
+    assert "heldout" in json.dumps(audit.data) and "pooled over 2" in json.dumps(audit.data)
+    assert json.loads((project / "reports/recipe/summary.json").read_text())[
+        "verdict_line"] in audit.description
 
 
 @pytest.mark.slow
@@ -94,10 +96,11 @@ def test_a_stage_failing_midway_keeps_earlier_outputs_and_a_rerun_skips_them(
                                               "reports/timing/prepare_model.json",
                                               "reports/timing/smoke.json")}
     assert all(kept.values())
-    assert not (project / "models/trained").exists()
+    assert not (project / "models/trained/seed-0").exists()
 
     script.write_text(original)  # the cause is fixed
     time.sleep(0.01)
     assert pipeline(root=str(project))["artifacts"] == STAGE_KEYS
     assert {p: _mtime(project / p) for p in kept} == kept  # DVC skipped what it had
-    assert (project / "models/trained").is_dir() and (project / "models/final/README.md").is_file()
+    assert (project / "models/trained/seed-1").is_dir()
+    assert (project / "models/final/README.md").is_file()

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from rlvr.config import STAGES
+from rlvr.metrics import eval_metrics
 from tests.helpers import dvc, make_project_copy, project_env, set_params
 
 pytestmark = pytest.mark.slow
@@ -29,7 +30,11 @@ LOCAL_LLM_RUN = {
               "grpo": {"num_generations": 4, "per_device_train_batch_size": 16,
                        "max_completion_length": 16}},
     "evaluate": {"samples": 2, "n_resamples": 500},
+    "audit": {"seeds": [0]},  # one RL seed: the model and its audit, not the recipe's statistics
+    "runtime": {"torch_threads": 1, "reproducible": False},
 }
+# The stages as DVC runs them: one train and one evaluate, seed 0's.
+RUN = [f"{stage}@0" if stage in ("train", "evaluate") else stage for stage in STAGES]
 
 
 def _numbers(value, where=""):
@@ -55,9 +60,9 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monk
     seconds = time.perf_counter() - started
 
     timing = {stage: json.loads((project / f"reports/timing/{stage}.json").read_text())
-              for stage in STAGES}
+              for stage in RUN}
     assert all(t["exit_code"] == 0 for t in timing.values()), timing
-    for stage in STAGES:
+    for stage in RUN:
         assert f"Running stage '{stage}'" in output, stage
 
     prepared = json.loads((project / "reports/prepare/summary.json").read_text())
@@ -68,7 +73,7 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monk
             "generation_config.json"} <= {p.name for p in base.iterdir()}
 
     # train saved the LoRA adapter (and the tokenizer), not a full model
-    trained = project / "models/trained"
+    trained = project / "models/trained/seed-0"
     files = {p.name for p in trained.iterdir()}
     assert {"adapter_model.safetensors", "adapter_config.json", "tokenizer.json"} <= files
     assert "model.safetensors" not in files
@@ -85,8 +90,10 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monk
     _assert_peft_loads_the_published_folder(project, monkeypatch)
 
     # evaluate reloaded base + adapter: every promised number is there and finite
-    summary = json.loads((project / "reports/eval/summary.json").read_text())
-    metrics = json.loads((project / "metrics/eval.json").read_text())
+    summary = json.loads((project / "reports/eval/seed-0/summary.json").read_text())
+    recipe = json.loads((project / "metrics/recipe.json").read_text())
+    assert recipe == {"seeds": [0], "verdict": "no recipe verdict"}  # one seed: no recipe claim
+    metrics = eval_metrics(summary)  # the card's headline
     for split in ("train", "heldout"):
         for policy in ("step0", "final"):
             assert set(summary[split][policy]) >= {"greedy_success", "mean_reward",
@@ -98,15 +105,15 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monk
     assert not bad, bad
     assert set(metrics) == {"verdict", "reward0", "reward", "ci_low", "ci_high", "greedy0",
                             "greedy", "pass1_0", "pass1", "passn_0", "passn"}
-    per_prompt = (project / "reports/eval/per_prompt.jsonl").read_text().splitlines()
+    per_prompt = (project / "reports/eval/seed-0/per_prompt.jsonl").read_text().splitlines()
     assert len(per_prompt) == 128
-    assert "evaluate: verdict on heldout:" in output
+    assert "evaluate@0: this seed's verdict on heldout:" in output
     # evaluate scored the trained adapter, not the base a second time
     assert max(summary[split]["kl_final_vs_step0"] for split in ("train", "heldout")) > 0
 
     # train logged every step, KL against the adapter-free base included
     history = [json.loads(line) for line in
-               (project / "reports/train/history.jsonl").read_text().splitlines()]
+               (project / "reports/train/seed-0/history.jsonl").read_text().splitlines()]
     steps = [h for h in history if "loss" in h]
     assert len(steps) == 6 and all(math.isfinite(h["loss"]) and math.isfinite(h["kl"])
                                    for h in steps)
@@ -116,12 +123,12 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monk
     html = (project / "reports/retrospective.html").read_text()
     for text in ("## 8. Provenance", r"| model.local\_llm.vocab\_size | `512` |",
                  "| model.lora.enabled | `True` |", r"| model.chat\_template | `True` |",
-                 "model md5 models/trained"):
+                 "model md5 models/trained/seed-0"):
         assert text in markdown, text
     assert not re.search(r"\bnan\b", markdown)  # every figure was computed (Python's nan)
     assert "data:image/png;base64," in html and "Provenance" in html
 
-    figures = {stage: timing[stage]["seconds"] for stage in STAGES}
+    figures = {stage: timing[stage]["seconds"] for stage in RUN}
     print(f"\nlocal_llm pipeline: dvc repro {seconds:.1f} s; stages {figures}; "
           f"{prepared['parameters']:,} parameters; tokenizer {prepared['tokenizer_vocab_size']} "
           f"tokens (model vocab_size {prepared['vocab_size']})")
@@ -137,7 +144,7 @@ def _assert_peft_loads_the_published_folder(project, monkeypatch):
 
     monkeypatch.chdir(project)  # the adapter names its base as models/base
     published = AutoPeftModelForCausalLM.from_pretrained("models/final")
-    trained, _ = load_policy("models/trained")
+    trained, _ = load_policy("models/trained/seed-0")
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.equal(published(ids).logits, trained(ids).logits)
@@ -151,7 +158,7 @@ def _assert_the_adapter_loads_on_the_base_and_moved_it(project, monkeypatch):
     from rlvr.policy import load_policy
 
     monkeypatch.chdir(project)  # the adapter names its base as models/base, as a stage sees it
-    final, tokenizer = load_policy("models/trained")
+    final, tokenizer = load_policy("models/trained/seed-0")
     base, _ = load_policy("models/base")
     assert any("lora_B" in name for name, _ in final.named_parameters())
     ids = tokenizer.apply_chat_template([{"role": "user", "content": "3 5 -> 15"}],

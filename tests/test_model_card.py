@@ -38,13 +38,35 @@ def test_the_card_holds_what_made_the_model():
     assert body.startswith("# GRPO policy: mixed\n")
     for text in ("| mean reward, 32 samples per prompt | 0.349 | 0.557 |",
                  "| pass@32 | 0.797 | 0.625 |", "| greedy success | 0.312 | 0.469 |",
-                 "95% interval: [0.131, 0.289]", "Verdict: mixed: improved overall",
+                 "95% interval: [0.131, 0.289]", "Verdict (this run): mixed: improved overall",
                  f"| models/base md5 (prepare\\_model) | {'b' * 32} |",
                  f"| their md5 (train) | {'e' * 32} |", "| these weights | the full model |",
                  f"| data/grpo\\_train.jsonl | {'1' * 32} |", f"| {'c' * 40} |",
                  "| uncommitted changes | none |", f"| {'d' * 64} |", "(no uncommitted changes)",
                  'AutoModelForCausalLM.from_pretrained("models/final")'):
         assert text in card, text
+
+
+RECIPE = {"seeds": [0, 1, 2], "verdict": "no significant change",
+          "delta_mean_reward": {"value": 0.11, "ci_low": -0.02, "ci_high": 0.25},
+          "pass1_final": 0.41, "passn_final": 0.6, "tags": {}}
+
+
+def test_the_card_names_the_seed_and_why_and_sets_the_recipe_beside_it():
+    card = _card(seed=2, seed_reason="the best mean reward on the validation rows at its "
+                 "chosen step: 0.4300 (seed 0: 0.4100, seed 1: 0.4200, seed 2: 0.4300)",
+                 recipe=RECIPE)
+    body = card_body(card)
+    assert body.startswith("# GRPO policy: no significant change over 3 seeds (this seed: "
+                           "mixed)\n")
+    assert ("These weights are RL seed 2's: the best mean reward on the validation rows at its "
+            "chosen step: 0.4300") in body and "The test rows played no part" in body
+    for text in ("| mean reward delta \\[interval\\] | +0.208 \\[+0.131, +0.289\\] | "
+                 "+0.110 \\[-0.020, +0.250\\] |", "| pass@1 final | 0.470 | 0.410 |",
+                 "| pass@32 final | 0.625 | 0.600 |",
+                 "| verdict | mixed | no significant change |"):
+        assert text in body, text
+    assert "## The recipe over its seeds" not in _card()  # no recipe given: none shown
 
 
 def test_text_from_params_and_data_is_escaped_and_cannot_break_the_header():

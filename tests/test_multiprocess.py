@@ -26,11 +26,11 @@ from tests.test_pipeline import CHECKPOINTS, _git_status, _results
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-LIVE = "reports/train/live/plots/metrics"
+LIVE = "reports/train/seed-0/live/plots/metrics"
 
 
 def _history(project: Path) -> list[dict]:
-    text = (project / "reports/train/history.jsonl").read_text()
+    text = (project / "reports/train/seed-0/history.jsonl").read_text()
     return [json.loads(line) for line in text.splitlines()]
 
 
@@ -108,7 +108,7 @@ def test_dynamic_sampling_runs_the_same_rounds_on_every_rank(tiny_policy_dir, tm
 
 def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_run):
     project, output = two_process_run
-    for stage in ("smoke", "train"):
+    for stage in ("smoke", "train@0", "train@1"):  # (SMALL_RUN: seeds 0 and 1)
         assert output.count(f"{stage}: launching 2 processes with accelerate (DDP, gloo)") == 1
         for rank in (0, 1):
             assert output.count(f"{stage}: rank {rank} of 2 running") == 1, output[-3000:]
@@ -132,7 +132,7 @@ def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_
     # The logged keys are a single-process run's.
     assert set(_history(project)[-1]) == set(_history(cold_run)[-1])
     assert json.loads((project / "reports/smoke/checks.json").read_text())["passed"]
-    summary = json.loads((project / "reports/train/summary.json").read_text())
+    summary = json.loads((project / "reports/train/seed-0/summary.json").read_text())
     assert summary["steps"] == 24
     checkpoint = sorted((project / CHECKPOINTS).glob("checkpoint-*"))[-1]
     assert {p.name for p in checkpoint.glob("rng_state*")} == {"rng_state_0.pth",
@@ -166,13 +166,13 @@ def test_a_nan_on_one_rank_stops_every_rank_with_the_usual_line(two_process_run,
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(NAN_HOOK)
     env = {**project_env(project), "PYTHONPATH": f"{hook}:{project}", "NAN_AT_STEP": "6"}
-    run = subprocess.run(["dvc", "repro", "--force", "--single-item", "train"], cwd=project,
+    run = subprocess.run(["dvc", "repro", "--force", "--single-item", "train@0"], cwd=project,
                          env=env, capture_output=True, text=True)
     output = run.stdout + run.stderr
     assert run.returncode != 0
     lines = [line for line in output.splitlines() if "is not finite" in line]
     assert len(lines) == 1, output[-3000:]
-    assert lines[0].startswith("train: step 6: loss = nan is not finite; training stopped. "
+    assert lines[0].startswith("train@0: step 6: loss = nan is not finite; training stopped. "
                                f"Last good checkpoint: {CHECKPOINTS}/checkpoint-4")
     assert "Traceback" not in output and "ChildFailedError" not in output
     assert not _none_left_in(project)
@@ -192,6 +192,6 @@ def test_kill_9_of_the_whole_run_resumes_to_the_uninterrupted_end(step, two_proc
                                                                 "rng_state_1.pth"}
     assert not (project / CHECKPOINTS / f"checkpoint-{step + 4}").exists()
     output = dvc(project, "repro")
-    assert f"train: resuming from {CHECKPOINTS}/checkpoint-{step}" in output
+    assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-{step}" in output
     assert _results(project) == _results(reference)
     assert _git_status(project) == ""

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.orchestration import failure_detail, stage_artifacts, dvc_stages
+from rlvr.config import load_params
+from rlvr.orchestration import (RECIPE_STAGE, dvc_stages, failure_detail, seeded_stages,
+                                stage_artifacts)
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = re.compile(r"^[a-z0-9-]+$")
@@ -21,7 +23,10 @@ KEY = re.compile(r"^[a-z0-9-]+$")
 def test_stage_order_is_dvc_yamls():
     assert dvc_stages(ROOT / "dvc.yaml") == ["check_params", "reward_tests", "validate",
                                              "prepare_model", "smoke", "train", "evaluate",
-                                             "report", "publish"]
+                                             "recipe", "report", "publish"]
+    # one stage per RL seed before the one that pools them (the flow keeps going past a seed)
+    assert seeded_stages(ROOT / "dvc.yaml") == {"train", "evaluate"}
+    assert RECIPE_STAGE in dvc_stages(ROOT / "dvc.yaml")
 
 
 def test_failure_details_name_what_broke(tmp_path):
@@ -61,8 +66,8 @@ def test_failure_details_name_what_broke(tmp_path):
 @pytest.mark.parametrize("stage,keys", [
     ("reward_tests", ["reward-tests"]), ("validate", ["data-validation"]),
     ("smoke", ["smoke-checks"]), ("train", ["training-summary"]),
-    ("evaluate", ["evaluation-audit"]), ("report", ["retrospective", "retrospective-html"]),
-    ("publish", ["model-card"]), ("prepare_model", []),
+    ("recipe", ["evaluation-audit"]), ("report", ["retrospective", "retrospective-html"]),
+    ("publish", ["model-card"]), ("prepare_model", []), ("evaluate", []),
 ])
 def test_artifacts_of_each_stage(stage, keys):
     artifacts = stage_artifacts(stage, ROOT)
@@ -104,18 +109,29 @@ def test_gate_artifact_keeps_verdict_and_counts_apart():
     assert row["gate"] == "passed" and row["passed"] == row["tests"] > 0
 
 
-def test_evaluation_artifact_carries_the_ci_and_verdict():
-    (artifact,) = stage_artifacts("evaluate", ROOT)
-    heldout = [row for row in artifact.table if row["split"] == "heldout"][0]
-    assert heldout["ci low"] <= heldout["delta"] <= heldout["ci high"]
-    assert heldout["verdict"] in ("improved", "no significant change", "regressed", "mixed")
-    # what was lost is in it too: pass@1 and pass@n, the prompts lost and new, regressed tags
-    summary = json.loads((ROOT / "reports" / "eval" / "summary.json").read_text())
-    n = summary["heldout"]["samples_per_prompt"]
-    assert heldout[f"pass@{n} final"] == summary["heldout"]["pass_at_k"]["final"][str(n)]
-    assert heldout["prompts lost"] == summary["heldout"]["solutions"]["lost_count"]
-    assert heldout["regressed tags"] == ", ".join(summary["regressed_tags"])
-    assert f"verdict: {summary['verdict_line']}. " in artifact.description
+def test_evaluation_artifact_carries_each_seeds_line_and_the_recipes_verdict():
+    """Published once recipe has run: a row per seed and split (its own verdict, one run's),
+    then the pooled row, and the recipe's verdict line in the description."""
+    from rlvr.seeds import seed_paths
+
+    (artifact,) = stage_artifacts("recipe", ROOT)
+    params = load_params(ROOT / "params.yaml")
+    seeds = params.audit.seeds
+    assert [row["seed"] for row in artifact.table if row["split"] == "heldout"] == [
+        *map(str, seeds), f"pooled over {len(seeds)}"]
+    recipe = json.loads((ROOT / params.paths.recipe_summary).read_text())
+    for seed, row in zip(seeds, [r for r in artifact.table if r["split"] == "heldout"]):
+        summary = json.loads((ROOT / seed_paths(params.paths, seed).eval_summary).read_text())
+        n = summary["heldout"]["samples_per_prompt"]
+        assert row["ci low"] <= row["delta"] <= row["ci high"]
+        assert row[f"pass@{n} final"] == summary["heldout"]["pass_at_k"]["final"][str(n)]
+        assert row["prompts lost"] == summary["heldout"]["solutions"]["lost_count"]
+        assert row["regressed tags"] == ", ".join(summary["regressed_tags"])
+        assert row["verdict"] == summary["verdict"]
+    pooled = artifact.table[-1]
+    assert pooled["verdict"] == recipe["verdict"]
+    assert pooled["delta"] == recipe["pooled"]["delta_mean_reward"]["value"]
+    assert f"{recipe['verdict_line']}. " in artifact.description
 
 
 # ------------------------------------------------------------------ how a flow run ends

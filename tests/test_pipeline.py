@@ -12,18 +12,20 @@ from ruamel.yaml import YAML
 from tests.helpers import dvc, kill_train_after, set_params
 
 pytestmark = pytest.mark.slow
-CHECKPOINTS = "models/checkpoints"
+CHECKPOINTS = "models/checkpoints/seed-0"  # the killed run is seed 0's (kill_train_after)
 # Outputs that must be byte-identical between an interrupted and an uninterrupted run (git status
 # then also says the tracked ones, and dvc.lock, are unchanged).
-DETERMINISTIC = ["reports/train/summary.json", "metrics/train.json",
-                 "reports/train/history.jsonl", "reports/train/live/plots/metrics/reward.tsv",
-                 "reports/train/live/plots/metrics/kl.tsv", "reports/train/live/metrics.json"]
+DETERMINISTIC = ["reports/train/seed-0/summary.json", "reports/train/seed-0/history.jsonl",
+                 "reports/train/seed-0/live/plots/metrics/reward.tsv",
+                 "reports/train/seed-0/live/plots/metrics/kl.tsv",
+                 "reports/train/seed-0/live/metrics.json"]
 
 
 def _results(project) -> dict:
     lock = YAML(typ="safe").load((project / "dvc.lock").read_text())["stages"]
-    weights = next(o["md5"] for o in lock["train"]["outs"] if o["path"] == "models/trained")
-    return {"models/trained": weights, **{name: (project / name).read_text()
+    weights = next(o["md5"] for o in lock["train@0"]["outs"]
+                   if o["path"] == "models/trained/seed-0")
+    return {"models/trained/seed-0": weights, **{name: (project / name).read_text()
                                         for name in DETERMINISTIC}}
 
 
@@ -44,9 +46,9 @@ def test_a_run_killed_at_any_checkpoint_resumes_to_the_same_end(step, copy_run, 
     best = Path(state["best_model_checkpoint"] or f"checkpoint-{step}").name
     earlier = best if best != f"checkpoint-{step}" else f"checkpoint-{step - 4}"
     assert checkpoints == sorted([earlier, f"checkpoint-{step}"])  # nothing later
-    assert not (project / "models/trained").exists()  # DVC removed it when the stage started
+    assert not (project / "models/trained/seed-0").exists()  # DVC removed it at the start
     output = dvc(project, "repro")
-    assert f"train: resuming from {CHECKPOINTS}/checkpoint-{step}" in output
+    assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-{step}" in output
     assert "Stage 'prepare_model' didn't change, skipping" in output
     assert _results(project) == _results(cold_run)
     assert _git_status(project) == ""  # every tracked report and dvc.lock as committed
@@ -57,10 +59,10 @@ def test_the_running_mean_ablation_resumes_with_its_baseline(copy_run):
     set_params(project, {"train": {"advantage": "running_mean", "dynamic_sampling": False}})
     dvc(project, "repro", "train")  # the uninterrupted ablation run (smoke reruns too)
     uninterrupted = _results(project)
-    assert '"running_mean_baseline"' in uninterrupted["reports/train/history.jsonl"]
+    assert '"running_mean_baseline"' in uninterrupted["reports/train/seed-0/history.jsonl"]
     kill_train_after(project, 20)
     output = dvc(project, "repro", "train")
-    assert f"train: resuming from {CHECKPOINTS}/checkpoint-20" in output
+    assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-20" in output
     assert _results(project) == uninterrupted
 
 
@@ -72,7 +74,7 @@ def test_a_damaged_checkpoint_is_skipped_for_the_newest_whole_one(copy_run, cold
     output = dvc(project, "repro")
     assert (f"train: skipping damaged checkpoint {CHECKPOINTS}/checkpoint-16: model.safetensors "
             "is truncated") in output
-    assert f"train: resuming from {CHECKPOINTS}/checkpoint-12" in output
+    assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-12" in output
     assert _results(project) == _results(cold_run)
 
     # No whole checkpoint at all: the run starts over, and still ends the same.

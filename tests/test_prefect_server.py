@@ -57,7 +57,7 @@ def test_nightly_deployment_runs_on_a_real_server_and_worker(copy_run, tmp_path)
     # finds everything up to date.
     project = copy_run("deployed")
     set_params(project, {"evaluate": {"n_resamples": 400}})
-    evaluated = (project / "metrics/eval.json").stat().st_mtime_ns
+    evaluated = (project / "metrics/recipe.json").stat().st_mtime_ns
     prefect = str(Path(sys.executable).parent / "prefect")
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -117,7 +117,7 @@ def test_nightly_deployment_runs_on_a_real_server_and_worker(copy_run, tmp_path)
                                    json.dumps({"artifacts": {"key": {"any_": [key]}}})))
             assert len(found) >= 2, key  # one version per run, under the same key
         assert (project / "reports/retrospective.html").exists()
-        assert (project / "metrics/eval.json").stat().st_mtime_ns > evaluated  # a stage ran
+        assert (project / "metrics/recipe.json").stat().st_mtime_ns > evaluated  # a stage ran
         assert "n_resamples: 400" in (project / "dvc.lock").read_text()
     finally:
         for process in reversed(started):

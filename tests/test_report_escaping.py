@@ -37,7 +37,7 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
     """build_report's inputs with an evil string at every place a string enters the report, and
     the texts the page must show."""
     params = dataclasses.asdict(load_params(ROOT / "params.yaml"))
-    params["paths"].update(data_docs=evil("p1"), eval_per_prompt=evil("p2"), timing=evil("p3"))
+    params["paths"].update(data_docs=evil("p1"), eval_runs=evil("p2"), timing=evil("p3"))
     params["report"]["window"] = evil("p4")
     params["model"]["name_or_path"] = evil("p5")
 
@@ -64,6 +64,19 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
                 "step0_greedy": evil(f"g{i}"), "final_greedy": evil(f"h{i}"),
                 "step0_success": success, "final_success": success}
 
+    def recipe(pooled):
+        line = {"seed": 0, "samples": 2, "verdict": evil("y5"), "regressed_tags": [evil("y1")],
+                "delta_mean_reward": pooled["delta_mean_reward"], "pass1_final": 0.5,
+                "passn_final": 0.5, "validation_reward": 0.5}
+        slices = [{**pooled["slices"][0], "tag": evil("y1"), "regressed_seeds": 1,
+                   "delta_pass@2": pooled["delta_mean_reward"]}]
+        shares = {"mean_reward": 0.5, "pass@1": 0.5, "pass@2": 0.5}
+        return {"seeds": [0, 7], "evaluated": [0], "failed": {7: evil("y2")},
+                "seed_lines": [line], "pooled": {**pooled, "slices": slices, "step0": shares,
+                                                 "final": shares},
+                "verdict": "mixed", "verdict_line": "mixed: " + evil("y4"),
+                "published_seed": 0, "published_reason": evil("y3")}
+
     per_prompt = [row(0, 0.5, 0.5), row(1, -0.25, 0.5), row(2, 0.0, 0.0),
                   {**row(3, 0.0, 1.0), "split": "train"}]
     history = _history(lambda s: 0.3 + 0.5 * s / 200, lambda s: 0.1, steps=50)
@@ -87,8 +100,8 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
         prov={"data": {evil("m1"): evil("m2")}, "models": {evil("m3"): evil("m4")},
               "code": {evil("m5"): {"files": 3, "digest": "<b>*x*</b>0123456789abcdef"}},
               "versions": {evil("m6"): evil("m7")}, "platform": evil("m8")},
-        params=params, images=figures, confidence=0.95)
-    tags = ["p1", "p2", "p3", "p4", "e1", "v1", "d1", "d2", "k1", "k2", "k3", "s1", "s3",
+        params=params, images=figures, confidence=0.95, recipe=recipe(metrics(0.2, 1)))
+    tags = ["y1", "y2", "y3", "y4", "y5", "p1", "p2", "p3", "p4", "e1", "v1", "d1", "d2", "k1", "k2", "k3", "s1", "s3",
             "s4", "s5", "s6", "a1", "a2", "a3", "a4", "c1", "c2", "m1", "m2", "m3", "m4", "m5",
             "m6", "m7", "m8", *[f"{x}{i}" for x in "iqgh" for i in (0, 1)], "i2", "v2",
             "x1", *[f"{x}{i}" for x in "ltwur" for i in (0, 1)]]
@@ -101,10 +114,10 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
 
 @pytest.fixture
 def figures(tmp_path):
-    """The report's own three figures, in a folder where nope.png does not exist."""
+    """The report's own four figures, in a folder where nope.png does not exist."""
     from PIL import Image
 
-    names = ("curves", "per_prompt", "pass_at_k")
+    names = ("curves", "per_prompt", "pass_at_k", "seeds")
     for name in names:
         Image.new("RGB", (4, 4), "red").save(tmp_path / f"{name}.png")
     return {name: f"{name}.png" for name in names}
@@ -123,7 +136,7 @@ def test_markup_from_data_params_and_outputs_is_shown_as_text(tmp_path, figures)
 
     assert "<script" not in page.lower()
     images = re.findall(r"<img\b[^>]*>", page)  # the report's own figures, nothing else
-    assert len(images) == 3 and all('src="data:image/png;base64,' in i for i in images)
+    assert len(images) == 4 and all('src="data:image/png;base64,' in i for i in images)
     assert "<a " not in page and "href=" not in page
     assert not re.search(r"<(em|li|ul|ol|blockquote|hr)\b", page)
     assert "<strong>strong</strong>" not in page and "<code>code</code>" not in page
@@ -167,11 +180,25 @@ def test_the_report_says_which_kl_the_diagnosis_read(figures):
         in build_report(**inputs)
 
 
-def test_the_report_opens_with_the_verdict_line(figures):
+def test_the_report_opens_with_the_recipe_verdict_then_labels_the_seeds_own_as_one_runs(figures):
     inputs, _ = report_inputs(figures)
     inputs["evaluation"].update(verdict="mixed", verdict_line="mixed: improved overall "
                                 "(+0.200 [+0.100, +0.300]), regressed on sub (16 rows: x)")
+    inputs["recipe"].update(verdict="improved",
+                            verdict_line="improved: improved overall (+0.150 [+0.050, +0.250])")
     lines = [line for line in build_report(**inputs).splitlines() if line]
     assert lines[0] == "# GRPO run: retrospective"
+    assert lines[1] == ("**The recipe over 1 of 2 seeds: Improved**: improved overall "
+                        "(+0.150 \\[+0.050, +0.250\\]).")
+    assert ("Seed 0, one run: **Mixed**: improved overall (+0.200 \\[+0.100, +0.300\\]), "
+            "regressed on sub (16 rows: x).") in lines
+    assert lines.index("## 0. The recipe over its seeds") < lines.index("## 1. Verdict of one run")
+
+
+def test_without_a_recipe_the_report_opens_with_the_runs_verdict(figures):
+    inputs, _ = report_inputs(figures)
+    inputs["evaluation"].update(verdict="mixed", verdict_line="mixed: improved overall "
+                                "(+0.200 [+0.100, +0.300]), regressed on sub (16 rows: x)")
+    lines = [line for line in build_report(**{**inputs, "recipe": None}).splitlines() if line]
     assert lines[1] == ("**Mixed**: improved overall (+0.200 \\[+0.100, +0.300\\]), regressed on "
                         "sub (16 rows: x).")

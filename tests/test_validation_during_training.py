@@ -129,7 +129,7 @@ def test_best_val_keeps_the_earliest_best_checkpoint(tiny_policy_dir, rows, tmp_
     assert all(torch.equal(a, b) for a, b in zip(loaded, _weights(best)))
     assert not all(torch.equal(a, b) for a, b in zip(loaded, _weights(last)))
     params.train.select, params.train.max_steps = "best_val", 6
-    record = selection_record(params, trainer.state)
+    record = selection_record(params, trainer.state, "models/trained/seed-0")
     assert record["chosen_step"] == 2 and not record["stopped_early"]
     assert "step 2: the best validation mean reward (0.500)" in record["reason"]
 
@@ -143,7 +143,7 @@ def test_patience_stops_after_that_many_validations_without_a_new_best(tiny_poli
     assert trainer.state.global_step == 6  # 4 and 6 did not beat step 2
     assert trainer.state.best_global_step == 2
     params.train.select, params.train.patience, params.train.max_steps = "best_val", 2, 10
-    record = selection_record(params, trainer.state)
+    record = selection_record(params, trainer.state, "models/trained/seed-0")
     assert record["stopped_early"] and "stopped early at step 6" in record["reason"]
 
 
