@@ -1,54 +1,100 @@
-"""The `math` verifier's time per answer, worst case included: adversarial answers (towers of
-exponents, factorials, deep nesting, long noise, the gate's LaTeX mixes) and honest ones, scored
-one after another in one process, then from 4 threads at once; prints the median and the maximum.
+"""The `math` verifier's time per answer, worst case included, on this machine and under load
+(two busy processes per core): honest answers of every path (numbers read in process, LaTeX read
+by the worker, a fresh worker's first bracketed answer), bracket nesting depth by depth (what
+MAX_MATH_NESTING is set from), and adversarial answers; prints each time and the bound.
 
-    ./dev run python scripts/math_verifier_times.py [--answers 400]
+    ./dev run python scripts/math_verifier_times.py [--no-load] [--max-depth 12]
 """
 
 import argparse
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
-from rlvr.rewards.math_answers import MATH_TIMEOUT_S, math_reward, start_math_worker
+from rlvr.rewards import math_answers
+from rlvr.rewards.math_answers import MATH_TIMEOUT_S, MAX_MATH_NESTING, math_reward, start_math_worker
 
 PIECES = ["\\boxed{", "\\frac{", "}{", "}", "^{", "10", "9", "!", "\\sqrt{", "x", "=", "(", ")",
           "\\cdot", "\\left(", "\\right)", "e", "\\pi", "%"]
 CRAFTED = ["2^{2^{2^{2^{2^{100}}}}}", "10^{10^{10^{10}}}", "99999999999!", "9" * 999,
-           "(" * 20 + "1" + ")" * 20, "\\frac{" * 10 + "1" + "}{2}" * 10, "x^{x^{x^{x^{x}}}}=3",
-           "\\boxed{" + "+".join(["1"] * 300) + "}", "e^{e^{e^{e^{e}}}}", "\\sqrt{" * 19 + "2" + "}" * 19]
-HONEST = ["\\boxed{42}", "The answer is 3/4.", "<answer>0.75</answer>", "75%", "\\frac{3}{4}"]
+           "(" * 6 + "\\sqrt{2}" + ")" * 6, "\\frac{" * 6 + "\\sqrt{2}" + "}{2}" * 6,
+           "x^{x^{x^{x^{x}}}}=3", "\\boxed{" + "+".join(["\\sqrt{2}"] * 100) + "}",
+           "e^{e^{e^{e^{e}}}}", "\\sqrt{" * 6 + "2" + "}" * 6, "9^{9^{9^{9}}}"]
+# (answer, target): every one scores 1; the first three are read in process, the rest by the worker
+HONEST = [("\\boxed{42}", "42"), ("The answer is 3/4.", "0.75"), ("<answer>1.25e+18</answer>",
+          "1250000000000000000"), ("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"),
+          ("\\left(1+\\sqrt{2}\\right)", "1+\\sqrt{2}"), ("2\\pi", "\\pi \\cdot 2"),
+          ("\\sqrt{3} \\text{ cm}", "\\sqrt{3}"), ("((\\sqrt{2}))", "\\sqrt{2}")]
+# Answers nested `depth` deep (nesting depth + 1 with \sqrt{}'s braces), one per kind of bracket
+# (the parser's slow paths).
+NESTED = {"parentheses": lambda d: "(" * d + "\\sqrt{2}" + ")" * d,
+          "braces": lambda d: "{" * d + "\\sqrt{2}" + "}" * d,
+          "fractions": lambda d: "\\frac{" * d + "\\sqrt{2}" + "}{1}" * d,
+          "roots": lambda d: "\\sqrt{" * d + "2" + "}" * d}
 
 
-def timed(answer: str) -> float:
+@contextmanager
+def load(on: bool):
+    cores = len(os.sched_getaffinity(0))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(2 * cores if on else 0)]
+    try:
+        time.sleep(0.3 if on else 0)
+        yield
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+
+
+def timed(answer: str, target: str, timeout: float = MATH_TIMEOUT_S) -> tuple[float, float]:
+    """(score, seconds of scoring): a spare worker still starting after a kill is waited for
+    first, outside the time (the bound is on scoring, never on a worker's start)."""
+    start_math_worker()
     start = time.perf_counter()
-    math_reward(answer, "\\frac{3}{4}")
-    return time.perf_counter() - start
+    score = math_reward(answer, target, timeout=timeout)
+    return score, time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--answers", type=int, default=400)
+    parser.add_argument("--no-load", action="store_true", help="measure on an idle machine")
+    parser.add_argument("--max-depth", type=int, default=12)
+    parser.add_argument("--random", type=int, default=200, help="random LaTeX mixes to score")
     args = parser.parse_args()
-    rng = random.Random(0)
-    answers = CRAFTED + HONEST + ["".join(rng.choices(PIECES, k=rng.randint(1, 300)))
-                                  for _ in range(args.answers)]
-    started = time.perf_counter()
-    start_math_worker()
-    print(f"worker start: {time.perf_counter() - started:.2f} s")
-    times = [timed(a) for a in answers]  # most random mixes nest too deep: 0 unparsed, at once
-    print(f"one thread: {len(times)} answers, median {statistics.median(times) * 1000:.1f} ms, "
-          f"max {max(times):.3f} s (bound {MATH_TIMEOUT_S} s), "
-          f"{sum(t >= MATH_TIMEOUT_S for t in times)} cut at the bound")
-    with ThreadPoolExecutor(4) as pool:
-        times = list(pool.map(timed, answers))
-    # the threads queue for the process's one worker: each waits for the others' answers too
-    print(f"4 threads: max {max(times):.3f} s per call (queueing for the one worker included)")
-    honest = [timed(a) for a in HONEST]
-    print(f"honest answers: max {max(honest) * 1000:.1f} ms")
-    for answer in CRAFTED:
-        print(f"  {timed(answer) * 1000:7.1f} ms  {answer[:40]!r}")
+    with load(not args.no_load):
+        print(f"load: {'none' if args.no_load else f'{2 * len(os.sched_getaffinity(0))} busy processes'}"
+              f"; bound {MATH_TIMEOUT_S} s per worker answer; nesting cap {MAX_MATH_NESTING}")
+        started = time.perf_counter()
+        start_math_worker()
+        print(f"worker start (warm-up included): {time.perf_counter() - started:.2f} s")
+        print("honest answers, a fresh worker's first ones included:")
+        for answer, target in HONEST:
+            score, seconds = timed(answer, target)
+            print(f"  {seconds * 1000:7.1f} ms  score {score}  {answer!r}")
+        print(f"nesting (parse and score with no bound; the cap holds answers to depth "
+              f"{MAX_MATH_NESTING}):")
+        print("  depth  " + "  ".join(f"{kind:>11}" for kind in NESTED))
+        math_answers.MAX_MATH_NESTING = args.max_depth  # measure past the cap
+        for depth in range(1, args.max_depth + 1):
+            times = [timed(make(depth), "\\sqrt{2}", timeout=30)[1] for make in NESTED.values()]
+            print(f"  {depth:5}  " + "  ".join(f"{t * 1000:9.0f}ms" for t in times))
+        math_answers.MAX_MATH_NESTING = MAX_MATH_NESTING
+        rng = random.Random(0)
+        mixes = ["".join(rng.choices(PIECES, k=rng.randint(1, 300))) for _ in range(args.random)]
+        times = [timed(answer, "\\sqrt{2}")[1] for answer in CRAFTED + mixes]
+        print(f"adversarial ({len(times)}: crafted and random LaTeX mixes): median "
+              f"{statistics.median(times) * 1000:.1f} ms, max {max(times):.3f} s, "
+              f"{sum(t >= MATH_TIMEOUT_S for t in times)} cut at the bound")
+        for answer in CRAFTED:
+            score, seconds = timed(answer, "\\sqrt{2}")
+            print(f"  {seconds * 1000:7.1f} ms  score {score}  {answer[:40]!r}")
+        worst = max(timed(answer, target)[1] for answer, target in HONEST * 3)
+        print(f"honest answers after all that: max {worst * 1000:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -153,14 +153,14 @@ def test_dev_test_runs_on_both_cores_with_one_torch_thread_each():
 
 
 def test_what_the_readme_says_the_default_run_shows_is_what_the_committed_run_shows():
-    """'over its three seeds the held-out mean reward rises, with an interval above 0, while the
-    final models solve fewer prompts in 32 tries than the base did and regress on subtraction, so
-    the recipe's verdict is `mixed`', read from the committed run's outputs (a rerun that changes
-    them must change the README too)."""
+    """'over three seeds the held-out mean reward rises (interval above 0), yet the final models
+    solve fewer prompts in 32 tries than the base and regress on subtraction: the verdict is
+    `mixed`', read from the committed run's outputs (a rerun that changes them must change the
+    README too)."""
     text = " ".join(README.read_text().split())
-    assert ("over its three seeds the held-out mean reward rises, with an interval above 0, while "
-            "the final models solve fewer prompts in 32 tries than the base did and regress on "
-            "subtraction, so the recipe's verdict is `mixed`") in text
+    assert ("over three seeds the held-out mean reward rises (interval above 0), yet the final "
+            "models solve fewer prompts in 32 tries than the base and regress on subtraction: the "
+            "verdict is `mixed`") in text
     recipe = json.loads((ROOT / "metrics/recipe.json").read_text())
     assert recipe["seeds"] == [0, 1, 2] and recipe["verdict"] == "mixed"
     assert recipe["delta_mean_reward"]["ci_low"] > 0

@@ -1,17 +1,22 @@
-"""The `math` verifier: an answer scored against its target (a number, fraction, percentage or
-LaTeX expression) by value with HF's math-verify, as open-r1's accuracy reward does: `\\boxed{}`
-answers, plain numbers, fractions and percentages compare by what they are worth, not by text.
+"""The `math` verifier: an answer scored against its target by value, exactly unless the row
+states a tolerance; only a final answer, and only one, earns it (the rules: rlvr.rewards.math_values
+and docs/data.md).
 
-Time bound. sympy can compute for minutes on adversarial text, and math-verify's own timeouts use
-`signal.alarm`, which fails outside the main thread (where a reward may run). So the answers go
-to a worker process (rlvr.rewards.math_worker, one per scoring process, started on first use),
-and each answer gets at most MATH_TIMEOUT_S of wall clock; a worker still busy past it is
-killed, the answer scores 0 and a spare worker, already starting, takes the next answer (an
-answer that finds the spare still starting within its own bound scores 0 too: the bound holds
-for every call, not just the unlucky one). Any thread, any process
-(each rank has its own worker). Not multiprocessing: its spawn start re-imports the caller's
-main module (a stage's: torch and TRL) in the worker, and a Pool restarts a worker that dies on
-start without end. The verifier never raises.
+Numbers written as numbers (`0.75`, `3/4`, `\\frac{3}{4}`, `75%`, `1.25e+18`), most answers and
+targets, are read and compared here, exactly (rlvr.rewards.math_values: no sympy, microseconds).
+The rest (`\\frac{\\sqrt{2}}{2}`, `\\pi`, arithmetic on a row that allows expressions) goes to
+a worker process that reads LaTeX with sympy (rlvr.rewards.math_worker).
+
+Time bound. sympy can compute for minutes on adversarial text, and its parser's and
+math-verify's own timeouts use `signal.alarm`, which fails outside the main thread (where a
+reward may run). So each answer the worker reads gets at most MATH_TIMEOUT_S of wall clock for
+its scoring; a worker still busy past it is killed, the answer scores 0, and a spare worker,
+already starting, takes the next answer. The bound is on scoring, never on a worker's start: an
+answer that finds the spare still starting waits for it (at most WORKER_START_TIMEOUT_S) and is
+then scored on its own merits, so no answer's score depends on the one before. Any thread, any
+process (each rank has its own worker). Not multiprocessing: its spawn start re-imports the
+caller's main module (a stage's: torch and TRL) in the worker, and a Pool restarts a worker that
+dies on start without end. The verifier never raises.
 """
 
 from __future__ import annotations
@@ -23,18 +28,26 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any
 
 from rlvr.rewards import math_worker
+from rlvr.rewards.math_values import (Literal, Tolerance, clean, final_answers, read_literal,
+                                      several_values)
 from rlvr.rewards.verifiers import extract_answer
 
-MATH_TIMEOUT_S = 0.5  # per answer: a sane one parses and compares in milliseconds (the worker
-# is warm: its start parsed an answer); a quarter of the gate's 2 s per adversarial example
-WORKER_START_TIMEOUT_S = 60.0  # a worker's start imports sympy and math-verify (~1-2 s)
-# Longer answers score 0 unparsed: a final answer is short, and parsing time grows with length.
-MAX_MATH_ANSWER_CHARS = 1_000
-# Deeper bracket nesting than this scores 0 unparsed: no final value is written so, and parsing
-# such text takes math-verify most of a second.
-MAX_MATH_NESTING = 20
+MATH_TIMEOUT_S = 1.0  # per answer the worker reads: a sane one takes 10-250 ms under load (the
+# worker is warm: its start ran every slow path); half the gate's 2 s per adversarial example
+WORKER_START_TIMEOUT_S = 60.0  # a worker's start imports sympy and warms up (~2 s; more loaded)
+# An output (or its <answer> block) past this is not searched for boxes: no answer is that long.
+MAX_MATH_OUTPUT_CHARS = 100_000
+# Deeper bracket nesting than this scores 0 unparsed: no final value is written so, and the
+# parser's time grows steeply with it. scripts/math_verifier_times.py, 2 busy processes per core
+# on 2 cores (2026-12-03): the worst bracket kind 590 ms at 6 (the cap, within MATH_TIMEOUT_S),
+# 640 ms at 7, 1.1 s at 8.
+MAX_MATH_NESTING = 6
 
 
 def nesting(text: str) -> int:
@@ -86,12 +99,12 @@ class _Worker:
             if line is None and self.process.poll() is None:
                 return False
             if line != b"ready":
-                raise RuntimeError("the math-verify worker did not start")
+                raise RuntimeError("the math worker did not start")
             self.ready = True
         return True
 
-    def ask(self, answer: str, target: str, timeout: float) -> bytes | None:
-        self.process.stdin.write(json.dumps([answer, target]).encode() + b"\n")
+    def ask(self, request: str, timeout: float) -> bytes | None:
+        self.process.stdin.write(request.encode() + b"\n")
         self.process.stdin.flush()
         return self.reply(timeout)
 
@@ -107,14 +120,14 @@ _workers: list[_Worker] = []
 
 
 def _ready_worker() -> _Worker:
-    """This process's worker: the first one is waited for (the process pays its start once); a
-    spare that took over may still be starting (math_reward's bound covers that wait)."""
+    """This process's worker, ready: a spare that took over from a killed worker, or the first
+    one, is waited for here, at most WORKER_START_TIMEOUT_S; that wait is not an answer's."""
     if _workers and _workers[0].pid != os.getpid():
         _workers.clear()  # a forked child: those are its parent's
     if not _workers:
         _workers.extend([_Worker(), _Worker()])
-        if not _workers[0].wait_ready(WORKER_START_TIMEOUT_S):
-            raise RuntimeError("the math-verify worker did not start")
+    if not _workers[0].wait_ready(WORKER_START_TIMEOUT_S):
+        raise RuntimeError("the math worker did not start")
     return _workers[0]
 
 
@@ -125,51 +138,122 @@ def _replace_worker() -> None:
 
 
 def start_math_worker() -> None:
-    """Start this process's worker (and its spare) now and wait for it, so that the first
-    answer's time bound is its own (the gate's tests do; training pays the start once). A spare
-    that took over from a killed worker is waited for too."""
+    """Start this process's worker (and its spare) now and wait for it (the gate's tests do, so
+    that their own timing holds no start; training pays it on its first worker answer)."""
     with _lock:
-        if not _ready_worker().wait_ready(WORKER_START_TIMEOUT_S):
-            raise RuntimeError("the math-verify worker did not start")
+        _ready_worker()
 
 
-def math_reward(output: str, target: str, timeout: float = MATH_TIMEOUT_S) -> float:
-    """1.0 when the answer (the last `<answer>` block, else the whole output) has the target's
-    value by math-verify, else 0.0; 0.0 past `timeout` seconds, on an answer longer than
-    MAX_MATH_ANSWER_CHARS or nested deeper than MAX_MATH_NESTING, or on any failure.
+def _ask(request: Mapping[str, Any], timeout: float) -> Any:
+    """The worker's reply to one request, or None: past `timeout` seconds of scoring (the worker
+    is then killed and the spare takes over) or on any failure."""
+    with _lock:  # one worker per process: its requests go one at a time
+        try:
+            worker = _ready_worker()
+            line = worker.ask(json.dumps(request), timeout)
+        except Exception:  # noqa: BLE001 - a reward never raises: a failure scores 0
+            line = None
+        if line is None:  # too slow, or the worker died
+            _replace_worker()
+            return None
+        return json.loads(line)
+
+
+def _exact(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+def _target_literal(target: str) -> Literal | None:
+    """A target written as a number (a fraction need not be in lowest terms)."""
+    return read_literal(clean(target), reduced=False)
+
+
+def math_reward(output: str, target: str, timeout: float = MATH_TIMEOUT_S,
+                tolerance: Tolerance = Tolerance(), allow_expressions: bool = False) -> float:
+    """1.0 when the output states one final answer (every `\\boxed{}` in it, else the text) whose
+    value is the target's, exactly or within `tolerance`, else 0.0. 0.0 too past `timeout` seconds
+    of the worker's scoring, on an answer longer than math_values.MAX_ANSWER_CHARS or nested
+    deeper than MAX_MATH_NESTING, or on any failure. `allow_expressions`: arithmetic (`4*3`) is an answer.
 
     >>> math_reward("so the answer is \\\\boxed{\\\\frac{1}{2}}", "0.5")
     1.0
-    >>> math_reward("<answer>50%</answer>", "1/2"), math_reward("41", "42")
-    (1.0, 0.0)
+    >>> math_reward("<answer>50%</answer>", "1/2"), math_reward("41", "42"), math_reward("6*7", "42")
+    (1.0, 0.0, 0.0)
     """
-    return _scored(extract_answer(output) if isinstance(output, str) else "", target, timeout)
-
-
-def math_target_parses(target: str) -> bool:
-    """Does math-verify read the target as a value (it then equals itself)? The contract's rule.
-
-    >>> math_target_parses("\\\\frac{3}{4}"), math_target_parses("three quarters")
-    (True, False)
-    """
-    return isinstance(target, str) and len(target) <= math_worker.MAX_MATH_TARGET_CHARS and \
-        _scored(target, target, WORKER_START_TIMEOUT_S) == 1.0
-
-
-def _scored(answer: str, target: str, timeout: float) -> float:
-    if (not isinstance(answer, str) or not answer.strip() or len(answer) > MAX_MATH_ANSWER_CHARS
-            or nesting(answer) > MAX_MATH_NESTING or not isinstance(target, str)):
+    if not isinstance(output, str) or not isinstance(target, str) \
+            or len(extract_answer(output)) > MAX_MATH_OUTPUT_CHARS:
         return 0.0
-    with _lock:  # one worker per process: its answers go one at a time
-        try:
-            worker = _ready_worker()  # the first start of this process's worker is not counted
-            started = time.monotonic()
-            if not worker.wait_ready(timeout):  # a spare still starting: no time left to score
-                return 0.0
-            reply = worker.ask(answer, target, max(timeout - (time.monotonic() - started), 0))
-        except Exception:  # noqa: BLE001 - a reward never raises: a failure scores 0
-            reply = None
-        if reply is None:  # too slow, or the worker died: the spare takes the next answer
-            _replace_worker()
+    answers = final_answers(output)
+    if not answers:
+        return 0.0
+    gold = _target_literal(target)
+    for answer in answers:
+        if not _answer_scores(answer, target, gold, timeout, tolerance, allow_expressions):
             return 0.0
-        return 1.0 if reply == b"1" else 0.0
+    return 1.0
+
+
+def _answer_scores(answer: str, target: str, gold: Literal | None, timeout: float,
+                   tolerance: Tolerance, allow_expressions: bool) -> bool:
+    if nesting(answer) > MAX_MATH_NESTING or several_values(answer):
+        return False
+    literal = read_literal(answer, reduced=not allow_expressions)
+    if literal is not None and gold is not None:
+        return tolerance.close(literal.value, gold.value) or (
+            gold.percent and not literal.percent and tolerance.close(literal.value, gold.value * 100))
+    if literal is None and gold is not None and not allow_expressions:
+        return False  # a rational target's answer is final only written as a number
+    request = {"answer": answer, "target": clean(target), "allow_expressions": allow_expressions,
+               "answer_value": _exact(literal.value) if literal else None,
+               "target_value": _exact(gold.value) if gold else None,
+               "tolerance": tolerance.as_json()}
+    return _ask({"score": request}, timeout) == 1
+
+
+def math_target_problem(target: Any) -> str:
+    """Why a `math` target is not one value the verifier reads ("" when it is), in words that
+    finish "target ...": the contract's rule.
+
+    >>> math_target_problem("\\\\frac{3}{4}"), math_target_problem("1.25e+18")
+    ('', '')
+    >>> math_target_problem("2 × 2 × 5 × 7 × 7")
+    "'2 × 2 × 5 × 7 × 7' is arithmetic or a product, not one value written as one: write its value (a factorization or a list needs exact_match or regex)"
+    """
+    if not isinstance(target, str) or not target.strip() \
+            or len(target) > math_worker.MAX_MATH_TARGET_CHARS:
+        return f"must be a non-empty string of at most {math_worker.MAX_MATH_TARGET_CHARS} characters"
+    text = clean(target)
+    if several_values(text):
+        return (f"{target!r} holds several values: a math target is one value (several "
+                "values need several rows, or an exact_match or regex verifier)")
+    gold = _target_literal(target)
+    plain = _plain_reading_problem(target, gold)
+    if plain is not None:
+        return plain
+    if gold is not None:
+        return ""
+    if nesting(text) > MAX_MATH_NESTING:
+        return f"{target!r} nests brackets deeper than {MAX_MATH_NESTING}"
+    problem = _ask({"target": text}, WORKER_START_TIMEOUT_S)
+    if problem == "":
+        return ""
+    if problem == "arithmetic":
+        return (f"{target!r} is arithmetic or a product, not one value written as one: write "
+                "its value (a factorization or a list needs exact_match or regex)")
+    return (f"{target!r} is not one value: a number, a fraction, a percentage or a closed form "
+            "such as \\frac{\\sqrt{2}}{2}")
+
+
+def _plain_reading_problem(target: str, gold: Literal | None) -> str | None:
+    """A target that is a plain decimal number (e-notation included) must read as that number:
+    "" when it does, the problem when not, None when the target is not a plain decimal."""
+    try:
+        plain = Decimal(target.strip())
+    except InvalidOperation:
+        return None
+    if not plain.is_finite():
+        return f"{target!r} is not a finite number"
+    if gold is None or Fraction(plain) != gold.value:
+        read = "no number" if gold is None else str(gold.value)
+        return f"{target!r} reads as {read}, not as its plain decimal value {plain}"
+    return ""

@@ -1,58 +1,146 @@
-"""The process that scores `math` answers with math-verify (rlvr.rewards.math_answers starts one
-per scoring process and talks to it): one JSON request per line on stdin, `[answer, target]`,
-one reply per line on stdout, 1 or 0. It says `ready` once math-verify is imported, and ends when
-its stdin closes (its parent ended).
+"""The process that reads `math` values with sympy (rlvr.rewards.math_answers starts one per
+scoring process and talks to it): one JSON request per line on stdin, one JSON reply per line on
+stdout. It says `ready` once its slow paths are warm, and ends when its stdin closes (its parent
+ended).
 
     python -m rlvr.rewards.math_worker      (started by math_answers, not by hand)
 
-Here, on this process's main thread, math-verify's own signal-based timeouts work too.
+Only what the scoring process cannot decide alone comes here: a target or an answer that is not a
+number written as one (`\\frac{\\sqrt{2}}{2}`, `\\pi/4`, or arithmetic on a row with
+`allow_expressions`). LaTeX is read by latex2sympy2_extended (math-verify's parser: an ANTLR
+grammar; nothing is evaluated as Python), values compare exactly with sympy unless the row states
+a tolerance.
+
+Requests: `{"score": {...}}` -> 1 or 0 (see `score`); `{"target": text}` -> "" or the reason the
+text is not one value (see `target_problem`).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from fractions import Fraction
+
+from rlvr.rewards.math_values import Tolerance
 
 MAX_MATH_TARGET_CHARS = 200  # a target is a value: a number, a fraction, a short expression
+_DIGITS = 60  # evalf precision for a stated tolerance: far past any sig_figs the contract allows
 
 
-def parse_target(target: str) -> list:
-    """math-verify's reading of a target: bare (a number, a fraction, a percentage), else as an
-    inline LaTeX expression; [] when it is not short, or not a value (words parse as a product
-    of letters: a value has no free symbols).
+def read_value(text: str):
+    """latex2sympy's reading of `text` as one constant value (a sympy Expr), or None: not LaTeX,
+    free symbols (words read as products of letters), a set, a tuple, a relation, infinity."""
+    import sympy
+    from latex2sympy2_extended.latex2sympy2 import latex2sympy
 
-    >>> [str(v) for v in parse_target("1/2")], [str(v) for v in parse_target("\\\\sqrt{2}")]
-    (['1/2', '1/2'], ['sqrt(2)', '\\\\sqrt{2}'])
-    >>> parse_target(""), parse_target("three quarters")
-    ([], [])
-    """
-    from math_verify import parse
-
-    if not isinstance(target, str) or not target.strip() or len(target) > MAX_MATH_TARGET_CHARS:
-        return []
-    parsed = parse(target) or parse(f"${target}$")
-    return [] if not parsed or getattr(parsed[0], "free_symbols", None) else parsed
+    try:
+        expr = latex2sympy(text)
+    except Exception:  # noqa: BLE001 - text that does not parse is not a value
+        return None
+    if not isinstance(expr, sympy.Expr) or expr.free_symbols or expr.has(
+            sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
+        return None
+    return expr
 
 
-def score(answer: str, target: str) -> int:
-    """1 when math-verify finds the answer's value equal to the target's, else 0."""
-    from math_verify import parse, verify
+def exact_value(pair: str):
+    """A rational value sent as "p/q" by the scoring process (read there, exactly)."""
+    import sympy
 
-    gold = parse_target(target)
-    # bare LaTeX (`\\frac{1}{2}` with no `$`) is read as math too, as the target is
-    return int(bool(gold) and verify(gold, parse(answer) or parse(f"${answer}$")))
+    value = Fraction(pair)
+    return sympy.Rational(value.numerator, value.denominator)
+
+
+def is_final(expr) -> bool:
+    """A final value, not arithmetic left to do: not rational (a rational value is final only
+    written as a number, which the scoring process reads itself), and no more operations than
+    its simplest form (`\\sqrt{8}/4` is, `2\\pi - \\pi` is not)."""
+    import sympy
+
+    simplest = sympy.simplify(expr.doit())
+    return not simplest.is_rational and sympy.count_ops(expr) <= sympy.count_ops(simplest)
+
+
+def _fraction(expr) -> Fraction | None:
+    import sympy
+
+    value = sympy.N(expr, _DIGITS)
+    if not value.is_real:
+        return None
+    return Fraction(str(sympy.Float(value, _DIGITS)))
+
+
+def equal(answer, target, tolerance: Tolerance) -> bool:
+    import sympy
+
+    if tolerance.exact:
+        return sympy.simplify(answer - target) == 0
+    answer_value, target_value = _fraction(answer), _fraction(target)
+    return (answer_value is not None and target_value is not None
+            and tolerance.close(answer_value, target_value))
+
+
+def score(request: dict) -> int:
+    """1 when the answer's value equals the target's (within the stated tolerance), else 0.
+    `answer` / `target`: LaTeX to read; `answer_value` / `target_value`: exact "p/q" instead;
+    `allow_expressions`: arithmetic answers count; `tolerance`: Tolerance's fields."""
+    target = (exact_value(request["target_value"]) if request.get("target_value")
+              else read_value(request["target"]))
+    if request.get("answer_value"):
+        answer = exact_value(request["answer_value"])
+    else:
+        answer = read_value(request["answer"])
+        if answer is None or not (request.get("allow_expressions") or is_final(answer)):
+            return 0
+    tolerance = Tolerance(**{name: Fraction(value) if value is not None and name != "sig_figs"
+                             else value for name, value in request["tolerance"].items()})
+    return int(target is not None and equal(answer, target, tolerance))
+
+
+def target_problem(text: str) -> str:
+    """Why `text` is not one value a target can be ("" when it is)."""
+    expr = read_value(text)
+    if expr is None:
+        return "not a value"
+    if sympy_rational(expr):
+        return "arithmetic"
+    return ""
+
+
+def sympy_rational(expr) -> bool:
+    import sympy
+
+    return bool(sympy.simplify(expr.doit()).is_rational)
+
+
+def reply(request: dict):
+    if "target" in request and "score" not in request:
+        return target_problem(request["target"])
+    return score(request["score"])
+
+
+# The slow paths' first calls (imports inside sympy and the parser, brackets, words, LaTeX,
+# simplify, evalf) are paid here, before `ready`, not by the first answers' time bound.
+WARM_UP = [
+    {"score": {"answer": "\\sqrt{8}/4", "target": "\\frac{\\sqrt{2}}{2}", "tolerance": {}}},
+    {"score": {"answer": "((1+\\sqrt{2}))", "target": "\\left(1+\\sqrt{2}\\right)",
+               "tolerance": {"rel_tol": "1/1000"}}},
+    {"score": {"answer": "3 \\text{ apples}", "target": "\\pi", "tolerance": {"sig_figs": 3}}},
+    {"score": {"answer": "[2, 3]", "answer_value": None, "target": "e^{2}", "tolerance": {}}},
+    {"target": "2 \\times 3"},
+]
 
 
 def main() -> None:
-    score("\\boxed{\\frac{1}{2}}", "50%")  # the start's slow part (imports, first parse) before `ready`
+    for request in WARM_UP:
+        reply(request)
     print("ready", flush=True)
     for line in sys.stdin:
         try:
-            answer, target = json.loads(line)
-            result = score(answer, target)
+            result = reply(json.loads(line))
         except Exception:  # noqa: BLE001 - any failure scores 0; the worker carries on
             result = 0
-        print(result, flush=True)
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

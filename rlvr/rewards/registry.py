@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import regex
 
 from rlvr.grpo.metric_keys import reward_failures
-from rlvr.rewards.math_answers import math_reward, math_target_parses
+from rlvr.rewards.math_answers import math_reward, math_target_problem
+from rlvr.rewards.math_values import MAX_SIG_FIGS, Tolerance
 from rlvr.rewards.math_worker import MAX_MATH_TARGET_CHARS
 from rlvr.rewards.shaping import length_reward
 from rlvr.rewards.verifiers import (MAX_COUNTDOWN_NUMBERS, countdown_reward, exact_match_reward,
@@ -47,6 +48,11 @@ def _is_number_list(value: Any) -> bool:
             and all(_is_int(v) and v >= 0 for v in value))
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        value == value and abs(value) != float("inf")
+
+
 def _compiles(value: Any) -> bool:
     try:
         regex.compile(value)
@@ -65,9 +71,19 @@ class FieldRule:
 
 @dataclass(frozen=True)
 class VerifierType:
-    """A kind of verifier: the fields a row must give and how an answer is scored."""
+    """A kind of verifier: the fields a row must give, how an answer is scored, and the rules
+    that need more than one field or more than a yes/no (run once every field obeys its own)."""
     fields: Mapping[str, FieldRule]
     score: Callable[[str, Mapping[str, Any]], float]
+    problems: Callable[[Mapping[str, Any]], list[str]] = lambda verifier: []
+
+
+def _math_problems(verifier: Mapping[str, Any]) -> list[str]:
+    problems = []
+    if "sig_figs" in verifier and ("rel_tol" in verifier or "abs_tol" in verifier):
+        problems.append("sig_figs cannot be combined with rel_tol or abs_tol: state one rule")
+    target = math_target_problem(verifier["target"])
+    return problems + ([f"target {target}"] if target else [])
 
 
 VERIFIERS: dict[str, VerifierType] = {
@@ -91,12 +107,23 @@ VERIFIERS: dict[str, VerifierType] = {
         fields={"pattern": FieldRule(_is_nonempty_str, "a non-empty string")},
         score=lambda answer, v: format_reward(answer, v["pattern"]),
     ),
-    "math": VerifierType(  # compared by value with math-verify (rlvr.rewards.math_answers)
-        fields={"target": FieldRule(math_target_parses,
-                                    "a number, fraction, percentage or LaTeX expression that "
-                                    "math-verify reads as a value (at most "
-                                    f"{MAX_MATH_TARGET_CHARS} characters)")},
-        score=lambda answer, v: math_reward(answer, v["target"]),
+    "math": VerifierType(  # compared by value (rlvr.rewards.math_answers; docs/data.md)
+        fields={
+            "target": FieldRule(lambda v: _is_nonempty_str(v) and len(v) <= MAX_MATH_TARGET_CHARS,
+                                "one value: a number, fraction, percentage or LaTeX closed form "
+                                f"(a string of at most {MAX_MATH_TARGET_CHARS} characters)"),
+            "rel_tol": FieldRule(lambda v: _is_number(v) and 0 < v < 1,
+                                 "a number between 0 and 1 (exclusive)", required=False),
+            "abs_tol": FieldRule(lambda v: _is_number(v) and v > 0, "a positive number",
+                                 required=False),
+            "sig_figs": FieldRule(lambda v: _is_int(v) and 1 <= v <= MAX_SIG_FIGS,
+                                  f"an integer from 1 to {MAX_SIG_FIGS}", required=False),
+            "allow_expressions": FieldRule(lambda v: isinstance(v, bool), "true or false",
+                                           required=False),
+        },
+        score=lambda answer, v: math_reward(answer, v["target"], tolerance=Tolerance.of(v),
+                                            allow_expressions=v.get("allow_expressions", False)),
+        problems=_math_problems,
     ),
 }
 
@@ -125,7 +152,7 @@ def verifier_problems(verifier: Any) -> list[str]:
     extra = sorted(set(verifier) - set(spec.fields) - {"type"})
     if extra:
         problems.append(f"unknown field(s) {extra} for type {kind}")
-    return problems
+    return problems or spec.problems(verifier)
 
 
 def score_correctness(answer: str, verifier: Mapping[str, Any]) -> float:
