@@ -1,5 +1,5 @@
 """Write a GSM8K-style sample of `math` rows (word problems whose answers are numbers, fractions
-or percentages, checked by value with math-verify): data/samples/word_problems.jsonl.
+or percentages, checked by value by the `math` verifier): data/samples/word_problems.jsonl.
 
     python data/make_word_problems.py [--rows 64] [--seed 0]
 

@@ -79,7 +79,7 @@ def main() -> None:
         print(f"nesting (parse and score with no bound; the cap holds answers to depth "
               f"{MAX_MATH_NESTING}):")
         print("  depth  " + "  ".join(f"{kind:>11}" for kind in NESTED))
-        math_answers.MAX_MATH_NESTING = args.max_depth  # measure past the cap
+        math_answers.MAX_MATH_NESTING = args.max_depth + 1  # measure past the cap
         for depth in range(1, args.max_depth + 1):
             times = [timed(make(depth), "\\sqrt{2}", timeout=30)[1] for make in NESTED.values()]
             print(f"  {depth:5}  " + "  ".join(f"{t * 1000:9.0f}ms" for t in times))

@@ -3,12 +3,9 @@ reasoning-gym's items of 12 numeric tasks, with candidates made to break it, the
 every candidate by its rules, and every answer reasoning-gym scores otherwise is of a kind whose
 disagreement is known and explained (EXPECTED_DISAGREEMENTS: the project is right, and why)."""
 
-import pytest
-
 from scripts.math_differential import EXPECTED_DISAGREEMENTS, KINDS, TASKS, run, table
 
 
-@pytest.mark.slow
 def test_the_math_verifier_keeps_its_rules_where_reasoning_gym_does_not():
     results, classes, bugs = run(items=40, seed=1)
     report = table(results, classes, bugs)

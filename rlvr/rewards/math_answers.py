@@ -45,8 +45,8 @@ WORKER_START_TIMEOUT_S = 60.0  # a worker's start imports sympy and warms up (~2
 MAX_MATH_OUTPUT_CHARS = 100_000
 # Deeper bracket nesting than this scores 0 unparsed: no final value is written so, and the
 # parser's time grows steeply with it. scripts/math_verifier_times.py, 2 busy processes per core
-# on 2 cores (2026-12-03): the worst bracket kind 590 ms at 6 (the cap, within MATH_TIMEOUT_S),
-# 640 ms at 7, 1.1 s at 8.
+# on 2 cores (2026-12-03, two runs): the worst bracket kind (braces) 585-590 ms at 6, the cap,
+# within MATH_TIMEOUT_S; 640-730 ms at 7; 1.05-1.1 s at 8, past it.
 MAX_MATH_NESTING = 6
 
 

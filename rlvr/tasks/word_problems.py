@@ -40,8 +40,8 @@ def _fraction(rng: random.Random) -> tuple[str, str]:
 def _percent(rng: random.Random) -> tuple[str, str]:
     total = rng.choice([20, 25, 40, 50, 80])
     passed = rng.randint(1, total - 1)
-    # `95%` (not LaTeX's `95\%`, which math-verify 0.9 leaves unread inside \boxed{}): the
-    # answers 95, 95%, 0.95 and \boxed{95} all earn it
+    # a target written as a percentage: 95%, 95\%, 0.95, 95 and \boxed{95} all earn it
+    # (docs/data.md, the math verifier's rules)
     return (f"In a class of {total} students, {passed} passed the test. What percent of the "
             f"class passed?", f"{passed * 100 / total:g}%")
 

@@ -263,7 +263,6 @@ def test_a_fresh_process_whose_first_answer_is_adversarial_scores_the_next_ten(c
     assert out.stdout.strip() == str([1.0] * len(HONEST)), out.stderr[-2000:]
 
 
-@pytest.mark.slow
 def test_each_honest_answer_right_after_an_adversarial_one_earns_under_load(cpu_load):
     """Every honest answer meets a worker that has just been killed (its spare may still be
     starting): the bound is on scoring, never on a start."""
