@@ -94,8 +94,11 @@ def patch(Trainer):
     def probed(self, *args, **kwargs):
         out = train(self, *args, **kwargs)  # the model is wrapped inside train
         a = self.accelerator
-        print(f"probe: rank {a.process_index} of {a.num_processes}: {a.distributed_type.value}, "
-              f"fsdp {self.is_fsdp_enabled}, {type(self.model_wrapped).__name__}", flush=True)
+        line = (f"probe: rank {a.process_index} of {a.num_processes}: {a.distributed_type.value}, "
+                f"fsdp {self.is_fsdp_enabled}, {type(self.model_wrapped).__name__}\\n")
+        # one write of the whole line: both ranks share the pipe, and a write under PIPE_BUF
+        # is never interleaved (print's text and newline once were, 2026-12-03)
+        os.write(1, line.encode())
         return out
 
     Trainer.train = probed
