@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlvr.data import write_jsonl
-from rlvr.tasks.countdown import CountdownSpec, generate_splits
+from rlvr.data.rows import write_jsonl
+from rlvr.data.tasks.countdown import CountdownSpec, generate_splits
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlvr.data import write_jsonl
-from rlvr.tasks.word_problems import word_problems
+from rlvr.data.rows import write_jsonl
+from rlvr.data.tasks.word_problems import word_problems
 
 
 def main() -> None:

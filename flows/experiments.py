@@ -7,10 +7,10 @@ Queues `orchestration.ablations` (name -> `-S` overrides) and the `orchestration
 `dvc exp run --queue`, runs the queue (`dvc exp run --run-all --jobs N`, N from
 orchestration.jobs: each in a temporary copy, N at a time with cores // N torch threads each;
 the workspace keeps the default run; a worker left up with nothing to run is stopped:
-rlvr.experiments.run_queue_to_end),
+rlvr.pipeline.experiments.run_queue_to_end),
 then publishes the comparison table (scripts/compare_experiments) as the artifact
 `experiments-comparison`. It holds the workspace for the whole run
-(rlvr.orchestration.workspace_lock): started while another flow run holds it, it stops at once
+(rlvr.pipeline.orchestration.workspace_lock): started while another flow run holds it, it stops at once
 with one line naming that run.
 """
 
@@ -24,12 +24,12 @@ from prefect import flow, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from rlvr.config import ParamsError, load_params
-from rlvr.comparison import compare, comparison_rows
-from rlvr.experiments import (check_queued_runs, grid_commands, grid_runs,
+from rlvr.params.config import ParamsError, load_params
+from rlvr.pipeline.comparison import compare, comparison_rows
+from rlvr.pipeline.experiments import (check_queued_runs, grid_commands, grid_runs,
                               queue_commands, queued_runs, run_queue_to_end)
-from rlvr.errors import PipelineError
-from rlvr.orchestration import StageFailed, failed, provenance_line, run_dvc, workspace_lock
+from rlvr.core.errors import PipelineError
+from rlvr.pipeline.orchestration import StageFailed, failed, provenance_line, run_dvc, workspace_lock
 
 
 def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:

@@ -16,7 +16,7 @@ measurements, by the names --only takes:
   cold        a cold `dvc repro` of the default in a fresh copy of the project (tracked and
               untracked files, outputs left out: tests/helpers.py make_project_copy): its wall
               time and each stage's, from reports/timing/<stage>.json (with the train stage's
-              seconds scoring the validation rows, rlvr.timing.record_timing; never console
+              seconds scoring the validation rows, rlvr.core.timing.record_timing; never console
               text). The copy is then committed,
               and `noop`, `overhead` and `evaluation` use its up-to-date state and models/base.
   noop        on that up-to-date copy: `dvc repro` with nothing to run (target <= 2 s), and
@@ -35,7 +35,7 @@ measurements, by the names --only takes:
               load the same base model (models/base of the cold copy), the same training rows
               and reward functions, and the GRPOConfig that rlvr.grpo.config.grpo_config builds from
               params.yaml; each runs in a fresh process. Bare: `trl.GRPOTrainer(...).train()`,
-              saving nothing. Pipeline: what the train stage runs (rlvr.runs.train_run):
+              saving nothing. Pipeline: what the train stage runs (rlvr.pipeline.runs.train_run):
               rlvr.grpo.run.run_grpo with LiveCurvesCallback (DVCLive) and a checkpoint every
               train.save_steps. Timed: from the end of step W to the end of step N (on_step_end
               of a TrainerCallback, in the main process): N - W whole steps in steady state, a
@@ -50,13 +50,13 @@ measurements, by the names --only takes:
               process's load on a shared machine barely moves, unlike the whole span's.
   overhead2   the same with 2 processes: each side runs under `accelerate launch --multi_gpu
               --num_processes 2` (DDP over gloo on CPU), the launcher the train stage uses with
-              train.processes: 2 (rlvr/distributed.py); the pipeline side joins the process
+              train.processes: 2 (rlvr/grpo/distributed.py); the pipeline side joins the process
               group as the stage does (start_rank).
-  validation  rlvr.validation.validate_files, as the validate stage calls it (Data Docs written to
+  validation  rlvr.data.validation.validate_files, as the validate stage calls it (Data Docs written to
               a temporary folder), on 64 and on 6,400 training rows (both files made by
               data/make_countdown.py with 3 numbers from 1 to 20, since 2 from 1 to 12 give too few
               distinct problems), after one untimed call that imports Great Expectations.
-  evaluation  rlvr.evaluation.audit on the default evaluate settings (sampled k, greedy, KL of
+  evaluation  rlvr.audit.evaluation.audit on the default evaluate settings (sampled k, greedy, KL of
               final vs step 0, bootstrap CI) for a handful of held-out prompts, step 0 and final
               the cold copy's models (without a cold copy, the base model as both), loaded
               beforehand: seconds per prompt.
@@ -116,7 +116,7 @@ def parse_only(text: str) -> list[str]:
 
 
 def machine() -> dict:
-    from rlvr.numerics import describe, numerics_in_force
+    from rlvr.core.numerics import describe, numerics_in_force
 
     return {"cpus": os.cpu_count(), "platform": describe(numerics_in_force()),
             "python": platform.python_version(),
@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     done: list[str] = []
 
     def save() -> None:  # after every measurement: a run cut short keeps what it measured
-        from rlvr.data import write_json
+        from rlvr.data.rows import write_json
 
         write_json(args.out, bench_json(
             bench.figures, mode=budget.name, measurements=done, complete=done == names,

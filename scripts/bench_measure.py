@@ -203,7 +203,7 @@ def measure_overhead(bench: Bench, processes: int = 1) -> None:
 
 
 def measure_validation(bench: Bench) -> None:
-    from rlvr.validation import validate_files
+    from rlvr.data.validation import validate_files
 
     folder = bench.scratch / "validation"
     files = {}
@@ -240,11 +240,11 @@ def measure_validation(bench: Bench) -> None:
 
 
 def measure_evaluation(bench: Bench) -> None:
-    from rlvr.data import read_rows
-    from rlvr.evaluation import audit, prompt_template, rollout_settings
-    from rlvr.policy import load_policy
+    from rlvr.data.rows import read_rows
+    from rlvr.audit.evaluation import audit, prompt_template, rollout_settings
+    from rlvr.policy.models import load_policy
     from rlvr.rewards.registry import build_reward_funcs, normalized_weights
-    from rlvr.seeds import seed_paths
+    from rlvr.core.seeds import seed_paths
 
     params, ev = bench.params, bench.params.evaluate
     base = bench.base_model()
@@ -272,9 +272,9 @@ def measure_evaluation(bench: Bench) -> None:
 def measure_scaling(bench: Bench) -> None:
     import copy
 
-    from rlvr.config import parse_params
-    from rlvr.data import read_rows
-    from rlvr.policy import prepare_base
+    from rlvr.params.config import parse_params
+    from rlvr.data.rows import read_rows
+    from rlvr.policy.models import prepare_base
     from tests.helpers import merge
 
     rows = read_rows(bench.train_path)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH_SCRIPT = ROOT / "scripts" / "bench.py"
 WORKER = "_worker"              # internal: one GRPO run, timed (python bench.py _worker SPEC)
 FLOW_PROFILE = "_flowprofile"   # internal: one instrumented flow run (python bench.py _flowprofile)
-STAGE_DONE = ("done in ", "FAILED in ")  # the line each stage prints last (rlvr/stage.py)
+STAGE_DONE = ("done in ", "FAILED in ")  # the line each stage prints last (rlvr/pipeline/stage.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Bench:
     def __init__(self, budget: Budget, scratch: Path) -> None:
         import copy
 
-        from rlvr.config import parse_params, read_params_file
+        from rlvr.params.config import parse_params, read_params_file
         from tests.helpers import SMALL_RUN, merge
 
         self.budget, self.scratch = budget, scratch
@@ -133,7 +133,7 @@ class Bench:
         return self._project
 
     def _cold_repro(self) -> Path:
-        from rlvr.orchestration import dvc_stages
+        from rlvr.pipeline.orchestration import dvc_stages
         from tests.helpers import commit_all, make_project_copy
 
         project = make_project_copy(self.scratch / "project", self.overrides)
@@ -164,13 +164,13 @@ class Bench:
 
     def base_model(self) -> str:
         """The cold copy's models/base when this run made one, else one built here with
-        prepare_model's code (rlvr.policy.prepare_base) on the same params."""
+        prepare_model's code (rlvr.policy.models.prepare_base) on the same params."""
         if self._base is None:
             if self._project is not None:
                 self._base = str(self._project / self.params.paths.base_model)
             else:
-                from rlvr.data import read_rows
-                from rlvr.policy import prepare_base
+                from rlvr.data.rows import read_rows
+                from rlvr.policy.models import prepare_base
 
                 say("building a base model with prepare_model's code (no cold copy in this run)")
                 prepare_base(self.params.model, read_rows(self.train_path), self.params.seed,
@@ -181,8 +181,8 @@ class Bench:
     def run_worker(self, side: str, policy: str, max_steps: int, processes: int = 1,
                    checkpoints: bool = True, raw: dict | None = None) -> dict:
         """One timed GRPO run in a fresh process (or `processes` ranks under accelerate launch,
-        as rlvr/distributed.py launches the train stage); the main process's clock."""
-        from rlvr.distributed import free_port, launch_args
+        as rlvr/grpo/distributed.py launches the train stage); the main process's clock."""
+        from rlvr.grpo.distributed import free_port, launch_args
 
         self._runs += 1
         work = self.scratch / f"run{self._runs}-{side}"
@@ -216,12 +216,12 @@ def worker(spec_file: str) -> None:
     TRL trainer or the train stage's run_grpo, per the spec; the main process writes the clock."""
     from transformers import TrainerCallback, set_seed
 
-    from rlvr.config import parse_params
-    from rlvr.data import read_rows, to_hf_dataset, write_json
-    from rlvr.distributed import is_main_process, launched, start_rank
+    from rlvr.params.config import parse_params
+    from rlvr.data.rows import read_rows, to_hf_dataset, write_json
+    from rlvr.grpo.distributed import is_main_process, launched, start_rank
     from rlvr.grpo.callbacks import LiveCurvesCallback
     from rlvr.grpo.config import grpo_config, peft_config
-    from rlvr.grpo.metric_keys import LOSS, REWARD
+    from rlvr.core.metric_keys import LOSS, REWARD
     from rlvr.grpo.run import run_grpo
     from rlvr.rewards.registry import build_reward_funcs
 
@@ -295,7 +295,7 @@ def flow_profile(out: str) -> None:
     artifacts, and the git and provenance calls inside them; writes the marks and spans to `out`."""
     marks = {"started": time.time()}
     import flows.pipeline as pipeline_module
-    import rlvr.provenance as provenance_module
+    import rlvr.report.provenance as provenance_module
 
     marks["imported"] = time.time()
     spans: list[dict] = []

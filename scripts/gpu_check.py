@@ -91,8 +91,8 @@ def write_params(mode: str, base: str, out: str) -> None:
 
     from ruamel.yaml import YAML
 
-    from rlvr.checks import check_run_params
-    from rlvr.config import load_params
+    from rlvr.params.checks import check_run_params
+    from rlvr.params.config import load_params
 
     yaml = YAML()  # round trip: the profile's comments stay
     raw = yaml.load(Path(base).read_text(encoding="utf-8"))
@@ -161,7 +161,7 @@ def throughput(history: list[dict], completions_per_step: int) -> dict:
     >>> f["completion_tokens_per_s"], f["tokens_per_s"]
     (100.0, 200.0)
     """
-    from rlvr.grpo.metric_keys import COMPLETION_LENGTH, LOSS, NUM_TOKENS, STEP_TIME
+    from rlvr.core.metric_keys import COMPLETION_LENGTH, LOSS, NUM_TOKENS, STEP_TIME
 
     steps = [entry for entry in history if LOSS in entry]
     times = [entry[STEP_TIME] for entry in steps]
@@ -180,22 +180,22 @@ def throughput(history: list[dict], completions_per_step: int) -> dict:
     }
 
 
-SEEDED_STAGES = ("train", "evaluate")  # one per RL seed in dvc.yaml (rlvr.stage.run_stage)
+SEEDED_STAGES = ("train", "evaluate")  # one per RL seed in dvc.yaml (rlvr.pipeline.stage.run_stage)
 
 
 def run_stage(name: str, mode: str, report: str | None) -> int:
     """Run stages/<name>.py as `python -m stages.<name>` does; for smoke, keep its trainer (the
-    one rlvr.runs.run_grpo returns) and print the figures."""
+    one rlvr.pipeline.runs.run_grpo returns) and print the figures."""
     if mode == "cpu":  # (cpu_full runs train, whose curves are DVCLive's: nothing made absent)
         for absent in ABSENT_ON_GPU:
             sys.modules[absent] = None  # `import dvc` fails, find_spec("dvc") is None
     import torch
 
-    import rlvr.runs
-    from rlvr.config import load_params
+    import rlvr.pipeline.runs
+    from rlvr.params.config import load_params
 
     marks, kept = {"start": time.perf_counter()}, {}
-    run_grpo = rlvr.runs.run_grpo
+    run_grpo = rlvr.pipeline.runs.run_grpo
 
     def keeping_run_grpo(*args, **kwargs):
         marks["trainer"] = time.perf_counter()  # the model is loaded and step 0 measured
@@ -207,7 +207,7 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
         marks["trained"] = time.perf_counter()
         return kept["trainer"]
 
-    rlvr.runs.run_grpo = keeping_run_grpo
+    rlvr.pipeline.runs.run_grpo = keeping_run_grpo
     cuda = torch.cuda.is_available() and mode == "cuda"
     # a per-seed stage (train, evaluate) runs the first seed of audit.seeds, as train@<seed> does
     seeded = [str(load_params("params.yaml").audit.seeds[0])] if name in SEEDED_STAGES else []
@@ -268,14 +268,14 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
 
 def train_figures(trainer) -> dict:
     """Seconds per train step (TRL's step_time) and the size of what train saved."""
-    from rlvr.config import load_params
+    from rlvr.params.config import load_params
     from rlvr.grpo.checkpoints import WEIGHT_FILES
-    from rlvr.grpo.metric_keys import LOSS, STEP_TIME
-    from rlvr.seeds import seed_paths
+    from rlvr.core.metric_keys import LOSS, STEP_TIME
+    from rlvr.core.seeds import seed_paths
 
     times = [e[STEP_TIME] for e in trainer.state.log_history if LOSS in e]
     params = load_params("params.yaml")
-    # the stage trained the first seed of audit.seeds (the check runs one: rlvr.seeds)
+    # the stage trained the first seed of audit.seeds (the check runs one: rlvr.core.seeds)
     folder = Path(seed_paths(params.paths, params.audit.seeds[0]).trained_model)
     weights = next(folder / name for name in WEIGHT_FILES if (folder / name).exists())
     return {"steps": len(times), "median_step_s": round(statistics.median(times), 2),
@@ -311,7 +311,7 @@ def main(argv: list[str]) -> int:
     if command == "deps":
         return check_wheels(*rest)
     if command == "params":
-        from rlvr.config import ParamsError
+        from rlvr.params.config import ParamsError
 
         try:
             write_params(*rest)

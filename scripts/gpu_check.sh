@@ -84,7 +84,7 @@ tar -C "$ROOT" --exclude=./.git --exclude=./dvc.lock --exclude=./.venv --exclude
   --exclude=./reports/timing --exclude=./reports/validation/data_docs --exclude=./.pytest_cache \
   --exclude=./.hypothesis -cf - . | tar -C "$WORK/project" -xf - || fail "copying the project"
 if [ "$MODE" != cuda ]; then  # here DVC is at hand: apply the profile as gpu_wheels.sh does
-  phase profile 60 "$PY" -m rlvr.profiles gpu --out "$BASE_PARAMS"
+  phase profile 60 "$PY" -m rlvr.params.profiles gpu --out "$BASE_PARAMS"
 fi
 phase wheels 60 "$PY" scripts/gpu_check.py deps
 ROWS=16

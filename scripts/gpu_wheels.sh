@@ -31,5 +31,5 @@ for python in $PYTHONS; do  # fails when a pin has no wheel for this Python
     || { grep -v "is ignored: it is neither" "$log" >&2; echo "gpu_wheels: FAILED for Python $python" >&2; exit 1; }
 done
 rm -f "$log"
-./dev run python -m rlvr.profiles gpu --out "$OUT/params.yaml" >/dev/null
+./dev run python -m rlvr.params.profiles gpu --out "$OUT/params.yaml" >/dev/null
 echo "gpu_wheels: $(ls "$OUT"/*.whl | wc -l) wheels for Python ${PYTHONS// /, } + params.yaml in $OUT/: $(du -sb "$OUT" | awk '{printf "%.1f MiB", $1/1048576}')"

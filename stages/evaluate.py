@@ -5,7 +5,7 @@
 
 Scores both policies on the training prompts and the held-out prompts with the same sampling
 seeds: greedy success, mean sampled reward over evaluate.samples samples, each reward function,
-completion length, malformed share; and what a mean hides (rlvr.audit): pass@k, the rows of each
+completion length, malformed share; and what a mean hides (rlvr.audit.slices): pass@k, the rows of each
 tag, the prompts that lost or gained every correct answer, diversity. Writes, in
 reports/eval/seed-SEED/, summary.json (every statistic; the deltas carry a paired bootstrap CI
 over the prompts, and the seed's own verdict follows the held-out split: `mixed` when a tag
@@ -14,14 +14,14 @@ regressed) and per_prompt.jsonl. Stage recipe pools the seeds.
 
 import json
 
-from rlvr.audit import SliceRule
-from rlvr.config import Params
-from rlvr.data import read_rows, write_json, write_text_atomic
-from rlvr.evaluation import audit, prompt_template, rollout_settings
-from rlvr.policy import load_policy, policy_path
+from rlvr.audit.slices import SliceRule
+from rlvr.params.config import Params
+from rlvr.data.rows import read_rows, write_json, write_text_atomic
+from rlvr.audit.evaluation import audit, prompt_template, rollout_settings
+from rlvr.policy.models import load_policy, policy_path
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
-from rlvr.seeds import seed_paths
-from rlvr.stage import run_stage
+from rlvr.core.seeds import seed_paths
+from rlvr.pipeline.stage import run_stage
 
 
 def main(params: Params) -> int:

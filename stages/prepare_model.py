@@ -5,23 +5,23 @@
 model.init: tiny builds a Qwen3-architecture model and a character tokenizer locally and
 warm-starts it on well-formed expressions over the training rows' numbers (never checked against
 the targets, never from the held-out rows); model.init: local_llm trains a byte-level BPE tokenizer
-on the training rows and builds a reduced random-init Qwen3 (rlvr/local_llm.py), saved like a hub
+on the training rows and builds a reduced random-init Qwen3 (rlvr/policy/local_llm.py), saved like a hub
 model; model.init: pretrained records model.name_or_path.
 Writes models/base/ and reports/prepare/summary.json.
 """
 
-from rlvr.config import Params
-from rlvr.data import read_rows, write_json
-from rlvr.numerics import numerics_in_force
-from rlvr.policy import describe_base, prepare_base
-from rlvr.stage import run_stage
+from rlvr.params.config import Params
+from rlvr.data.rows import read_rows, write_json
+from rlvr.core.numerics import numerics_in_force
+from rlvr.policy.models import describe_base, prepare_base
+from rlvr.pipeline.stage import run_stage
 
 def main(params: Params) -> int:
     rows = read_rows(params.data.train_path)
     print(f"prepare_model: model.init = {params.model.init}")
     summary = prepare_base(params.model, rows, params.seed, params.paths.base_model)
     summary.pop("seconds")
-    summary["numerics"] = numerics_in_force()  # what decided its bits (rlvr/numerics.py)
+    summary["numerics"] = numerics_in_force()  # what decided its bits (rlvr/core/numerics.py)
     write_json(params.paths.prepare_summary, summary)
     print(f"prepare_model: {describe_base(summary)} -> {params.paths.base_model}")
     return 0

@@ -4,14 +4,14 @@
 
 Runs after report. Copies the published seed's models/trained/seed-<n> (picked on the validation
 rows by stage recipe; what train saved: full weights, or a LoRA adapter) to models/final and
-writes its model card (rlvr.model_card): which seed and why, the base model, the data md5s, the
+writes its model card (rlvr.report.model_card): which seed and why, the base model, the data md5s, the
 key params, the seed's headline figures and verdict beside the recipe's over its seeds, the
 commit and the code digest. The folder loads with `from_pretrained` as it is (through peft for an adapter).
 """
 
-from rlvr.config import Params
-from rlvr.model_card import publish_folder, run_card
-from rlvr.stage import run_stage
+from rlvr.params.config import Params
+from rlvr.report.model_card import publish_folder, run_card
+from rlvr.pipeline.stage import run_stage
 
 
 def main(params: Params) -> int:

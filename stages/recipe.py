@@ -5,7 +5,7 @@
 Reads each seed's reports/eval/seed-<n>/ and reports/train/seed-<n>/summary.json (audit.seeds),
 and writes reports/recipe/summary.json (each seed's line, the pooled figures with intervals over
 seeds and prompts, the verdict by Step 9's rules, the published seed and why), its headline
-metrics/recipe.json (a DVC metric) and reports/figures/seeds.png (rlvr/recipe.py). Fewer than 2
+metrics/recipe.json (a DVC metric) and reports/figures/seeds.png (rlvr/audit/recipe.py). Fewer than 2
 seeds with results: no recipe verdict, naming the missing seeds and the line each stopped with.
 `dvc repro` runs it only once every seed has run to the end; after a failed seed, run it alone
 (`python -m stages.recipe`, as the flows do) to see the seeds that did.
@@ -14,13 +14,13 @@ seeds with results: no recipe verdict, naming the missing seeds and the line eac
 import json
 from pathlib import Path
 
-from rlvr.audit import SliceRule
-from rlvr.config import Params
-from rlvr.data import write_json
-from rlvr.plots import plot_seeds
-from rlvr.recipe import recipe_audit, recipe_metrics
-from rlvr.seeds import seed_paths
-from rlvr.stage import failure_line, run_stage, stage_label
+from rlvr.audit.slices import SliceRule
+from rlvr.params.config import Params
+from rlvr.data.rows import write_json
+from rlvr.report.plots import plot_seeds
+from rlvr.audit.recipe import recipe_audit, recipe_metrics
+from rlvr.core.seeds import seed_paths
+from rlvr.pipeline.stage import failure_line, run_stage, stage_label
 
 
 def seed_results(paths, seed: int) -> dict:

@@ -15,18 +15,18 @@ import json
 import os
 from pathlib import Path
 
-from rlvr.config import PARAMS_FILE, Params, data_files, test_file_reader
-from rlvr.alarms import AlarmThresholds, check_alarms
-from rlvr.data import write_text_atomic
-from rlvr.errors import PipelineError
-from rlvr.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost
-from rlvr.plots import plot_pass_at_k, plot_per_prompt
-from rlvr.policy import policy_path
-from rlvr.provenance import provenance
-from rlvr.render import to_html
-from rlvr.report import build_report, hyperparameter_table
-from rlvr.seeds import seed_paths
-from rlvr.stage import run_stage
+from rlvr.params.config import PARAMS_FILE, Params, data_files, test_file_reader
+from rlvr.audit.alarms import AlarmThresholds, check_alarms
+from rlvr.data.rows import write_text_atomic
+from rlvr.core.errors import PipelineError
+from rlvr.audit.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost
+from rlvr.report.plots import plot_pass_at_k, plot_per_prompt
+from rlvr.policy.models import policy_path
+from rlvr.report.provenance import provenance
+from rlvr.report.render import to_html
+from rlvr.report.retrospective import build_report, hyperparameter_table
+from rlvr.core.seeds import seed_paths
+from rlvr.pipeline.stage import run_stage
 
 
 def _json(path: str):

@@ -7,11 +7,11 @@ its headline metrics/gate.json (a DVC metric). Every other stage reads the verdi
 refuses to start unless it says passed; a failure here exits non-zero, naming the tests.
 """
 
-from rlvr.config import Params
-from rlvr.data import write_json
-from rlvr.gate import run_reward_tests
-from rlvr.metrics import gate_metrics
-from rlvr.stage import run_stage
+from rlvr.params.config import Params
+from rlvr.data.rows import write_json
+from rlvr.pipeline.gate import run_reward_tests
+from rlvr.report.metrics import gate_metrics
+from rlvr.pipeline.stage import run_stage
 
 
 def main(params: Params) -> int:

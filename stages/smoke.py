@@ -9,11 +9,11 @@ its headline metrics/smoke.json (a DVC metric) and reports/smoke/step0.json; exi
 every failed check with its value.
 """
 
-from rlvr.config import Params
-from rlvr.data import write_json
-from rlvr.metrics import smoke_metrics
-from rlvr.runs import smoke_run
-from rlvr.stage import run_stage
+from rlvr.params.config import Params
+from rlvr.data.rows import write_json
+from rlvr.report.metrics import smoke_metrics
+from rlvr.pipeline.runs import smoke_run
+from rlvr.pipeline.stage import run_stage
 
 def main(params: Params) -> int:
     result = smoke_run(params, base_dir=params.paths.base_model)

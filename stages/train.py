@@ -9,14 +9,14 @@ checkpointing every train.save_steps into models/checkpoints/seed-SEED/; if a ru
 next one resumes from the last checkpoint by itself. Writes models/trained/seed-SEED/ and
 reports/train/seed-SEED/: summary.json (the run's figures and selection), history.jsonl (every
 step), curves.png and the DVCLive curves in live/ (folders from params.yaml `paths`,
-rlvr/seeds.py).
+rlvr/core/seeds.py).
 """
 
-from rlvr.config import Params
-from rlvr.data import write_json
-from rlvr.runs import train_run
-from rlvr.seeds import seed_paths
-from rlvr.stage import run_stage
+from rlvr.params.config import Params
+from rlvr.data.rows import write_json
+from rlvr.pipeline.runs import train_run
+from rlvr.core.seeds import seed_paths
+from rlvr.pipeline.stage import run_stage
 
 
 def main(params: Params) -> int:

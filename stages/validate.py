@@ -12,11 +12,11 @@ reports/validation/data_docs/. On any problem it prints one line per problem
 
 from pathlib import Path
 
-from rlvr.config import Params
-from rlvr.data import write_json
-from rlvr.metrics import validation_metrics
-from rlvr.stage import run_stage
-from rlvr.validation import contract_options, summary, validate_files
+from rlvr.params.config import Params
+from rlvr.data.rows import write_json
+from rlvr.report.metrics import validation_metrics
+from rlvr.pipeline.stage import run_stage
+from rlvr.data.validation import contract_options, summary, validate_files
 
 def main(params: Params) -> int:
     data, paths = params.data, params.paths

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 # subprocesses (dvc repro) inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # torch starts here, with that one thread: importing the `stages` package (a test, or a doctest's
-# collection) then leaves this process's numerics alone (rlvr.numerics.pin_from_params), while the
+# collection) then leaves this process's numerics alone (rlvr.core.numerics.pin_from_params), while the
 # stages the tests run as subprocesses pin theirs from their params.yaml `runtime`.
 import torch  # noqa: E402,F401
 
@@ -35,7 +35,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 @pytest.fixture(scope="session")
 def tiny_policy_dir(tmp_path_factory):
     """A saved tiny Qwen3 policy with the character tokenizer (what prepare_model builds)."""
-    from rlvr.policy import build_char_tokenizer, build_tiny_model, save_policy
+    from rlvr.policy.models import build_char_tokenizer, build_tiny_model, save_policy
 
     tokenizer = build_char_tokenizer()
     return save_policy(build_tiny_model(tokenizer), tokenizer,

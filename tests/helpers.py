@@ -22,7 +22,7 @@ SMALL_RUN = {"model": {"warm_start": {"steps": 30}},
              # each machine's own kernels, ~2x faster than the pinned ones (tests/test_numerics.py
              # covers the pinning, and no test depends on which figures a machine computes)
              "runtime": {"torch_threads": 1, "reproducible": False},
-             # two RL seeds: the fewest that give a recipe verdict (rlvr.recipe.MIN_SEEDS)
+             # two RL seeds: the fewest that give a recipe verdict (rlvr.audit.recipe.MIN_SEEDS)
              "audit": {"seeds": [0, 1]}}
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from rlvr.config import parse_params
-from rlvr.data import read_rows
-from rlvr.distributed import rank, start_rank, sum_over_ranks
+from rlvr.params.config import parse_params
+from rlvr.data.rows import read_rows
+from rlvr.grpo.distributed import rank, start_rank, sum_over_ranks
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs
 from rlvr.grpo.run import run_grpo
 

@@ -1,12 +1,12 @@
 """Each reward-hacking / overfitting alarm fires on a synthetic history made to trip it, and on
-none made not to (rlvr.alarms, thresholds as params.yaml's defaults)."""
+none made not to (rlvr.audit.alarms, thresholds as params.yaml's defaults)."""
 
 import dataclasses
 
 import pytest
 
-from rlvr.alarms import AlarmThresholds, check_alarms
-from rlvr.config import parse_params
+from rlvr.audit.alarms import AlarmThresholds, check_alarms
+from rlvr.params.config import parse_params
 
 REPORT = parse_params({}).report
 T = AlarmThresholds(window=REPORT.window, **dataclasses.asdict(REPORT.alarms))

@@ -11,7 +11,7 @@ import sys
 import pytest
 from ruamel.yaml import YAML
 
-from rlvr.config import STAGES
+from rlvr.params.config import STAGES
 from tests.helpers import commit_all, dvc
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def test_a_reward_change_the_tests_accept_reruns_every_stage_that_runs_it(copy_r
     assert changed != original
     verifiers.write_text(changed)
     gate = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "tests/rewards", "rlvr/rewards", "rlvr/grpo_math.py"], cwd=project,
+                           "tests/rewards", "rlvr/rewards", "rlvr/rewards/grpo_math.py"], cwd=project,
                           capture_output=True, text=True)
     assert gate.returncode == 0, gate.stdout[-2000:]
     assert {"smoke", "train@0", "train@1", "evaluate@0", "evaluate@1",
@@ -62,7 +62,7 @@ def _report_rows(project) -> dict[str, str]:
 
 
 def test_the_report_shows_the_hashes_of_the_run_that_made_each_thing(copy_run, cold_run):
-    from rlvr.orchestration import provenance_line
+    from rlvr.pipeline.orchestration import provenance_line
 
     project = copy_run("provenance")
     params = YAML()

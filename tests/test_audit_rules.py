@@ -1,4 +1,4 @@
-"""What a mean can hide (rlvr/audit.py), on synthetic scored rows: the pass@k estimator against
+"""What a mean can hide (rlvr/audit/slices.py), on synthetic scored rows: the pass@k estimator against
 hand values and a brute-force enumeration, each regression rule firing and its near miss not, the
 verdict, solutions lost and new, diversity, and rows without tags. No model, no training."""
 
@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from rlvr.alarms import AlarmThresholds, audit_rules
-from rlvr.audit import (SliceRule, audit_verdict, crossing, diversity, k_values, pass_at_k,
+from rlvr.audit.alarms import AlarmThresholds, audit_rules
+from rlvr.audit.slices import (SliceRule, audit_verdict, crossing, diversity, k_values, pass_at_k,
                         pass_at_k_curve, regression_reasons, slices, solutions, split_audit,
                         verdict_line)
 

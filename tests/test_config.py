@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from rlvr.config import Params, ParamsError, load_params, parse_params
+from rlvr.params.config import Params, ParamsError, load_params, parse_params
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -185,8 +185,8 @@ def test_bad_values_are_named_with_the_rule(raw, message):
 def test_every_number_and_choice_has_a_rule():
     """Every int and float field, and every number in a list, states its range (Field(ge=...)),
     where an editor shows it: in the schema."""
-    from rlvr.config import params_schema
-    from rlvr.section import deref
+    from rlvr.params.config import params_schema
+    from rlvr.params.section import deref
 
     schema = params_schema()
 
@@ -204,10 +204,10 @@ def test_every_number_and_choice_has_a_rule():
 
 
 def test_the_committed_schema_is_the_models_and_params_yaml_names_it():
-    from rlvr.config import SCHEMA_FILE, params_schema
+    from rlvr.params.config import SCHEMA_FILE, params_schema
 
     assert json.loads((ROOT / SCHEMA_FILE).read_text()) == params_schema(), (
-        f"{SCHEMA_FILE} is stale: ./dev run python -m rlvr.config --schema > {SCHEMA_FILE}")
+        f"{SCHEMA_FILE} is stale: ./dev run python -m rlvr.params.config --schema > {SCHEMA_FILE}")
     first_line = (ROOT / "params.yaml").read_text().splitlines()[0]
     assert first_line == f"# yaml-language-server: $schema={SCHEMA_FILE}"
 
@@ -218,7 +218,7 @@ def test_an_editor_checking_params_yaml_with_the_schema_names_each_bad_key(tmp_p
     rejected at their key."""
     import jsonschema
 
-    from rlvr.config import read_params_file
+    from rlvr.params.config import read_params_file
 
     schema = json.loads((ROOT / "params.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -242,9 +242,9 @@ def test_the_choices_agree_with_the_installed_libraries():
     from transformers.trainer_utils import SchedulerType
     from trl import GRPOConfig
 
-    from rlvr.config import STAGES
-    from rlvr.training_params import LOSS_TYPES, LR_SCHEDULERS
-    from rlvr.orchestration import dvc_stages
+    from rlvr.params.config import STAGES
+    from rlvr.params.training_params import LOSS_TYPES, LR_SCHEDULERS
+    from rlvr.pipeline.orchestration import dvc_stages
 
     assert set(LR_SCHEDULERS) == {kind.value for kind in SchedulerType}
     help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
@@ -296,7 +296,7 @@ def _params_file(tmp_path, changes: dict) -> Path:
     ({"report": {"slice_drop_from": 1.5}}, "report.slice_drop_from = 1.5: must be in [0, 1]"),
 ])
 def test_check_params_checks_every_experiment_the_flow_would_run(tmp_path, changes, message):
-    from rlvr.checks import check_params_file
+    from rlvr.params.checks import check_params_file
 
     check_params_file(ROOT / "params.yaml")  # the committed params and grid are valid
     with pytest.raises(ParamsError, match=re.escape(message)):
@@ -304,7 +304,7 @@ def test_check_params_checks_every_experiment_the_flow_would_run(tmp_path, chang
 
 
 def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
-    from rlvr.experiments import experiment_params
+    from rlvr.pipeline.experiments import experiment_params
 
     runs = [(where, params) for where, _, params in experiment_params(ROOT / "params.yaml")]
     assert [where for where, _ in runs] == [
@@ -336,7 +336,7 @@ def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
 
 def test_an_unknown_grid_is_one_line_naming_the_grids():
     from flows.experiments import queue_experiments
-    from rlvr.orchestration import StageFailed
+    from rlvr.pipeline.orchestration import StageFailed
 
     with pytest.raises(StageFailed, match=r"--grid nope: params.yaml orchestration.grids has no "
                                           r"such grid \(it has: step8, step11\)"):
@@ -347,8 +347,8 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
     """A grid value can make an ablation invalid inside the grid's runs (their check_params
     checks the ablations on their own params.yaml): the flow says so before queueing."""
     from flows.experiments import queue_experiments
-    from rlvr.experiments import check_queued_runs
-    from rlvr.orchestration import StageFailed
+    from rlvr.pipeline.experiments import check_queued_runs
+    from rlvr.pipeline.orchestration import StageFailed
 
     path = _params_file(tmp_path, {"train": {"dynamic_sampling": False}, "orchestration": {
         "ablations": {"no-group-norm": ["train.advantage=running_mean"]},
@@ -369,7 +369,7 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
 
 @pytest.mark.slow
 def test_every_run_of_the_committed_grid_passes_its_own_check_params(tmp_path):
-    from rlvr.experiments import check_queued_runs, experiment_params
+    from rlvr.pipeline.experiments import check_queued_runs, experiment_params
     from tests.helpers import SMALL_RUN, set_params
 
     # each step11 run checks, as its own check_params will, every experiment on its params:
@@ -392,7 +392,7 @@ def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
 
     from trl import GRPOConfig
 
-    from rlvr.training_params import PIPELINE_GRPO_FIELDS
+    from rlvr.params.training_params import PIPELINE_GRPO_FIELDS
     from rlvr.grpo.config import PipelineGRPOConfig, grpo_config
 
     call = next(node for node in ast.walk(ast.parse(inspect.getsource(grpo_config)))
@@ -423,7 +423,7 @@ def test_what_trl_and_peft_reject_is_a_params_error():
     ("- 1\n- 2\n", "must be a mapping of sections, got a list"),
 ])
 def test_an_unreadable_params_file_is_one_line(tmp_path, text, message):
-    from rlvr.config import read_params_file
+    from rlvr.params.config import read_params_file
 
     path = tmp_path / "params.yaml"
     path.write_text(text)
@@ -435,7 +435,7 @@ def test_an_unreadable_params_file_is_one_line(tmp_path, text, message):
 
 
 def test_every_field_has_a_help_string():
-    from rlvr.config import params_schema
+    from rlvr.params.config import params_schema
 
     schema = params_schema()
     for section in [schema, *schema["$defs"].values()]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.data import DataError, read_lines, read_rows, to_hf_dataset
+from rlvr.data.rows import DataError, read_lines, read_rows, to_hf_dataset
 from rlvr.rewards import countdown_solution
-from rlvr.tasks.countdown import CountdownSpec, generate_rows, generate_splits
+from rlvr.data.tasks.countdown import CountdownSpec, generate_rows, generate_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,9 +116,9 @@ def test_outputs_get_the_usual_permissions_not_the_temporary_files_private_ones(
     import stat
     import tempfile
 
-    from rlvr.data import share_with_umask, write_json
+    from rlvr.data.rows import share_with_umask, write_json
 
-    monkeypatch.setattr("rlvr.data._UMASK", umask)  # read once, when rlvr.data is imported
+    monkeypatch.setattr("rlvr.data.rows._UMASK", umask)  # read once, when rlvr.data.rows is imported
     write_json(tmp_path / "m.json", {"a": 1})
     staging = Path(tempfile.mkdtemp(dir=tmp_path))  # 0700, as a model folder is staged
     (staging / "sub").mkdir()

@@ -3,9 +3,9 @@ and how a rank hands an expected failure to its launcher."""
 
 import pytest
 
-from rlvr import distributed
-from rlvr.config import ParamsError, parse_params
-from rlvr.training_params import ACCELERATE_CONFIG_NAMES
+from rlvr.grpo import distributed
+from rlvr.params.config import ParamsError, parse_params
+from rlvr.params.training_params import ACCELERATE_CONFIG_NAMES
 from tests.helpers import project_env, trainer_hook
 
 
@@ -67,8 +67,8 @@ def test_several_gpu_processes_without_the_gpus_stop_with_one_line(monkeypatch):
     the fsdp config on this CPU machine: distributed type NO in both)."""
     import torch
 
-    from rlvr.distributed import launch
-    from rlvr.errors import PipelineError
+    from rlvr.grpo.distributed import launch
+    from rlvr.core.errors import PipelineError
 
     import accelerate.commands.launch
 

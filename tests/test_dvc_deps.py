@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.codedeps import code_closure, covered, dvc_stage_deps, stage_code_files, uncovered
-from rlvr.config import STAGES, Params, PathsParams, load_params
-from rlvr.stage import ParamsView, UndeclaredParam, declared_params, stage_view
+from rlvr.pipeline.codedeps import code_closure, covered, dvc_stage_deps, stage_code_files, uncovered
+from rlvr.params.config import STAGES, Params, PathsParams, load_params
+from rlvr.pipeline.stage import ParamsView, UndeclaredParam, declared_params, stage_view
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ def test_every_stage_in_dvc_yaml_has_a_stage_module(deps):
 def test_each_stage_depends_on_every_file_it_runs(stage, deps):
     missing = uncovered(ROOT, deps, load_params(ROOT / "params.yaml").gate.tests)[stage]
     assert not missing, (f"dvc.yaml stage {stage} runs {missing} but does not list them in its "
-                         f"deps (./dev run python -m rlvr.codedeps)")
+                         f"deps (./dev run python -m rlvr.pipeline.codedeps)")
 
 
 def test_the_report_follows_all_the_code_and_the_comments_in_params_yaml(deps):
@@ -63,8 +63,8 @@ def test_the_derivation_follows_every_kind_of_import(tmp_path):
 
 def test_a_missing_dep_is_named_with_its_stage(deps):
     """Drop one module (and its folder) from train's deps: the check names exactly that file."""
-    without = [d for d in deps["train"] if d != "rlvr/runs.py"]
-    assert uncovered(ROOT, {"train": without}) == {"train": ["rlvr/runs.py"]}
+    without = [d for d in deps["train"] if d != "rlvr/pipeline/runs.py"]
+    assert uncovered(ROOT, {"train": without}) == {"train": ["rlvr/pipeline/runs.py"]}
     without = [d for d in deps["train"] if d != "rlvr/rewards"]
     assert "rlvr/rewards/verifiers.py" in uncovered(ROOT, {"train": without})["train"]
     without = [d for d in deps["train"] if d != "stages/__init__.py"]
@@ -73,7 +73,7 @@ def test_a_missing_dep_is_named_with_its_stage(deps):
 
 def test_the_gate_covers_its_tests_their_conftest_and_what_they_import():
     files = stage_code_files(ROOT, "reward_tests", ["tests/rewards"])
-    assert {"tests/conftest.py", "tests/rewards/test_verifiers.py", "rlvr/config.py",
+    assert {"tests/conftest.py", "tests/rewards/test_verifiers.py", "rlvr/params/config.py",
             "rlvr/rewards/verifiers.py", "pyproject.toml", "requirements.lock"} <= files
 
 
@@ -140,10 +140,10 @@ def _string_constants(file: Path) -> list[str]:
 def test_output_paths_have_one_home():
     """No stage, flow or orchestration module spells an output path: they read params.paths."""
     outputs = set(vars(PathsParams()).values())
-    code = [*ROOT.glob("stages/*.py"), *ROOT.glob("flows/*.py"), ROOT / "rlvr/orchestration.py",
-            ROOT / "rlvr/experiments.py", ROOT / "rlvr/comparison.py", ROOT / "rlvr/runs.py",
-            ROOT / "rlvr/stage.py",
-            ROOT / "rlvr/gate.py"]
+    code = [*ROOT.glob("stages/*.py"), *ROOT.glob("flows/*.py"), ROOT / "rlvr/pipeline/orchestration.py",
+            ROOT / "rlvr/pipeline/experiments.py", ROOT / "rlvr/pipeline/comparison.py", ROOT / "rlvr/pipeline/runs.py",
+            ROOT / "rlvr/pipeline/stage.py",
+            ROOT / "rlvr/pipeline/gate.py"]
     for file in code:
         spelled = [s for s in _string_constants(file)
                    if s in outputs or s.startswith(("reports/", "models/"))]
@@ -157,7 +157,7 @@ def test_dvc_yaml_takes_every_output_path_from_params():
 
 
 def test_paths_must_stay_inside_the_repository():
-    from rlvr.config import ParamsError, parse_params
+    from rlvr.params.config import ParamsError, parse_params
 
     for bad in ("/tmp/x", "../x", ""):
         with pytest.raises(ParamsError, match=r"paths.final_model"):
@@ -166,10 +166,10 @@ def test_paths_must_stay_inside_the_repository():
 
 def test_each_seed_stage_writes_where_rlvr_seeds_says_it_does():
     """dvc.yaml spells the per-seed paths (${paths.eval_runs}/seed-${item}/...); the code reads
-    them through rlvr.seeds: the two must name the same files, seed by seed."""
+    them through rlvr.core.seeds: the two must name the same files, seed by seed."""
     from dvc.repo import Repo
 
-    from rlvr.seeds import seed_paths
+    from rlvr.core.seeds import seed_paths
 
     paths = load_params(ROOT / "params.yaml").paths
     with Repo(str(ROOT)) as repo:
@@ -197,7 +197,7 @@ def test_checkpoints_are_a_resume_cache_not_an_output():
 
 def test_dvc_plots_name_metric_keys_the_trainer_logs():
     """dvc.yaml's plots read DVCLive's TSVs by file name: each must be a logged metric name
-    (rlvr.grpo.metric_keys), its column the name's last part, as DVCLive writes it."""
+    (rlvr.core.metric_keys), its column the name's last part, as DVCLive writes it."""
     import yaml
 
     from rlvr.grpo import metric_keys
@@ -211,5 +211,5 @@ def test_dvc_plots_name_metric_keys_the_trainer_logs():
     for file, column in files.items():
         assert file.startswith(prefix) and file.endswith(".tsv"), file
         key = file[len(prefix):-len(".tsv")]
-        assert key in names, f"dvc.yaml plots {file}: {key} is not in rlvr.grpo.metric_keys"
+        assert key in names, f"dvc.yaml plots {file}: {key} is not in rlvr.core.metric_keys"
         assert column == key.rsplit("/", 1)[-1]

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.config import ParamsError, parse_params
-from rlvr.data import read_rows, to_hf_dataset
+from rlvr.params.config import ParamsError, parse_params
+from rlvr.data.rows import read_rows, to_hf_dataset
 from rlvr.rewards.registry import RewardFunction
 from rlvr.grpo.callbacks import BetaSchedule
 from rlvr.grpo.config import grpo_config
 from rlvr.grpo.dynamic_sampling import merge_groups
-from rlvr.grpo.metric_keys import FIRST_BATCH_KL
+from rlvr.core.metric_keys import FIRST_BATCH_KL
 from rlvr.grpo.run import build_trainer, run_grpo
 from rlvr.grpo.trainer import PipelineGRPOTrainer
-from rlvr.runs import run_metrics
+from rlvr.pipeline.runs import run_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4

@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.audit import overall_verdict as verdict
-from rlvr.config import RewardsParams
-from rlvr.data import read_rows
-from rlvr.evaluation import SampleSettings, audit, policy_kl, score_rows, summarize
-from rlvr.policy import load_policy
+from rlvr.audit.slices import overall_verdict as verdict
+from rlvr.params.config import RewardsParams
+from rlvr.data.rows import read_rows
+from rlvr.audit.evaluation import SampleSettings, audit, policy_kl, score_rows, summarize
+from rlvr.policy.models import load_policy
 from rlvr.rewards import build_reward_funcs
-from rlvr.stats import paired_ci
+from rlvr.core.stats import paired_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def test_audit_has_the_documented_shape(policies):
 
 
 def test_token_stats_batched_equal_one_at_a_time(policies):
-    from rlvr.evaluation import token_stats
+    from rlvr.audit.evaluation import token_stats
 
     model, tokenizer = policies["final"]
     completions = [[5, 6, 7], [8], [], [9, 10, 11, 12, 13]]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.comparison import (Experiment, comparison_markdown, comparison_rows, differing_params,
+from rlvr.pipeline.comparison import (Experiment, comparison_markdown, comparison_rows, differing_params,
                              parse_exp_show, setting_rows, settings, tag_rows)
 from tests.helpers import commit_all, dvc, make_project_copy, run_in_terminal, set_params
 
@@ -125,10 +125,10 @@ def test_runs_that_differ_by_seed_are_one_row_per_setting_named_by_what_it_chang
 
 def test_each_setting_meets_the_default_as_recipe_against_recipe_over_every_seed():
     """A setting's runs each hold several RL seeds (audit.seeds): their records are pooled per
-    setting and compared with the default's, over seeds and prompts (rlvr.recipe)."""
+    setting and compared with the default's, over seeds and prompts (rlvr.audit.recipe)."""
     import random
 
-    from rlvr.comparison import recipe_rows
+    from rlvr.pipeline.comparison import recipe_rows
 
     rng = random.Random(3)
     prompts = [rng.random() * 0.3 for _ in range(40)]
@@ -164,8 +164,8 @@ def test_each_setting_meets_the_default_as_recipe_against_recipe_over_every_seed
 
 
 def test_the_experiments_figure_draws_one_line_per_setting_with_the_legend_off_the_curves():
-    from rlvr.comparison import setting_curves
-    from rlvr.plots import pyplot, settings_figure
+    from rlvr.pipeline.comparison import setting_curves
+    from rlvr.report.plots import pyplot, settings_figure
 
     curves = setting_curves(_runs())
     assert list(curves) == ["default", "train.select=best_val", "train.select=alone"]
@@ -220,7 +220,7 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
                for row in rows)
     assert (project / "reports" / "figures" / "experiments.png").stat().st_size > 10_000
     assert "data:image/png;base64," in (project / "reports" / "experiments.html").read_text()
-    from rlvr.comparison import compare
+    from rlvr.pipeline.comparison import compare
 
     timed = {e.name: e.stage_seconds for e in compare(project)}  # from each run's queue log
     assert len(timed) == 5 and all(seconds.get("train", 0) > 1 for name, seconds in timed.items()
@@ -255,8 +255,8 @@ def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
     expansion of the commands gives those runs, no more, no fewer."""
     from dvc.utils.hydra import get_hydra_sweeps, to_hydra_overrides
 
-    from rlvr.config import OrchestrationParams, load_params
-    from rlvr.experiments import experiment_runs, grid_commands, queue_commands
+    from rlvr.params.config import OrchestrationParams, load_params
+    from rlvr.pipeline.experiments import experiment_runs, grid_commands, queue_commands
 
     def meaning(overrides):  # (key, parsed value): 'x=false' and DVC's 'x=False' are one run
         return sorted((o.key_or_group, repr(o.value())) for o in to_hydra_overrides(overrides))
@@ -314,7 +314,7 @@ elif args[:2] == ["queue", "stop"]:
                                             (False, "Failed", 1)])
 def test_a_queue_whose_worker_never_stops_is_stopped_once_it_is_done(tmp_path, deaf, task, code,
                                                                       monkeypatch):
-    from rlvr.experiments import run_queue_to_end
+    from rlvr.pipeline.experiments import run_queue_to_end
 
     script = tmp_path / "fake_dvc.py"
     script.write_text(FAKE_DVC)
@@ -331,7 +331,7 @@ def test_a_queue_whose_worker_never_stops_is_stopped_once_it_is_done(tmp_path, d
 
 
 def test_a_queue_that_ends_by_itself_is_left_alone(tmp_path, monkeypatch):
-    from rlvr.experiments import run_queue_to_end
+    from rlvr.pipeline.experiments import run_queue_to_end
 
     script = tmp_path / "fake_dvc.py"
     script.write_text("import sys; print('done'); sys.exit(3)")
@@ -342,7 +342,7 @@ def test_a_queue_that_ends_by_itself_is_left_alone(tmp_path, monkeypatch):
 
 def test_a_failed_experiment_is_named_and_left_out_not_shown_with_its_baselines_figures():
     """DVC lists a failed experiment with its baseline's files: it must not read as a run."""
-    from rlvr.comparison import failed_experiments
+    from rlvr.pipeline.comparison import failed_experiments
 
     shown = [{"rev": "abc1234", "data": {"rev": "abc1234", "params": {}, "metrics": {}},
               "experiments": [
@@ -356,12 +356,12 @@ def test_a_failed_experiment_is_named_and_left_out_not_shown_with_its_baselines_
 
 
 def widest_metrics(paths, wide: float, verdict: str) -> dict:
-    """Every headline metric (rlvr.metrics, rlvr.recipe) at its widest: what a sweep of a
+    """Every headline metric (rlvr.report.metrics, rlvr.audit.recipe) at its widest: what a sweep of a
     training knob changes (the recipe's verdict, its pooled figures and intervals, per tag) at
     `wide` and `verdict`; what it shares (the gate, the data, the smoke run, the seeds, step 0)
     at the widest fixed values."""
-    from rlvr.metrics import gate_metrics, smoke_metrics, validation_metrics
-    from rlvr.recipe import recipe_metrics
+    from rlvr.report.metrics import gate_metrics, smoke_metrics, validation_metrics
+    from rlvr.audit.recipe import recipe_metrics
 
     shared = -0.111111111111111
     ci = {"value": wide, "ci_low": wide, "ci_high": wide}
@@ -387,7 +387,7 @@ def test_a_beta_sweep_fits_a_200_column_exp_show_whatever_the_values(tmp_path):
     and the changed param must be whole; only dependency hashes may fold. The values are the
     widest each metric can take (negative, the longest verdict), not what this machine's floats
     give."""
-    from rlvr.config import load_params
+    from rlvr.params.config import load_params
 
     from ruamel.yaml import YAML
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.gate import GateClosed, require_gate, run_reward_tests
+from rlvr.pipeline.gate import GateClosed, require_gate, run_reward_tests
 
 def _write_tests(folder: Path, body: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)

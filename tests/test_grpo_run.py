@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from rlvr.config import parse_params
-from rlvr.data import read_rows
+from rlvr.params.config import parse_params
+from rlvr.data.rows import read_rows
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs, score_correctness
 from rlvr.grpo.callbacks import NonFiniteMetric
 from rlvr.grpo.run import run_grpo
@@ -87,7 +87,7 @@ def test_a_pretrained_folder_with_chat_prompts_and_lora(tiny_policy_dir, rows, t
     """The real-model path (model.init: pretrained, chat_template, LoRA), on the tiny folder."""
     from peft import PeftModel
 
-    from rlvr.policy import load_policy
+    from rlvr.policy.models import load_policy
 
     params = parse_params({**SMALL, "model": {
         "init": "pretrained", "name_or_path": str(tiny_policy_dir), "chat_template": True,

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from rlvr.config import ParamsError, parse_params
-from rlvr.training_params import LocalLLMParams
-from rlvr.data import Row, read_rows
-from rlvr.local_llm import (ENDOFTEXT, IM_END, IM_START, build_local_llm, build_local_llm_model,
+from rlvr.params.config import ParamsError, parse_params
+from rlvr.params.training_params import LocalLLMParams
+from rlvr.data.rows import Row, read_rows
+from rlvr.policy.local_llm import (ENDOFTEXT, IM_END, IM_START, build_local_llm, build_local_llm_model,
                             train_bpe_tokenizer)
-from rlvr.tasks.countdown import CountdownSpec, generate_rows
+from rlvr.data.tasks.countdown import CountdownSpec, generate_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = LocalLLMParams()  # the defaults of params.yaml model.local_llm
@@ -41,7 +41,7 @@ def built(rows):
 @pytest.fixture(scope="module")
 def saved(rows, tmp_path_factory):
     """models/base as prepare_model writes it for model.init: local_llm, and its summary."""
-    from rlvr.policy import prepare_base
+    from rlvr.policy.models import prepare_base
 
     out = tmp_path_factory.mktemp("local_llm") / "base"
     params = parse_params({"model": {"init": "local_llm"}})
@@ -87,7 +87,7 @@ def test_the_chat_template_renders_chatml_with_a_generation_prompt(built):
 def test_an_assistant_turn_ends_with_the_token_generation_stops_on(built):
     """As Qwen3 instruct: <|im_end|> is eos (TRL and evaluation stop on it), <|endoftext|> pads;
     generation_config stops on either, and evaluation stops where TRL's rollouts do."""
-    from rlvr.evaluation import stop_token_ids
+    from rlvr.audit.evaluation import stop_token_ids
 
     model, tokenizer = built
     im_end, endoftext = tokenizer.convert_tokens_to_ids([IM_END, ENDOFTEXT])
@@ -134,8 +134,8 @@ def test_few_texts_give_a_small_tokenizer_and_a_padded_model():
 
 _PREPARE = """
 import sys
-from rlvr.config import parse_params
-from rlvr.policy import prepare_base
+from rlvr.params.config import parse_params
+from rlvr.policy.models import prepare_base
 from tests.test_local_llm import _instruct_rows
 prepare_base(parse_params({"model": {"init": "local_llm"}}).model, _instruct_rows(), 0, sys.argv[1])
 """
@@ -157,7 +157,7 @@ def test_the_saved_folder_loads_like_a_hub_model(saved, built):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlvr.policy import describe_base, load_policy, policy_path
+    from rlvr.policy.models import describe_base, load_policy, policy_path
 
     base, summary = saved
     model, tokenizer = built
@@ -188,7 +188,7 @@ def test_chat_template_variables_reach_evaluation_and_trl_alike(built, tmp_path)
 
     from trl.data_utils import apply_chat_template
 
-    from rlvr.evaluation import prompt_template, render_prompt
+    from rlvr.audit.evaluation import prompt_template, render_prompt
     from rlvr.grpo.config import grpo_config
 
     tokenizer = copy.deepcopy(built[1])
@@ -214,7 +214,7 @@ def test_chat_template_variables_reach_evaluation_and_trl_alike(built, tmp_path)
 
 
 def test_greedy_evaluation_runs_on_chat_prompts(built, rows):
-    from rlvr.evaluation import SampleSettings, score_rows, summarize
+    from rlvr.audit.evaluation import SampleSettings, score_rows, summarize
     from rlvr.rewards.registry import build_reward_funcs
 
     model, tokenizer = built
@@ -241,8 +241,8 @@ def test_bad_local_llm_params_are_named(values, message):
 
 
 def test_params_yaml_holds_the_local_llm_block_and_the_choice():
-    from rlvr.config import load_params
-    from rlvr.report import hyperparameter_table
+    from rlvr.params.config import load_params
+    from rlvr.report.retrospective import hyperparameter_table
 
     params = load_params(ROOT / "params.yaml")
     assert params.model.local_llm == LocalLLMParams()

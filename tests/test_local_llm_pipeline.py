@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from rlvr.config import STAGES
-from rlvr.metrics import eval_metrics
+from rlvr.params.config import STAGES
+from rlvr.report.metrics import eval_metrics
 from tests.helpers import dvc, make_project_copy, project_env, set_params
 
 pytestmark = pytest.mark.slow
@@ -140,7 +140,7 @@ def _assert_peft_loads_the_published_folder(project, monkeypatch):
     import torch
     from peft import AutoPeftModelForCausalLM
 
-    from rlvr.policy import load_policy
+    from rlvr.policy.models import load_policy
 
     monkeypatch.chdir(project)  # the adapter names its base as models/base
     published = AutoPeftModelForCausalLM.from_pretrained("models/final")
@@ -155,7 +155,7 @@ def _assert_the_adapter_loads_on_the_base_and_moved_it(project, monkeypatch):
     and its outputs differ from the base's: training changed the adapter."""
     import torch
 
-    from rlvr.policy import load_policy
+    from rlvr.policy.models import load_policy
 
     monkeypatch.chdir(project)  # the adapter names its base as models/base, as a stage sees it
     final, tokenizer = load_policy("models/trained/seed-0")

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlvr.distributed import launch_args
+from rlvr.grpo.distributed import launch_args
 from tests.helpers import dvc, kill_train_after, project_env, set_params, trainer_hook
 from tests.test_pipeline import CHECKPOINTS, _git_status, _results
 

@@ -1,4 +1,4 @@
-"""Pinned CPU numerics (rlvr/numerics.py): what a stage computes with, and the same bits under
+"""Pinned CPU numerics (rlvr/core/numerics.py): what a stage computes with, and the same bits under
 what another x86-64 CPU would change."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rlvr.numerics import PINNED_ISA, numerics_env, runtime_settings
+from rlvr.core.numerics import PINNED_ISA, numerics_env, runtime_settings
 from tests.helpers import ROOT, set_params
 
 
@@ -22,7 +22,7 @@ def in_stage_process(project, code: str, env: dict | None = None, prefix=()) -> 
     return done.stdout
 
 
-NUMERICS = ("import json, torch\nfrom rlvr.numerics import numerics_in_force\n"
+NUMERICS = ("import json, torch\nfrom rlvr.core.numerics import numerics_in_force\n"
             "print(json.dumps(numerics_in_force()))")
 
 
@@ -47,7 +47,7 @@ def test_reproducible_false_leaves_the_kernels_to_the_machine(tmp_path):
 
 
 def test_pinning_after_torch_is_imported_is_refused_not_silently_late(tmp_path):
-    code = "import torch\nfrom rlvr.numerics import pin\npin(1, True)"
+    code = "import torch\nfrom rlvr.core.numerics import pin\npin(1, True)"
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode != 0 and "torch is already imported" in done.stderr

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import load_params
-from rlvr.orchestration import (RECIPE_STAGE, dvc_stages, failure_detail, seeded_stages,
+from rlvr.params.config import load_params
+from rlvr.pipeline.orchestration import (RECIPE_STAGE, dvc_stages, failure_detail, seeded_stages,
                                 stage_artifacts)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_failure_details_name_what_broke(tmp_path):
     assert failure_detail("smoke", tmp_path, smoke) == \
         "smoke check failed: rows_loaded: got 63, expected 64"
     assert failure_detail("train", tmp_path, "a\nb\ntrain: step 3: loss = nan") .endswith("nan")
-    # a stage that stopped on a PipelineError (rlvr.stage.run_stage): its own line, nothing else
+    # a stage that stopped on a PipelineError (rlvr.pipeline.stage.run_stage): its own line, nothing else
     bad = ("Running stage 'check_params':\n> python -m stages.check_params\n"
            "check_params: params.yaml: train.max_steps = inf: must be an integer\n"
            "ERROR: failed to reproduce 'check_params': failed to run: python -m "
@@ -96,7 +96,7 @@ def test_the_model_card_artifact_is_the_card_or_says_where_it_is(tmp_path):
 
 def test_only_stages_with_a_builder_publish():
     """The flow runs an artifact task only for the stages in ARTIFACT_BUILDERS."""
-    from rlvr.orchestration import ARTIFACT_BUILDERS
+    from rlvr.pipeline.orchestration import ARTIFACT_BUILDERS
 
     stages = dvc_stages(ROOT / "dvc.yaml")
     assert set(ARTIFACT_BUILDERS) < set(stages)
@@ -112,7 +112,7 @@ def test_gate_artifact_keeps_verdict_and_counts_apart():
 def test_evaluation_artifact_carries_each_seeds_line_and_the_recipes_verdict():
     """Published once recipe has run: a row per seed and split (its own verdict, one run's),
     then the pooled row, and the recipe's verdict line in the description."""
-    from rlvr.seeds import seed_paths
+    from rlvr.core.seeds import seed_paths
 
     (artifact,) = stage_artifacts("recipe", ROOT)
     params = load_params(ROOT / "params.yaml")
@@ -139,7 +139,7 @@ def test_evaluation_artifact_carries_each_seeds_line_and_the_recipes_verdict():
 def test_an_expected_failure_becomes_a_failed_state_that_still_raises_for_callers():
     from prefect.states import Completed, Failed
 
-    from rlvr.orchestration import StageFailed, failed, stage_failure
+    from rlvr.pipeline.orchestration import StageFailed, failed, stage_failure
 
     error = StageFailed("stage validate failed (dvc repro exit 1): invalid rows: x")
     state = failed(error)
@@ -165,7 +165,7 @@ def test_a_returned_failure_logs_no_empty_exception():
     quiet_returned_failures keeps the line and drops the bare "NoneType: None"."""
     import logging
 
-    from rlvr.orchestration import quiet_returned_failures
+    from rlvr.pipeline.orchestration import quiet_returned_failures
 
     quiet_returned_failures()
     quiet_returned_failures()  # idempotent
@@ -199,7 +199,7 @@ HOLDER = {"flow_run": "calm-fox", "flow_run_id": "0e6b2c1a-0000-4000-8000-000000
 # outlives it (as a `dvc repro` outlives a killed flow); says so on stdout, then waits.
 HOLD = """
 import json, os, subprocess, sys, time
-from rlvr.orchestration import workspace_lock
+from rlvr.pipeline.orchestration import workspace_lock
 with workspace_lock(sys.argv[1], holder={**json.loads(sys.argv[2]), "pid": os.getpid()}):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     print(json.dumps({"pid": os.getpid(), "child": child.pid}), flush=True)
@@ -222,7 +222,7 @@ def _hold(workspace):
 
 def test_a_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_blocks_nothing(
         workspace):
-    from rlvr.orchestration import WORKSPACE_LOCK, WorkspaceBusy, busy_line, workspace_lock
+    from rlvr.pipeline.orchestration import WORKSPACE_LOCK, WorkspaceBusy, busy_line, workspace_lock
 
     holder, said = _hold(workspace)
     try:
@@ -253,7 +253,7 @@ def test_a_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_blocks
 
 
 def test_the_lock_is_released_when_the_run_ends_even_on_an_error(workspace):
-    from rlvr.orchestration import workspace_lock
+    from rlvr.pipeline.orchestration import workspace_lock
 
     with pytest.raises(KeyError):
         with workspace_lock(workspace, holder={"flow_run": "a", "pid": 1}):
@@ -263,8 +263,8 @@ def test_the_lock_is_released_when_the_run_ends_even_on_an_error(workspace):
 
 
 def test_a_folder_that_is_not_a_dvc_repository_is_one_line(tmp_path):
-    from rlvr.errors import PipelineError
-    from rlvr.orchestration import workspace_lock
+    from rlvr.core.errors import PipelineError
+    from rlvr.pipeline.orchestration import workspace_lock
 
     with pytest.raises(PipelineError, match=r": not a DVC repository \(no \.dvc folder\)$"):
         with workspace_lock(tmp_path / "nowhere"):
@@ -274,7 +274,7 @@ def test_a_folder_that_is_not_a_dvc_repository_is_one_line(tmp_path):
 def test_the_lock_file_is_ignored_by_git_and_is_not_dvcs_own(tmp_path):
     """Held for a whole flow run, the lock must not block the `dvc repro` the flow starts (DVC
     locks .dvc/tmp/lock) and must never show in `git status`."""
-    from rlvr.orchestration import WORKSPACE_LOCK, run_dvc, workspace_lock
+    from rlvr.pipeline.orchestration import WORKSPACE_LOCK, run_dvc, workspace_lock
 
     root = Path(__file__).parents[1]
     assert subprocess.run(["git", "check-ignore", "-q", WORKSPACE_LOCK], cwd=root).returncode == 0

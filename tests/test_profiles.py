@@ -9,9 +9,9 @@ import shutil
 import pytest
 from ruamel.yaml import YAML
 
-from rlvr.checks import check_run_params
-from rlvr.config import ParamsError, load_params, read_params_file
-from rlvr.profiles import apply_profile, read_profile
+from rlvr.params.checks import check_run_params
+from rlvr.params.config import ParamsError, load_params, read_params_file
+from rlvr.params.profiles import apply_profile, read_profile
 from rlvr.rewards.registry import score_correctness
 from rlvr.rewards.verifiers import format_reward
 from tests.helpers import ROOT
@@ -36,7 +36,7 @@ def _leaves(node, prefix=""):
 
 @pytest.fixture
 def gpu_params(tmp_path):
-    """(Params, path) of params.yaml with the GPU profile applied by rlvr.profiles."""
+    """(Params, path) of params.yaml with the GPU profile applied by rlvr.params.profiles."""
     out = tmp_path / "gpu" / "params.yaml"
     return apply_profile(PROFILE, ROOT / "params.yaml", out), out
 

@@ -1,4 +1,4 @@
-"""The recipe's audit over RL seeds (rlvr/recipe.py, stage recipe): intervals that hold training
+"""The recipe's audit over RL seeds (rlvr/audit/recipe.py, stage recipe): intervals that hold training
 noise and prompt noise, Step 9's rules on the pooled figures, the published seed picked on
 validation rows, and seeds that failed named, never pooled."""
 
@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from rlvr.audit import SliceRule
-from rlvr.recipe import (MIN_SEEDS, NO_VERDICT, SeedsDisagree, pick_seed, recipe_audit,
+from rlvr.audit.slices import SliceRule
+from rlvr.audit.recipe import (MIN_SEEDS, NO_VERDICT, SeedsDisagree, pick_seed, recipe_audit,
                          recipe_metrics)
-from rlvr.stats import seeds_and_prompts_ci
+from rlvr.core.stats import seeds_and_prompts_ci
 
 N = 4  # samples per prompt
 
@@ -126,8 +126,8 @@ def test_the_stage_names_a_seed_without_results_and_the_line_it_stopped_with(tmp
     """After `dvc repro --keep-going` with one seed failed, `python -m stages.recipe` pools the
     others and names it (its line comes from where run_stage records a failure)."""
     import stages.recipe
-    from rlvr.config import Params
-    from rlvr.seeds import seed_paths
+    from rlvr.params.config import Params
+    from rlvr.core.seeds import seed_paths
 
     monkeypatch.chdir(tmp_path)
     params = Params()
@@ -154,7 +154,7 @@ def test_the_stage_names_a_seed_without_results_and_the_line_it_stopped_with(tmp
 
 
 def test_recipe_against_recipe_is_a_tie_unless_the_interval_over_seeds_and_prompts_excludes_0():
-    from rlvr.recipe import recipe_difference
+    from rlvr.audit.recipe import recipe_difference
 
     rng = random.Random(6)
     prompts = [rng.random() for _ in range(32)]

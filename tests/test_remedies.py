@@ -11,13 +11,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.config import ParamsError, parse_params
-from rlvr.data import read_rows, to_hf_dataset
+from rlvr.params.config import ParamsError, parse_params
+from rlvr.data.rows import read_rows, to_hf_dataset
 from rlvr.grpo.advantages import (group_advantages, pass_at_k_advantages,
                                   unlikeliness_penalties, weight_positive)
 from rlvr.grpo.callbacks import BetaSchedule
 from rlvr.grpo.config import grpo_config
-from rlvr.grpo.metric_keys import CORRECTNESS_REWARD
+from rlvr.core.metric_keys import CORRECTNESS_REWARD
 from rlvr.grpo.run import build_trainer
 from rlvr.rewards.registry import RewardFunction
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import load_params
-from rlvr.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost, prompt_audit
-from rlvr.render import to_html
-from rlvr.report import hyperparameter_table
-from rlvr.runs import run_metrics
-from rlvr.grpo.metric_keys import FIRST_BATCH_KL
+from rlvr.params.config import load_params
+from rlvr.audit.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost, prompt_audit
+from rlvr.report.render import to_html
+from rlvr.report.retrospective import hyperparameter_table
+from rlvr.pipeline.runs import run_metrics
+from rlvr.core.metric_keys import FIRST_BATCH_KL
 
 ROOT = Path(__file__).resolve().parents[1]
 T = KLThresholds(kl_tiny=0.01, plateau_gain=0.02, kl_high=1.0, kl_rising_ratio=1.5,
@@ -95,7 +95,7 @@ def test_ppo_cost_counts_a_critic_of_the_policys_size():
 
 
 def test_parameters_are_counted_from_safetensors_headers(tiny_policy_dir):
-    from rlvr.policy import load_policy
+    from rlvr.policy.models import load_policy
 
     model, _ = load_policy(tiny_policy_dir)
     assert count_parameters(tiny_policy_dir) == sum(p.numel() for p in model.parameters())

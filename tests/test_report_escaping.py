@@ -12,10 +12,10 @@ import re
 
 import pytest
 
-from rlvr.config import load_params
-from rlvr.diagnosis import diagnose_kl, ppo_cost
-from rlvr.render import md_escape, md_image, md_table, to_html
-from rlvr.report import build_report
+from rlvr.params.config import load_params
+from rlvr.audit.diagnosis import diagnose_kl, ppo_cost
+from rlvr.report.render import md_escape, md_image, md_table, to_html
+from rlvr.report.retrospective import build_report
 from tests.test_report import ROOT, T, _history
 
 PAYLOAD = ("<script>alert(1)</script> <img src=x onerror=alert(1)> ![x](nope.png) "
@@ -170,7 +170,7 @@ def test_a_table_cell_shows_exactly_its_text(tmp_path, cell):
 
 
 def test_the_report_says_which_kl_the_diagnosis_read(figures):
-    from rlvr.grpo.metric_keys import FIRST_BATCH_KL
+    from rlvr.core.metric_keys import FIRST_BATCH_KL
 
     inputs, _ = report_inputs(figures)
     assert "over the trained batch." in build_report(**inputs)

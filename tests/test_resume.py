@@ -7,11 +7,11 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from rlvr.config import parse_params
-from rlvr.data import read_rows
+from rlvr.params.config import parse_params
+from rlvr.data.rows import read_rows
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs
 from rlvr.grpo.checkpoints import EpochReplaySampler
-from rlvr.grpo.metric_keys import TIMING_KEYS
+from rlvr.core.metric_keys import TIMING_KEYS
 from rlvr.grpo.run import run_grpo
 from trl.trainer.utils import RepeatSampler
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rlvr.smoke import failed_lines, smoke_checks
+from rlvr.audit.smoke import failed_lines, smoke_checks
 
 HEALTHY = dict(
     rows_loaded=64, expected_rows=64, num_generations=8, max_steps=3, beta=0.02,
@@ -97,7 +97,7 @@ def test_spread_on_format_alone_is_no_signal_and_stops_the_run():
 
 
 def test_the_group_size_named_gives_the_share_asked_for():
-    from rlvr.smoke import spread_share
+    from rlvr.audit.smoke import spread_share
 
     for success in (0.001, 0.01, 0.05, 0.3, 0.9):
         for g in range(2, 600):

@@ -1,4 +1,4 @@
-"""What every stage shares (rlvr/stage.py): a pipeline error is one line, a bug is its traceback and
+"""What every stage shares (rlvr/pipeline/stage.py): a pipeline error is one line, a bug is its traceback and
 one line saying so, and the libraries' known noise is silenced while other warnings still show."""
 
 import errno
@@ -8,12 +8,12 @@ import warnings
 
 import pytest
 
-from rlvr.config import Params, ParamsError
-from rlvr.stage import KNOWN_LIBRARY_WARNINGS, quiet_library_noise, run_stage
+from rlvr.params.config import Params, ParamsError
+from rlvr.pipeline.stage import KNOWN_LIBRARY_WARNINGS, quiet_library_noise, run_stage
 
 
 def _run(monkeypatch, main, capsys) -> tuple[int, str]:
-    monkeypatch.setattr("rlvr.stage.load_params", Params)
+    monkeypatch.setattr("rlvr.pipeline.stage.load_params", Params)
     previous = signal.getsignal(signal.SIGTERM)  # run_stage sets its own
     try:
         with pytest.raises(SystemExit) as exited:
@@ -35,7 +35,7 @@ def test_sigterm_is_one_line_and_the_exit_code_a_shell_gives_it(monkeypatch, cap
 
 
 def test_a_full_disk_is_one_line_naming_the_folder_not_a_bug(monkeypatch, capsys, tmp_path):
-    from rlvr.data import write_json
+    from rlvr.data.rows import write_json
 
     def main(params):
         def full(*args, **kwargs):
@@ -99,7 +99,7 @@ def test_what_a_stage_measured_goes_to_its_timing_file(monkeypatch, capsys, tmp_
     """record_timing: the parts of a stage's time that the bench reads from JSON, not console."""
     import json
 
-    from rlvr.timing import record_timing
+    from rlvr.core.timing import record_timing
 
     params = Params()
     params.paths.timing = str(tmp_path / "timing")
@@ -108,7 +108,7 @@ def test_what_a_stage_measured_goes_to_its_timing_file(monkeypatch, capsys, tmp_
         record_timing(validation_seconds=1.23456, train_runtime=10.0)
         return 0
 
-    monkeypatch.setattr("rlvr.stage.load_params", lambda: params)
+    monkeypatch.setattr("rlvr.pipeline.stage.load_params", lambda: params)
     with pytest.raises(SystemExit) as exited:
         run_stage("smoke", main, gated=False)
     code, err = exited.value.code, capsys.readouterr().err

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from rlvr.config import ParamsError, parse_params
-from rlvr.training_params import BetaScheduleParams, GRPOParams
+from rlvr.params.config import ParamsError, parse_params
+from rlvr.params.training_params import BetaScheduleParams, GRPOParams
 from rlvr.rewards.registry import normalized_weights
 from rlvr.grpo.advantages import group_checks
 from rlvr.grpo.callbacks import BetaSchedule, FiniteGuardCallback, NonFiniteMetric, loggable
@@ -303,7 +303,7 @@ def test_the_curves_written_in_flushes_are_dvclive_s_own_byte_for_byte(tmp_path)
 def test_a_saved_tokenizer_is_the_same_whether_or_not_it_padded_a_batch(tmp_path):
     """models/final of a run that resumed past its last step (no generation since the load) and
     of one that trained to it: the same tokenizer.json."""
-    from rlvr.policy import build_char_tokenizer, save_tokenizer
+    from rlvr.policy.models import build_char_tokenizer, save_tokenizer
 
     fresh, used = build_char_tokenizer(), build_char_tokenizer()
     used(["a", "abc"], padding=True, padding_side="left")  # as TRL pads prompts
@@ -317,8 +317,8 @@ def test_a_saved_tokenizer_is_the_same_whether_or_not_it_padded_a_batch(tmp_path
 def test_the_warm_start_uses_other_rows_targets_and_stops_on_rows_with_no_known_answer(tmp_path):
     """exact_match and math rows: answers from other rows' targets, never the row's own; regex
     rows add nothing, and data of regex rows only stops with one line naming the knob."""
-    from rlvr.data import Row
-    from rlvr.policy import warm_start, warm_start_examples
+    from rlvr.data.rows import Row
+    from rlvr.policy.models import warm_start, warm_start_examples
 
     rows = [Row(f"r{i}", f"{i} + {i} = ", {"type": "exact_match", "target": str(2 * i)})
             for i in range(1, 9)]

@@ -1,6 +1,6 @@
 """The TRL contract of rlvr/grpo/trainer.py: the privates of TRL and transformers it overrides or
 reads still exist with the signatures it assumes, at the versions it names, every test its table
-names exists, and a real step logs every TRL metric name rlvr.grpo.metric_keys holds."""
+names exists, and a real step logs every TRL metric name rlvr.core.metric_keys holds."""
 
 import ast
 import inspect
@@ -106,8 +106,8 @@ def test_every_test_the_contract_names_exists():
 
 
 def test_a_step_logs_every_trl_metric_key_we_read(tiny_policy_dir, tmp_path):
-    from rlvr.config import parse_params
-    from rlvr.data import read_rows
+    from rlvr.params.config import parse_params
+    from rlvr.data.rows import read_rows
     from rlvr.grpo.run import run_grpo
 
     params = parse_params({"train": {"grpo": {"num_generations": 4,

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlvr.config import load_params
+from rlvr.params.config import load_params
 
-from rlvr.data import MAX_LINE_BYTES, DataError
-from rlvr.errors import PipelineError
+from rlvr.data.rows import MAX_LINE_BYTES, DataError
+from rlvr.core.errors import PipelineError
 from rlvr.rewards.verifiers import COUNTDOWN_SEARCH_NODES
-from rlvr.validation import summary, validate_files
+from rlvr.data.validation import summary, validate_files
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -58,7 +58,7 @@ def test_the_committed_data_passes_and_writes_data_docs(files, tmp_path):
     assert (tmp_path / "docs" / "index.html").exists()
     pages = list((tmp_path / "docs").rglob("validations/**/*.html"))
     assert len(pages) == 4
-    from rlvr.provenance import file_md5
+    from rlvr.report.provenance import file_md5
 
     run_name = f"data-{file_md5(files[0])[:8]}-{file_md5(files[1])[:8]}"  # which data it shows
     assert all(run_name in str(page.relative_to(tmp_path)) for page in pages)
@@ -257,9 +257,9 @@ def test_negative_numbers_are_rejected_because_no_answer_could_use_them(files):
 
 def test_solvability_is_decided_by_the_verifier_not_a_second_grammar(files, monkeypatch):
     """If the solver found an answer the verifier does not reward, the row is not answerable."""
-    import rlvr.row_checks
+    import rlvr.data.row_checks
 
-    monkeypatch.setattr(rlvr.row_checks, "countdown_reward", lambda *args, **kwargs: 0.0)
+    monkeypatch.setattr(rlvr.data.row_checks, "countdown_reward", lambda *args, **kwargs: 0.0)
     problems = _validate(*files)[0].problems
     assert len(problems) == 64 and all(p.endswith("[countdown_solvable]") for p in problems)
     assert "the verifier scores the solver's answer" in problems[0]
@@ -327,7 +327,7 @@ def test_the_format_pattern_must_accept_each_rows_correct_answer(files):
 def test_a_format_pattern_asking_for_answer_tags_accepts_the_answer_in_them(files, tmp_path):
     """The GPU profile's pattern wants `<answer>...</answer>` (the block the verifier reads):
     the committed rows' answers pass in those tags."""
-    from rlvr.profiles import apply_profile
+    from rlvr.params.profiles import apply_profile
 
     params = apply_profile(ROOT / "profiles/gpu.yaml", ROOT / "params.yaml",
                            tmp_path / "gpu" / "params.yaml")
@@ -341,7 +341,7 @@ def test_text_the_tiny_tokenizer_cannot_encode_is_one_line_naming_row_and_charac
     """The tiny model's character tokenizer reads printable ASCII: with model.init tiny, a
     Chinese prompt or an emoji in an answer would reach the model as <unk>, so validate names
     the row and the characters; with a byte-level tokenizer (alphabet None) they pass."""
-    from rlvr.training_params import TINY_ALPHABET
+    from rlvr.params.training_params import TINY_ALPHABET
 
     _edit_row(files[0], 4, _set("prompt", "用 3 和 5 算出 15: "))
     _edit_row(files[0], 5, _set("verifier", {"type": "exact_match", "target": "ok 😀"}))
@@ -383,14 +383,14 @@ def test_a_missing_file_is_one_line_naming_it(files, tmp_path):
 def test_an_unreadable_file_is_one_line_naming_it(files, monkeypatch):
     files[0].chmod(0)
     if os.geteuid() == 0:  # root reads it anyway: give the error the OS gives everyone else
-        import rlvr.data
+        import rlvr.data.rows
 
         def refuse(path, *args, **kwargs):
             if Path(path) == files[0]:
                 raise PermissionError(13, "Permission denied", str(path))
             return open(path, *args, **kwargs)
 
-        monkeypatch.setattr(rlvr.data, "open", refuse, raising=False)
+        monkeypatch.setattr(rlvr.data.rows, "open", refuse, raising=False)
     with pytest.raises(DataError) as raised:
         _validate(*files)
     assert str(raised.value) == f"{files[0]}: cannot be read: permission denied"
@@ -399,7 +399,7 @@ def test_an_unreadable_file_is_one_line_naming_it(files, monkeypatch):
 def test_the_validate_stage_prints_one_line_and_exits_1(files, tmp_path, monkeypatch, capsys):
     """Through the stage script: run_stage prints a PipelineError as one line, with no traceback."""
     import stages.validate
-    from rlvr.stage import run_stage
+    from rlvr.pipeline.stage import run_stage
 
     directory = tmp_path / "rows.jsonl"
     directory.mkdir()
@@ -462,7 +462,7 @@ UNREADABLE_LINES = {
                           "deeply) [json_object]"),
     "line_too_long": (_LONG_LINE,
                       f"{{path}}: line 4: is longer than {MAX_LINE_BYTES} bytes "
-                      f"(rlvr.data.MAX_LINE_BYTES): {len(_LONG_LINE)} bytes [line_length]"),
+                      f"(rlvr.data.rows.MAX_LINE_BYTES): {len(_LONG_LINE)} bytes [line_length]"),
 }
 
 
@@ -516,16 +516,16 @@ UNREADABLE_ROWS = {
     "exact_match_target_too_long": (
         _set("verifier", {"type": "exact_match", "target": "4" * 5000}),
         _ROW + "verifier values are out of bounds: target has 5000 characters, more than 1000 "
-               "(rlvr.row_checks.MAX_VERIFIER_TEXT_CHARS) [verifier_bounds]"),
+               "(rlvr.data.row_checks.MAX_VERIFIER_TEXT_CHARS) [verifier_bounds]"),
     "regex_pattern_too_long": (
         _set("verifier", {"type": "regex", "pattern": "a" * 5000}),
         _ROW + "verifier values are out of bounds: pattern has 5000 characters, more than 1000 "
-               "(rlvr.row_checks.MAX_VERIFIER_TEXT_CHARS) [verifier_bounds]"),
+               "(rlvr.data.row_checks.MAX_VERIFIER_TEXT_CHARS) [verifier_bounds]"),
     "regex_pattern_expands_too_far": (
         _set("verifier", {"type": "regex", "pattern": "(a{1000}){1000}"}),  # ~300 MB to compile
         _ROW + "verifier values are out of bounds: pattern expands to 1,002,001 elements when "
                "compiled (counted repeats unrolled), more than 10,000 "
-               "(rlvr.row_checks.MAX_REGEX_ELEMENTS) [verifier_bounds]"),
+               "(rlvr.data.row_checks.MAX_REGEX_ELEMENTS) [verifier_bounds]"),
     "regex_pattern_nests_too_deeply": (
         _set("verifier", {"type": "regex", "pattern": "(" * 500 + ")" * 500}),
         _ROW + "regex verifier pattern does not compile: pattern '" + "(" * 79 + "... (1000 "

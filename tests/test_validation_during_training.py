@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.config import ParamsError, parse_params
-from rlvr.data import read_rows, to_hf_dataset
-from rlvr.evaluation import SampleSettings, validation_scores
+from rlvr.params.config import ParamsError, parse_params
+from rlvr.data.rows import read_rows, to_hf_dataset
+from rlvr.audit.evaluation import SampleSettings, validation_scores
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs, normalized_weights
-from rlvr.runs import selection_record, validation_history
+from rlvr.pipeline.runs import selection_record, validation_history
 from rlvr.grpo.callbacks import BetaSchedule
 from rlvr.grpo.config import grpo_config
-from rlvr.grpo.metric_keys import TIMING_KEYS
+from rlvr.core.metric_keys import TIMING_KEYS
 from rlvr.grpo.run import build_trainer, run_grpo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_validation_is_scored_at_step_0_and_every_eval_steps_without_changing_tr
 
 def test_validation_scores_are_seeded_and_leave_the_rng_and_train_mode_alone(tiny_policy_dir,
                                                                             val_rows):
-    from rlvr.policy import load_policy
+    from rlvr.policy.models import load_policy
 
     model, tokenizer = load_policy(str(tiny_policy_dir))
     model.train()
@@ -121,7 +121,7 @@ def test_best_val_keeps_the_earliest_best_checkpoint(tiny_policy_dir, rows, tmp_
     params, trainer = _scripted_trainer(tiny_policy_dir, rows, tmp_path, scores, max_steps=6)
     trainer.train()
     assert trainer.state.best_global_step == 2  # 4 ties with 2: the earliest stays
-    from rlvr.policy import load_policy
+    from rlvr.policy.models import load_policy
 
     best, _ = load_policy(str(tmp_path / "checkpoint-2"))
     last, _ = load_policy(str(tmp_path / "checkpoint-6"))

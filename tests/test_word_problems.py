@@ -6,10 +6,10 @@ import json
 import subprocess
 import sys
 
-from rlvr.config import RewardsParams
+from rlvr.params.config import RewardsParams
 from rlvr.rewards import math_reward
-from rlvr.tasks.word_problems import KINDS, word_problems
-from rlvr.validation import validate_files
+from rlvr.data.tasks.word_problems import KINDS, word_problems
+from rlvr.data.validation import validate_files
 
 from tests.helpers import ROOT
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from rlvr.stats import finite_mean
+from rlvr.core.stats import finite_mean
 
 
 def group_checks(prompts: Sequence[Any], advantages: Sequence[float], num_generations: int) -> dict:

@@ -14,12 +14,12 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from rlvr.training_params import BetaScheduleParams
-from rlvr.errors import PipelineError
+from rlvr.params.training_params import BetaScheduleParams
+from rlvr.core.errors import PipelineError
 from rlvr.grpo.checkpoints import last_checkpoint
-from rlvr.grpo.metric_keys import (GUARDED_KEYS, LOSS, MEAN_REWARD, TIMING_KEYS,
+from rlvr.core.metric_keys import (GUARDED_KEYS, LOSS, MEAN_REWARD, TIMING_KEYS,
                                    VALIDATION_CURVE_PREFIX, VALIDATION_PREFIX)
-from rlvr.stats import drift_kl
+from rlvr.core.stats import drift_kl
 
 
 class NonFiniteMetric(PipelineError):

@@ -14,7 +14,7 @@ from typing import Any
 
 from trl.trainer.utils import RepeatSampler
 
-from rlvr.distributed import world_size
+from rlvr.grpo.distributed import world_size
 
 FINGERPRINT_FILE = "fingerprint.json"
 RUNNING_MEAN_FILE = "running_mean.json"  # the running-mean baseline (PipelineGRPOTrainer saves it)

@@ -15,9 +15,9 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from rlvr.config import ParamsError
-from rlvr.training_params import GRPOParams, ModelParams, TrainParams
-from rlvr.grpo.metric_keys import MEAN_REWARD, VALIDATION_PREFIX
+from rlvr.params.config import ParamsError
+from rlvr.params.training_params import GRPOParams, ModelParams, TrainParams
+from rlvr.core.metric_keys import MEAN_REWARD, VALIDATION_PREFIX
 from rlvr.rewards.registry import normalized_weights
 
 ADVANTAGES = ("group", "running_mean", "pass_at_k")

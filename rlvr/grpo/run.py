@@ -1,6 +1,6 @@
 """One GRPO run from params: the config, the reward functions, the callbacks and the validation
 scoring wired into a PipelineGRPOTrainer, trained to max_steps. The smoke and train stages call
-run_grpo (rlvr.runs)."""
+run_grpo (rlvr.pipeline.runs)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from transformers import ProgressCallback, TrainerCallback
 
-from rlvr.training_params import ModelParams
-from rlvr.console import use_console_progress
-from rlvr.faults import Stopped
+from rlvr.params.training_params import ModelParams
+from rlvr.pipeline.console import use_console_progress
+from rlvr.pipeline.faults import Stopped
 from rlvr.grpo.callbacks import (BetaSchedule, BetaScheduleCallback, FiniteGuardCallback,
                                  LiveCurvesCallback)
 from rlvr.grpo.config import PipelineGRPOConfig, grpo_config, peft_config
@@ -51,8 +51,8 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
     run samples each batch once)."""
     from transformers import EarlyStoppingCallback, set_seed
 
-    from rlvr.data import to_hf_dataset
-    from rlvr.evaluation import prompt_template, rollout_settings, validation_scores
+    from rlvr.data.rows import to_hf_dataset
+    from rlvr.audit.evaluation import prompt_template, rollout_settings, validation_scores
     from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 
     set_seed(params.seed)

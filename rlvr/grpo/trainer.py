@@ -30,8 +30,8 @@ the installed libraries, and that every test named here exists.
 | the KL's importance weighting (use_bias_correction_kl, importance_sampling_level) | copied | test_dynamic_sampling.py::test_with_two_updates_per_batch_the_first_batch_kl_is_measured_every_step |
 | reward_func_names, scale_rewards and the advantage formula (sum_then_normalize), copied in rlvr/grpo/advantages.py | read, copied | test_remedies.py::test_group_advantages_are_trls |
 | checkpoint-N, trainer_state.json, rng_state.pth / rng_state_N.pth (transformers) | read (rlvr/grpo/checkpoints.py) | test_training.py::test_a_checkpoint_of_two_ranks_needs_both_rng_states |
-| ProgressCallback.training_bar (transformers)    | read (rlvr/console.py) | test_grpo_run.py::test_the_console_shows_one_compact_line_every_log_every_steps |
-| the logged metric names (rlvr.grpo.metric_keys) | read                | test_trl_contract.py::test_a_step_logs_every_trl_metric_key_we_read |
+| ProgressCallback.training_bar (transformers)    | read (rlvr/pipeline/console.py) | test_grpo_run.py::test_the_console_shows_one_compact_line_every_log_every_steps |
+| the logged metric names (rlvr.core.metric_keys) | read                | test_trl_contract.py::test_a_step_logs_every_trl_metric_key_we_read |
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ from rlvr.grpo.callbacks import validation_entry
 from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, EpochReplaySampler
 from rlvr.grpo.config import PipelineGRPOConfig, as_trl_config
 from rlvr.grpo.dynamic_sampling import local_group_spread, loss_mask, merge_groups, select_groups
-from rlvr.grpo.metric_keys import (BETA, CORRECTNESS_REWARD, FAILURES_SUFFIX, FIRST_BATCH_KL,
+from rlvr.core.metric_keys import (BETA, CORRECTNESS_REWARD, FAILURES_SUFFIX, FIRST_BATCH_KL,
                                    KEPT_SHARE, LOSS, OVERSAMPLING, RESAMPLED_UNSOLVED,
                                    RUNNING_MEAN_BASELINE, SAMPLING_ROUNDS)
-from rlvr.grpo_math import k3_kl
+from rlvr.rewards.grpo_math import k3_kl
 
 
 class PipelineGRPOTrainer(GRPOTrainer):
@@ -88,7 +88,7 @@ class PipelineGRPOTrainer(GRPOTrainer):
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         """The validation rows scored as the evaluate stage scores a split (seeded samples and
-        greedy: rlvr.evaluation.validation_scores), not TRL's evaluation loss. Every rank scores
+        greedy: rlvr.audit.evaluation.validation_scores), not TRL's evaluation loss. Every rank scores
         the same rows with the same weights and seed, so the best step and an early stop are the
         same on all of them."""
         if self.validation is None:

@@ -3,7 +3,7 @@
 Importing this package does not import torch.
 """
 
-from rlvr.grpo_math import group_relative_advantage, grpo_score, k3_kl
+from rlvr.rewards.grpo_math import group_relative_advantage, grpo_score, k3_kl
 from rlvr.rewards.math_answers import math_reward
 from rlvr.rewards.registry import (REWARD_FUNCS, VERIFIERS, RewardFunction, build_reward_funcs,
                                    check_reward_names, normalized_weights, score_correctness,

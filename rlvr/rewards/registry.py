@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from rlvr.grpo.metric_keys import reward_failures
+from rlvr.core.metric_keys import reward_failures
 from rlvr.rewards.math_answers import math_reward, math_target_problem
 from rlvr.rewards.math_values import MAX_SIG_FIGS, Tolerance
 from rlvr.rewards.math_worker import MAX_MATH_TARGET_CHARS
@@ -24,10 +24,10 @@ from rlvr.rewards.shaping import length_reward
 from rlvr.rewards.verifiers import (MAX_COUNTDOWN_NUMBERS, countdown_reward, exact_match_reward,
                                     extract_answer, format_reward)
 
-from rlvr.config import ParamsError
+from rlvr.params.config import ParamsError
 
 if TYPE_CHECKING:
-    from rlvr.config import RewardsParams
+    from rlvr.params.config import RewardsParams
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ def check_reward_names(funcs: Sequence[str]) -> None:
     >>> check_reward_names(["correctness", "vibes"])
     Traceback (most recent call last):
     ...
-    rlvr.errors.ParamsError: params.yaml: rewards.funcs = ['correctness', 'vibes']: unknown reward function(s) ['vibes']; known: ['correctness', 'format', 'length']
+    rlvr.core.errors.ParamsError: params.yaml: rewards.funcs = ['correctness', 'vibes']: unknown reward function(s) ['vibes']; known: ['correctness', 'format', 'length']
     """
     unknown = [name for name in funcs if name not in REWARD_FUNCS]
     if unknown:

@@ -5,7 +5,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.config import RewardsParams
+from rlvr.params.config import RewardsParams
 from rlvr.rewards import (build_reward_funcs, countdown_reward, exact_match_reward,
                           format_reward, math_reward)
 from rlvr.rewards.math_answers import start_math_worker

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from rlvr.config import RewardsParams
+from rlvr.params.config import RewardsParams
 from rlvr.rewards import (REWARD_FUNCS, VERIFIERS, RewardFunction, build_reward_funcs,
                           check_reward_names)
 
@@ -84,7 +84,7 @@ def test_a_raising_scorer_never_escapes():
 
 
 def test_params_reject_unknown_reward_names_and_mismatched_weights():
-    from rlvr.config import ParamsError
+    from rlvr.params.config import ParamsError
 
     params = RewardsParams(funcs=["correctness", "vibes"], weights=[1, 1])  # config has no registry
     with pytest.raises(ParamsError, match=r"rewards.funcs = .*: unknown reward function\(s\) \['vibes'\]"):

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from rlvr.grpo_math import TRL_ADVANTAGE_EPS, group_relative_advantage
+from rlvr.rewards.grpo_math import TRL_ADVANTAGE_EPS, group_relative_advantage
 
 G = 4
 GROUPS = [[1, 0, 0, 1], [0.5, 0.5, 0.5, 0.5], [3, 1, 2, 0], [0, 0, 1, 0]]

@@ -1,0 +1,314 @@
+"""What a mean can hide, measured: pass@k, slices by tag, solutions gained and lost, diversity,
+and the verdict that weighs them. Pure functions of the per-prompt records `evaluate` writes
+(rlvr.audit.evaluation.audit scores the samples; this module only counts), tested offline on synthetic
+records.
+
+RL with verifiable rewards sharpens a policy: pass@1 can rise while pass@k at large k falls below
+the base model's (Yue et al. 2025), and a kind of problem whose answers the policy stops writing
+can die while the mean reward rises. So the verdict is `improved` only when the decisive split's
+CI is above 0 and no tag of at least `report.min_slice_rows` rows regressed; otherwise a regressed
+tag makes it `mixed`.
+
+A per-prompt record holds, for each policy (prefix `step0_` or `final_`): `reward` (mean total
+reward of its samples), `correct` (how many of the `samples` completions the row's verifier
+scored 1), `greedy_correct`, `distinct` (distinct completions), `distinct_correct` (distinct
+correct answers), `entropy` and `tokens` (mean per-token entropy over its samples, and how many
+tokens); plus `id`, `tags` and `samples`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from math import comb
+
+from rlvr.core.stats import finite_mean, paired_ci
+
+POLICIES = ("step0", "final")
+
+
+# --------------------------------------------------------------------------- pass@k
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator (Chen et al. 2021): the chance that k of the n samples,
+    drawn without replacement, hold at least one of the c correct ones: 1 - C(n-c, k) / C(n, k).
+
+    >>> pass_at_k(8, 0, 4), pass_at_k(8, 8, 1), pass_at_k(4, 1, 2), pass_at_k(32, 2, 32)
+    (0.0, 1.0, 0.5, 1.0)
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:  # every draw of k holds a correct one
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)  # exact integers, one rounding
+
+
+def k_values(n: int) -> list[int]:
+    """The k the audit reports: powers of two below n, then n itself.
+
+    >>> k_values(32), k_values(12), k_values(1)
+    ([1, 2, 4, 8, 16, 32], [1, 2, 4, 8, 12], [1])
+    """
+    ks = [2 ** i for i in range(n.bit_length()) if 2 ** i < n]
+    return [*ks, n]
+
+
+def pass_at_k_curve(counts: Sequence[int], n: int) -> dict[str, float]:
+    """Mean pass@k over prompts (c correct of n each), for every k of k_values(n); keys are k as
+    text (JSON object keys).
+
+    >>> pass_at_k_curve([0, 1, 4], 4)
+    {'1': 0.4166666666666667, '2': 0.5, '4': 0.6666666666666666}
+    """
+    return {str(k): finite_mean(pass_at_k(n, c, k) for c in counts) for k in k_values(n)}
+
+
+def crossing(curves: Mapping[str, Mapping[str, float]]) -> str | None:
+    """Where the step-0 and final pass@k curves cross, in words; None when one is never below
+    the other.
+
+    >>> crossing({"step0": {"1": 0.2, "4": 0.5, "16": 0.7}, "final": {"1": 0.4, "4": 0.5,
+    ...           "16": 0.6}})
+    'the final model solves more prompts at k <= 1; the base model solves more at k >= 16'
+    >>> crossing({"step0": {"1": 0.2, "2": 0.3}, "final": {"1": 0.4, "2": 0.5}}) is None
+    True
+    """
+    ks = sorted(curves["step0"], key=int)
+    ahead = {k: curves["final"][k] - curves["step0"][k] for k in ks}
+    final_ahead = [int(k) for k in ks if ahead[k] > 0]
+    base_ahead = [int(k) for k in ks if ahead[k] < 0]
+    if not final_ahead or not base_ahead:
+        return None
+
+    def where(found: list[int]) -> str:
+        first, last = int(ks[0]), int(ks[-1])
+        if found == [int(k) for k in ks if int(k) <= found[-1]] and found[0] == first:
+            return f"k <= {found[-1]}"
+        if found == [int(k) for k in ks if int(k) >= found[0]] and found[-1] == last:
+            return f"k >= {found[0]}"
+        return "k = " + ", ".join(map(str, found))
+
+    return (f"the final model solves more prompts at {where(final_ahead)}; the base model "
+            f"solves more at {where(base_ahead)}")
+
+
+# --------------------------------------------------------------------------- rules
+
+@dataclass(frozen=True)
+class SliceRule:
+    """When a set of rows has regressed, and which tags the verdict weighs (params.yaml
+    `report`)."""
+    min_rows: int = 8          # tags with fewer rows are reported, not weighed in the verdict
+    drop_from: float = 0.1     # success or pass@n falling from at least this ...
+    drop_to: float = 0.02      # ... to at most this: the kind of problem was forgotten
+
+
+def _ci_text(d: Mapping) -> str:
+    return f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+
+
+def _policy_stats(records: Sequence[Mapping], policy: str, n: int) -> dict:
+    counts = [r[f"{policy}_correct"] for r in records]
+    return {"mean_reward": finite_mean(r[f"{policy}_reward"] for r in records),
+            "greedy_success": finite_mean(r[f"{policy}_greedy_correct"] for r in records),
+            "pass@1": finite_mean(pass_at_k(n, c, 1) for c in counts),
+            f"pass@{n}": finite_mean(pass_at_k(n, c, n) for c in counts)}
+
+
+def compare(records: Sequence[Mapping], n: int, confidence: float = 0.95,
+            n_resamples: int = 10000, seed: int = 0) -> dict:
+    """Step 0 and final on a set of rows: each policy's mean reward, greedy success, pass@1 and
+    pass@n, and the paired deltas of mean reward, pass@1 and pass@n with their bootstrap CIs
+    over the rows."""
+    out = {"rows": len(records), **{p: _policy_stats(records, p, n) for p in POLICIES},
+           "delta_mean_reward": paired_ci([r["final_reward"] - r["step0_reward"]
+                                           for r in records], confidence, n_resamples, seed)}
+    for k in sorted({1, n}):
+        out[f"delta_pass@{k}"] = paired_ci(
+            [pass_at_k(n, r["final_correct"], k) - pass_at_k(n, r["step0_correct"], k)
+             for r in records], confidence, n_resamples, seed)
+    return out
+
+
+def regression_reasons(stats: Mapping, n: int, rule: SliceRule) -> list[str]:
+    """Why a set of rows (a tag's, or a whole split's) counts as regressed; empty: it did not.
+
+    - its mean-reward CI lies wholly below 0;
+    - its success (pass@1, the share of correct samples) falls from at least rule.drop_from to
+      at most rule.drop_to;
+    - its pass@n falls so (the kind of problem is forgotten), or its pass@n CI lies wholly below
+      0 (narrowed: the base model solved rows that the final model no longer solves in n tries).
+
+    >>> ci = lambda v, lo, hi: {"value": v, "ci_low": lo, "ci_high": hi}
+    >>> stats = {"delta_mean_reward": ci(-0.05, -0.1, -0.01), "delta_pass@8": ci(-0.31, -0.5, 0.0),
+    ...          "step0": {"pass@1": 0.06, "pass@8": 0.31}, "final": {"pass@1": 0.0, "pass@8": 0.0}}
+    >>> regression_reasons(stats, 8, SliceRule())
+    ['mean reward -0.050 [-0.100, -0.010]', 'pass@8 0.31 -> 0.00']
+    >>> regression_reasons({**stats, "delta_mean_reward": ci(0.1, 0.05, 0.2),
+    ...                     "delta_pass@8": ci(-0.25, -0.4, -0.1),
+    ...                     "final": {"pass@1": 0.2, "pass@8": 0.06}}, 8, SliceRule())
+    ['pass@8 0.31 -> 0.06, delta -0.250 [-0.400, -0.100]']
+    """
+    reasons = []
+    before, after = stats["step0"], stats["final"]
+
+    def dropped(key: str) -> bool:
+        return before[key] >= rule.drop_from and after[key] <= rule.drop_to
+
+    if stats["delta_mean_reward"]["ci_high"] < 0:
+        reasons.append(f"mean reward {_ci_text(stats['delta_mean_reward'])}")
+    if dropped("pass@1"):
+        reasons.append(f"success {before['pass@1']:.2f} -> {after['pass@1']:.2f}")
+    key, narrowed = f"pass@{n}", stats[f"delta_pass@{n}"]
+    if n > 1 and (dropped(key) or narrowed["ci_high"] < 0):
+        reasons.append(f"{key} {before[key]:.2f} -> {after[key]:.2f}"
+                       + (f", delta {_ci_text(narrowed)}" if narrowed["ci_high"] < 0 else ""))
+    return reasons
+
+
+def slices(records: Sequence[Mapping], n: int, rule: SliceRule, confidence: float = 0.95,
+           n_resamples: int = 10000, seed: int = 0) -> list[dict]:
+    """One entry per tag found in the records (sorted): compare() on its rows, whether it
+    regressed and why, and whether it weighs in the verdict (rows >= rule.min_rows)."""
+    out = []
+    for tag in sorted({t for r in records for t in r.get("tags") or ()}):
+        entry = {"tag": tag, **compare([r for r in records if tag in (r.get("tags") or ())], n,
+                                       confidence, n_resamples, seed)}
+        entry["reasons"] = regression_reasons(entry, n, rule)
+        entry["regressed"] = bool(entry["reasons"])
+        entry["weighed"] = entry["rows"] >= rule.min_rows
+        out.append(entry)
+    return out
+
+
+def solutions(records: Sequence[Mapping]) -> dict:
+    """Prompts with a correct sample at step 0 and none at the end (lost), the reverse (new),
+    with their ids, tags and prompts; and how many kept one.
+
+    >>> s = solutions([{"id": "a", "tags": ["sub"], "step0_correct": 2, "final_correct": 0},
+    ...                {"id": "b", "step0_correct": 0, "final_correct": 1},
+    ...                {"id": "c", "step0_correct": 1, "final_correct": 5}])
+    >>> s["lost"], s["new"], s["kept"]
+    ([{'id': 'a', 'tags': ['sub'], 'prompt': ''}], [{'id': 'b', 'tags': [], 'prompt': ''}], 1)
+    """
+    def entry(r: Mapping) -> dict:
+        return {"id": r["id"], "tags": list(r.get("tags") or ()), "prompt": r.get("prompt", "")}
+
+    lost = [entry(r) for r in records if r["step0_correct"] > 0 and r["final_correct"] == 0]
+    new = [entry(r) for r in records if r["step0_correct"] == 0 and r["final_correct"] > 0]
+    kept = sum(r["step0_correct"] > 0 and r["final_correct"] > 0 for r in records)
+    return {"lost": lost, "new": new, "kept": kept, "lost_count": len(lost),
+            "new_count": len(new)}
+
+
+def diversity(records: Sequence[Mapping], policy: str) -> dict:
+    """How varied a policy's samples are: distinct correct answers per solved prompt, the share
+    of distinct completions among all samples, and the mean per-token entropy of the policy on
+    its own samples (weighted by tokens); None where there is nothing to measure.
+
+    >>> diversity([{"samples": 4, "step0_correct": 2, "step0_distinct_correct": 2,
+    ...             "step0_distinct": 3, "step0_entropy": 0.5, "step0_tokens": 10},
+    ...            {"samples": 4, "step0_correct": 0, "step0_distinct_correct": 0,
+    ...             "step0_distinct": 1, "step0_entropy": 1.0, "step0_tokens": 30}], "step0")
+    {'distinct_correct_per_solved': 2.0, 'distinct_share': 0.5, 'entropy': 0.875}
+    """
+    solved = [r for r in records if r[f"{policy}_correct"] > 0]
+    weighted = [(r[f"{policy}_entropy"], r[f"{policy}_tokens"]) for r in records
+                if r.get(f"{policy}_entropy") is not None and r.get(f"{policy}_tokens")]
+    tokens = sum(t for _, t in weighted)
+    samples = sum(r["samples"] for r in records)
+    # None, not NaN, where there is nothing to measure (no prompt solved): JSON has no NaN
+    return {"distinct_correct_per_solved": finite_mean(r[f"{policy}_distinct_correct"]
+                                                       for r in solved) if solved else None,
+            "distinct_share": sum(r[f"{policy}_distinct"] for r in records) / samples
+            if samples else None,
+            "entropy": sum(e * t for e, t in weighted) / tokens if tokens else None}
+
+
+# --------------------------------------------------------------------------- one split
+
+def split_audit(records: Sequence[Mapping], n: int, rule: SliceRule, confidence: float = 0.95,
+                n_resamples: int = 10000, seed: int = 0) -> dict:
+    """Everything above for one split's records: pass@k curves, where they cross, the paired
+    deltas at k = 1 and k = n, what the whole split lost (`losses`: regression_reasons without
+    the mean reward, which the verdict reads itself), the slices, the solutions lost and new, and
+    diversity."""
+    whole = compare(records, n, confidence, n_resamples, seed)
+    curves = {p: pass_at_k_curve([r[f"{p}_correct"] for r in records], n) for p in POLICIES}
+    return {"samples_per_prompt": n, "pass_at_k": curves, "crossing": crossing(curves),
+            **{key: whole[key] for key in whole if key.startswith("delta_pass@")},
+            "losses": [reason for reason in regression_reasons(whole, n, rule)
+                       if not reason.startswith("mean reward")],
+            "slices": slices(records, n, rule, confidence, n_resamples, seed),
+            "solutions": solutions(records),
+            "diversity": {p: diversity(records, p) for p in POLICIES}}
+
+
+# --------------------------------------------------------------------------- the verdict
+
+def overall_verdict(ci: Mapping) -> str:
+    """improved / regressed when the CI excludes 0, else no significant change.
+
+    >>> overall_verdict({"ci_low": 0.1, "ci_high": 0.3}), overall_verdict({"ci_low": -0.1,
+    ...                                                                     "ci_high": 0.3})
+    ('improved', 'no significant change')
+    """
+    if ci["ci_low"] > 0:
+        return "improved"
+    if ci["ci_high"] < 0:
+        return "regressed"
+    return "no significant change"
+
+
+def weighed_regressions(split: Mapping) -> list[Mapping]:
+    """A split's regressed slices that weigh in the verdict (at least report.min_slice_rows
+    rows)."""
+    return [s for s in split["slices"] if s["regressed"] and s["weighed"]]
+
+
+def slice_text(s: Mapping) -> str:
+    """A regressed slice in a few words: `sub (16 rows: pass@8 0.31 -> 0.00)`."""
+    return f"{s['tag']} ({s['rows']} rows: {'; '.join(s['reasons'])})"
+
+
+def audit_verdict(split: Mapping) -> str:
+    """The audit's verdict on the decisive split (an entry of evaluate's summary): `improved`
+    only when its mean-reward CI is above 0, no weighed tag regressed and the split itself lost
+    nothing (`losses`: it did not narrow); otherwise a loss turns `improved` or `no significant
+    change` into `mixed`. `regressed` stays.
+
+    >>> sub = {"tag": "sub", "regressed": True, "weighed": True}
+    >>> up = {"delta_mean_reward": {"ci_low": 0.1, "ci_high": 0.3}, "losses": []}
+    >>> audit_verdict({**up, "slices": [sub]}), audit_verdict({**up, "slices": []})
+    ('mixed', 'improved')
+    >>> audit_verdict({**up, "slices": [{**sub, "weighed": False}]})
+    'improved'
+    >>> audit_verdict({**up, "slices": [], "losses": ["pass@32 0.80 -> 0.58 (...)"]})
+    'mixed'
+    """
+    overall = overall_verdict(split["delta_mean_reward"])
+    if overall != "regressed" and (weighed_regressions(split) or split["losses"]):
+        return "mixed"
+    return overall
+
+
+def verdict_line(verdict: str, split: Mapping) -> str:
+    """The verdict in one line, as the report opens and the flow reports it (numbers and tag
+    names only; tags are `[a-z0-9_.-]`).
+
+    >>> sub = {"tag": "sub", "rows": 16, "regressed": True, "weighed": True,
+    ...        "reasons": ["pass@8 0.31 -> 0.00"]}
+    >>> split = {"delta_mean_reward": {"value": 0.188, "ci_low": 0.108, "ci_high": 0.271},
+    ...          "slices": [sub], "losses": []}
+    >>> verdict_line("mixed", split)
+    'mixed: improved overall (+0.188 [+0.108, +0.271]), regressed on sub (16 rows: pass@8 0.31 -> 0.00)'
+    """
+    text = f"{verdict}: {overall_verdict(split['delta_mean_reward'])} overall " \
+           f"({_ci_text(split['delta_mean_reward'])})"
+    if split["losses"]:
+        text += f", narrowed overall ({'; '.join(split['losses'])})"
+    regressed = weighed_regressions(split)
+    if regressed:
+        text += ", regressed on " + "; ".join(map(slice_text, regressed))
+    return text

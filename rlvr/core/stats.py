@@ -1,0 +1,137 @@
+"""Small statistics every part of the pipeline shares, with one rule for missing values: None,
+NaN and infinities are skipped, and a mean of nothing is NaN."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from rlvr.core.metric_keys import FIRST_BATCH_KL, KL
+
+
+def finite_mean(values: Iterable[float | None]) -> float:
+    """Mean of the finite values (None, NaN and Inf skipped); NaN when there are none.
+
+    >>> finite_mean([1.0, None, float("nan"), 3.0])
+    2.0
+    >>> finite_mean([])
+    nan
+    """
+    kept = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
+def window_mean(values: Sequence[float | None], start: int, end: int) -> float:
+    """finite_mean of values[start:end], with start and end clamped at 0."""
+    return finite_mean(values[max(0, start):max(0, end)])
+
+
+def moving_average(values: Sequence[float | None], window: int) -> list[float]:
+    """Trailing moving average: point i is the finite mean of the `window` values ending at i.
+
+    The plotted curves and the KL/beta diagnosis both smooth with this.
+
+    >>> moving_average([1.0, 3.0, float("nan"), 5.0], 2)
+    [1.0, 2.0, 3.0, 5.0]
+    """
+    return [window_mean(values, i - window + 1, i + 1) for i in range(len(values))]
+
+
+# --------------------------------------------------------------------------- which KL to read
+
+def drift_kl(entry: dict) -> float | None:
+    """How far the policy had moved from the reference at a logged step (k3, per token).
+
+    TRL's `kl` is the mean over the batch the loss sees. Under dynamic sampling that batch holds
+    only the groups with reward spread: the prompts the policy is least sure of, where it moved
+    most, and late in a run a handful of them. So the trainer also logs the KL over the step's
+    first batch, every group kept or dropped (FIRST_BATCH_KL): the batch a run without dynamic
+    sampling trains on, so the figure compares with its `kl`; the diagnosis, the alarms, the
+    adaptive beta and the headline read it when it is there.
+
+    >>> drift_kl({"kl": 5.0, FIRST_BATCH_KL: 0.3}), drift_kl({"kl": 0.2}), drift_kl({"loss": 1.0})
+    (0.3, 0.2, None)
+    """
+    value = entry.get(FIRST_BATCH_KL, entry.get(KL))
+    return None if value is None else float(value)
+
+
+def kl_source(history: Sequence[dict]) -> str:
+    """What drift_kl read in this history, in words for the report and the summary.
+
+    >>> kl_source([{"kl": 5.0, FIRST_BATCH_KL: 0.3}]), kl_source([{"kl": 0.2}])
+    ('the first batch of each step, every group (dynamic sampling)', 'the trained batch')
+    """
+    if any(FIRST_BATCH_KL in e for e in history):
+        return "the first batch of each step, every group (dynamic sampling)"
+    return "the trained batch"
+
+
+# --------------------------------------------------------------------------- paired comparison
+
+def paired_ci(deltas: Sequence[float], confidence: float = 0.95, n_resamples: int = 10000,
+              seed: int = 0) -> dict:
+    """Mean of per-prompt deltas with a bootstrap CI over prompts (scipy.stats.bootstrap, BCa;
+    the percentile interval where BCa is undefined, as on a few rows that barely vary).
+
+    >>> paired_ci([0.0] * 5), paired_ci([-1.0] * 9 + [0.0] * 7, n_resamples=2000)["ci_high"] < 0
+    ({'value': 0.0, 'ci_low': 0.0, 'ci_high': 0.0}, True)
+    """
+    import warnings
+
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    values = np.asarray(deltas, dtype=float)
+    mean = float(values.mean()) if len(values) else math.nan
+    if len(values) < 2 or np.all(values == values[0]):
+        return {"value": mean, "ci_low": mean, "ci_high": mean}
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # scipy warns, then returns NaN, where BCa fails
+            interval = bootstrap((values,), np.mean, confidence_level=confidence,
+                                 n_resamples=n_resamples, method=method,
+                                 random_state=np.random.default_rng(seed)).confidence_interval
+        if math.isfinite(interval.low) and math.isfinite(interval.high):
+            break
+    return {"value": mean, "ci_low": float(interval.low), "ci_high": float(interval.high)}
+
+
+def seeds_and_prompts_ci(deltas: Sequence[Sequence[float]], confidence: float = 0.95,
+                         n_resamples: int = 10000, seed: int = 0) -> dict:
+    """Mean of a seeds x prompts table of paired deltas, with a bootstrap CI that holds both
+    training noise and prompt noise: each resample draws seeds with replacement and, crossed
+    with them, prompts with replacement (a two-level bootstrap; scipy.stats.bootstrap over two
+    independent index samples, percentile interval). One seed: the prompts' CI alone.
+
+    Not rliable's stratified bootstrap (rliable 1.2.0 needs arch<8, which breaks on the pinned
+    pandas 3.1): rliable resamples runs within each task; here the tasks are the prompts, which
+    are themselves a sample, so both levels are drawn.
+
+    >>> seeds_and_prompts_ci([[0.0, 0.0], [0.0, 0.0]])
+    {'value': 0.0, 'ci_low': 0.0, 'ci_high': 0.0}
+    >>> ci = seeds_and_prompts_ci([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]], n_resamples=2000)
+    >>> ci["value"], ci["ci_low"] < 0.375 < ci["ci_high"]
+    (0.375, True)
+    """
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    table = np.asarray(deltas, dtype=float)
+    mean = float(table.mean()) if table.size else math.nan
+    if table.ndim != 2 or table.size < 2 or np.all(table == table.flat[0]):
+        return {"value": mean, "ci_low": mean, "ci_high": mean}
+    seeds, prompts = table.shape
+
+    if seeds == 1:
+        return paired_ci(table[0], confidence, n_resamples, seed)
+
+    def statistic(s, p, axis=-1):  # s, p: index resamples, batched in their leading axes
+        per_prompt = table[s].mean(axis=-2)  # each resample's seeds, averaged per prompt
+        return np.take_along_axis(per_prompt, p, axis=-1).mean(axis=-1)
+
+    interval = bootstrap((np.arange(seeds), np.arange(prompts)), statistic, paired=False,
+                         vectorized=True, confidence_level=confidence, n_resamples=n_resamples,
+                         method="percentile", batch=1000,
+                         random_state=np.random.default_rng(seed)).confidence_interval
+    return {"value": mean, "ci_low": float(interval.low), "ci_high": float(interval.high)}

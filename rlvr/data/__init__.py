@@ -1,0 +1,1 @@
+"""Rows, the data contract and the tasks that generate rows."""

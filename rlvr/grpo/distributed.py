@@ -1,0 +1,190 @@
+"""Several training processes: launching a stage under `accelerate launch`, and what each rank may do.
+
+`dvc repro` runs `python -m stages.train` as always. With train.processes above 1 that process
+becomes the launcher: it runs accelerate's own `launch` command in-process (torchrun underneath;
+gloo on CPU, NCCL on GPUs, or the FSDP / DeepSpeed setup of configs/accelerate/<name>.yaml), which
+starts the ranks, each running the same stage module. Inside a rank:
+
+- only the main process (rank 0) writes files: metrics, history, curves, models/trained, the
+  checkpoint folder's marker (the Trainer itself already saves checkpoints from the main process);
+- everything that steers training (the beta in force, the running-mean baseline) is computed from
+  values TRL has already gathered over every rank, so it is identical on all of them;
+- an expected failure (a NaN stop, a closed gate) is written to a per-rank file instead of the
+  console; the launcher prints each distinct message once, as a single-process stage would, and
+  exits 1 without torchrun's traceback (that is for bugs).
+
+A rank dies with its launcher (a `kill -9` of `dvc repro` must not leave ranks training).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+ACCELERATE_CONFIGS = Path("configs/accelerate")
+FAILURES_ENV = "RLVR_FAILURES_DIR"  # set by the launcher: where ranks report expected failures
+
+
+def rank() -> int:
+    """This process's global rank (0 outside a launched run)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    """How many ranks this run has (1 outside a launched run)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    return rank() == 0
+
+
+def launched() -> bool:
+    """True inside a rank started by a launcher (torchrun sets LOCAL_RANK)."""
+    return "LOCAL_RANK" in os.environ
+
+
+def accelerate_config_file(name: str) -> Path | None:
+    """configs/accelerate/<name>.yaml, or None for plain DDP (name '')."""
+    return ACCELERATE_CONFIGS / f"{name}.yaml" if name else None
+
+
+def launch_args(module: str, processes: int, *, use_cpu: bool, config_name: str = "",
+                port: int = 29500, script_args: Sequence[str] = ()) -> list[str]:
+    """The `accelerate launch` arguments that run `python -m module *script_args` in `processes`
+    ranks.
+
+    Plain DDP goes through `--multi_gpu` even on CPU: it is accelerate's torchrun launcher, and
+    the Trainer picks gloo when `use_cpu` is set (`--cpu` alone would start a single process).
+
+    >>> launch_args("stages.train", 2, use_cpu=True, port=29600)
+    ['--multi_gpu', '--num_processes', '2', '--num_machines', '1', '--mixed_precision', 'no', \
+'--dynamo_backend', 'no', '--main_process_port', '29600', '-m', 'stages.train']
+    >>> launch_args("stages.train", 8, use_cpu=False, config_name="fsdp", port=1)[:4]
+    ['--config_file', 'configs/accelerate/fsdp.yaml', '--num_processes', '8']
+    """
+    config = accelerate_config_file(config_name)
+    if config is not None:
+        head = ["--config_file", str(config), "--num_processes", str(processes)]
+    else:
+        head = ["--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
+                "--mixed_precision", "no", "--dynamo_backend", "no"]
+    return [*head, "--main_process_port", str(port), "-m", module, *script_args]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (two runs at once must not share torchrun's 29500)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launch(stage: str, module: str, processes: int, *, use_cpu: bool, config_name: str = "",
+           script_args: Sequence[str] = ()) -> int:
+    """Run `module` (with `script_args`) in `processes` ranks with accelerate's launcher; the exit
+    code for the stage.
+
+    An expected failure in a rank comes back as its one-line message, printed once; a bug still
+    shows the rank's traceback (the rank prints it), never torchrun's own.
+    """
+    import importlib.util
+    import logging
+
+    from accelerate.commands.launch import launch_command, launch_command_parser
+
+    from rlvr.core.errors import PipelineError
+
+    if config_name.startswith("deepspeed") and importlib.util.find_spec("deepspeed") is None:
+        raise PipelineError(f"train.accelerate_config = '{config_name}' needs the deepspeed "
+                            "package, which is not installed here (pip install deepspeed on "
+                            "the GPU machine)")
+    import torch
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    if not use_cpu and torch.cuda.device_count() < processes:
+        # accelerate would start them anyway, each training alone (distributed type NO)
+        raise PipelineError(
+            f"train.processes = {processes} with train.grpo.use_cpu false needs {processes} GPUs; "
+            f"this machine has {torch.cuda.device_count()}: each process would train alone. On "
+            "CPU set train.grpo.use_cpu true and train.accelerate_config '' (DDP over gloo)")
+    print(f"{stage}: launching {processes} processes with accelerate "
+          f"({config_name or ('DDP, gloo' if use_cpu else 'DDP')})", file=sys.stderr)
+    args = launch_command_parser().parse_args(
+        launch_args(module, processes, use_cpu=use_cpu, config_name=config_name,
+                    port=free_port(), script_args=script_args))
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    with tempfile.TemporaryDirectory(prefix="rlvr-ranks.") as failures:
+        os.environ[FAILURES_ENV] = failures
+        try:
+            launch_command(args)
+            return 0
+        except ChildFailedError:
+            reports = [p.read_text().strip() for p in Path(failures).glob("rank*")]
+            for message in sorted(set(filter(None, reports))):
+                print(message, file=sys.stderr)
+            if not reports:  # no rank reported an expected failure: a crash, shown by the rank
+                print(f"{stage}: FAILED: a training process crashed (its traceback is above)",
+                      file=sys.stderr)
+            return 1
+        finally:
+            os.environ.pop(FAILURES_ENV, None)
+
+
+def report_failure(line: str) -> bool:
+    """In a rank: hand an expected failure's line to the launcher (True), else False."""
+    folder = os.environ.get(FAILURES_ENV)
+    if not folder or not launched():
+        return False
+    Path(folder, f"rank{rank()}").write_text(line + "\n")
+    return True
+
+
+def die_with_launcher() -> None:
+    """In a rank: be killed when the launcher dies. torchrun starts ranks in their own session,
+    so a SIGKILL of the launcher's process group would otherwise leave them training."""
+    if not launched() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    launcher = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != launcher or launcher == 1:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sum_over_ranks(counts: dict[str, int]) -> dict[str, int]:
+    """Integer counts summed over every rank (the counts themselves outside a launched run)."""
+    if world_size() == 1:
+        return dict(counts)
+    import torch
+    import torch.distributed as dist
+
+    names = sorted(counts)
+    totals = torch.tensor([counts[name] for name in names], dtype=torch.int64)
+    dist.all_reduce(totals)
+    return dict(zip(names, (int(v) for v in totals.tolist())))
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing outside a launched run)."""
+    if world_size() > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def start_rank(stage: str, use_cpu: bool) -> None:
+    """In a rank, before the stage's work: tie its life to the launcher's, join the process group
+    (accelerate's PartialState, which the Trainer then reuses; checkpoint housekeeping needs it
+    before the Trainer exists) and say once which rank this is."""
+    from accelerate import PartialState
+
+    die_with_launcher()
+    PartialState(cpu=use_cpu)
+    print(f"{stage}: rank {rank()} of {world_size()} running (pid {os.getpid()})", flush=True)

@@ -1,0 +1,1 @@
+"""params.yaml as typed sections: the model of every knob, its checks, profiles."""

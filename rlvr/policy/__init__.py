@@ -1,0 +1,1 @@
+"""The policies: the tiny default, the local_llm, a pretrained model."""

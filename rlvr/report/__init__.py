@@ -1,0 +1,1 @@
+"""What the pipeline writes for people: the retrospective, its plots and HTML, the model card, provenance, metrics."""
