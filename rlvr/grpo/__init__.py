@@ -1,6 +1,5 @@
 """GRPO training: TRL's GRPOTrainer wired to the pipeline's params, rewards and callbacks.
 
-    metric_keys.py       every logged metric name (no torch, no TRL: the report imports it)
     config.py            PipelineGRPOConfig (GRPOConfig + the pipeline's knobs), grpo_config
     trainer.py           PipelineGRPOTrainer and its TRL contract (the privates it touches)
     dynamic_sampling.py  DAPO's dynamic sampling: tensor helpers on TRL's scored batches
@@ -8,7 +7,8 @@
     callbacks.py         beta schedule, NaN guard, DVCLive curves
     checkpoints.py       resume: whole-checkpoint checks, the run fingerprint, the epoch sampler
     run.py               run_grpo: one GRPO run from params (smoke and train call it)
+    distributed.py       several processes: accelerate launch, what each rank may do
 
-Import the submodule you need: this package's __init__ imports nothing, so reading a metric name
-does not load TRL.
+Import the submodule you need: this package's __init__ imports nothing, so a stage that asks
+`distributed` which rank it is does not load TRL.
 """
