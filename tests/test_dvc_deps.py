@@ -62,9 +62,13 @@ def test_the_derivation_follows_every_kind_of_import(tmp_path):
 
 
 def test_a_missing_dep_is_named_with_its_stage(deps):
-    """Drop one module (and its folder) from train's deps: the check names exactly that file."""
-    without = [d for d in deps["train"] if d != "rlvr/pipeline/runs.py"]
-    assert uncovered(ROOT, {"train": without}) == {"train": ["rlvr/pipeline/runs.py"]}
+    """Drop one package folder from train's deps: the check names exactly the files of that
+    package that train runs, and nothing else."""
+    runs = stage_code_files(ROOT, "train", [])
+    without = [d for d in deps["train"] if d != "rlvr/pipeline"]
+    assert uncovered(ROOT, {"train": without}) == {
+        "train": sorted(f for f in runs if f.startswith("rlvr/pipeline/"))}
+    assert "rlvr/pipeline/runs.py" in uncovered(ROOT, {"train": without})["train"]
     without = [d for d in deps["train"] if d != "rlvr/rewards"]
     assert "rlvr/rewards/verifiers.py" in uncovered(ROOT, {"train": without})["train"]
     without = [d for d in deps["train"] if d != "stages/__init__.py"]
@@ -200,7 +204,7 @@ def test_dvc_plots_name_metric_keys_the_trainer_logs():
     (rlvr.core.metric_keys), its column the name's last part, as DVCLive writes it."""
     import yaml
 
-    from rlvr.grpo import metric_keys
+    from rlvr.core import metric_keys
 
     names = {v for v in vars(metric_keys).values() if isinstance(v, str)}
     plots = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]

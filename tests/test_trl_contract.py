@@ -14,7 +14,8 @@ from transformers import Trainer
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from rlvr.grpo import metric_keys, trainer
+from rlvr.core import metric_keys
+from rlvr.grpo import trainer
 from rlvr.grpo.trainer import PipelineGRPOTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
