@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     done: list[str] = []
 
     def save() -> None:  # after every measurement: a run cut short keeps what it measured
-        from rlvr.data.rows import write_json
+        from rlvr.core.files import write_json
 
         write_json(args.out, bench_json(
             bench.figures, mode=budget.name, measurements=done, complete=done == names,

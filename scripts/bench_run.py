@@ -217,7 +217,8 @@ def worker(spec_file: str) -> None:
     from transformers import TrainerCallback, set_seed
 
     from rlvr.params.config import parse_params
-    from rlvr.data.rows import read_rows, to_hf_dataset, write_json
+    from rlvr.data.rows import read_rows, to_hf_dataset
+    from rlvr.core.files import write_json
     from rlvr.grpo.distributed import is_main_process, launched, start_rank
     from rlvr.grpo.callbacks import LiveCurvesCallback
     from rlvr.grpo.config import grpo_config, peft_config

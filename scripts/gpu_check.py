@@ -91,7 +91,7 @@ def write_params(mode: str, base: str, out: str) -> None:
 
     from ruamel.yaml import YAML
 
-    from rlvr.params.checks import check_run_params
+    from rlvr.pipeline.checks import check_run_params
     from rlvr.params.config import load_params
 
     yaml = YAML()  # round trip: the profile's comments stay

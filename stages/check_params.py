@@ -5,16 +5,16 @@
 DVC removes a stage's outputs before the stage's command starts, so a bad value found by the smoke
 stage would already have cost the previous smoke results. This stage runs first (the gate depends
 on its verdict and every other stage on the gate's), declares all of params.yaml, and checks
-(rlvr/params/checks.py) every field's rule, the reward names, the GRPOConfig and LoraConfig that TRL and
+(rlvr/pipeline/checks.py) every field's rule, the reward names, the GRPOConfig and LoraConfig that TRL and
 peft will build, and the same for every params.yaml the experiments flow would run. It writes
 paths.params_check (`persist` in dvc.yaml, so a failure keeps the previous one); its bytes are
 the same for every valid params.yaml, so the stages after it rerun only when their own params
 change. A bad value exits non-zero with one line naming it.
 """
 
-from rlvr.params.checks import check_params_file
+from rlvr.pipeline.checks import check_params_file
 from rlvr.params.config import PARAMS_FILE, Params
-from rlvr.data.rows import write_json
+from rlvr.core.files import write_json
 from rlvr.pipeline.stage import run_stage
 
 

@@ -16,7 +16,8 @@ import json
 
 from rlvr.audit.slices import SliceRule
 from rlvr.params.config import Params
-from rlvr.data.rows import read_rows, write_json, write_text_atomic
+from rlvr.data.rows import read_rows
+from rlvr.core.files import write_json, write_text_atomic
 from rlvr.audit.evaluation import audit, prompt_template, rollout_settings
 from rlvr.policy.models import load_policy, policy_path
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights

@@ -11,7 +11,8 @@ Writes models/base/ and reports/prepare/summary.json.
 """
 
 from rlvr.params.config import Params
-from rlvr.data.rows import read_rows, write_json
+from rlvr.data.rows import read_rows
+from rlvr.core.files import write_json
 from rlvr.core.numerics import numerics_in_force
 from rlvr.policy.models import describe_base, prepare_base
 from rlvr.pipeline.stage import run_stage

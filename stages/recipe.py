@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rlvr.audit.slices import SliceRule
 from rlvr.params.config import Params
-from rlvr.data.rows import write_json
+from rlvr.core.files import write_json
 from rlvr.report.plots import plot_seeds
 from rlvr.audit.recipe import recipe_audit, recipe_metrics
 from rlvr.core.seeds import seed_paths

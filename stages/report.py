@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rlvr.params.config import PARAMS_FILE, Params, data_files, test_file_reader
 from rlvr.audit.alarms import AlarmThresholds, check_alarms
-from rlvr.data.rows import write_text_atomic
+from rlvr.core.files import write_text_atomic
 from rlvr.core.errors import PipelineError
 from rlvr.audit.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost
 from rlvr.report.plots import plot_pass_at_k, plot_per_prompt

@@ -8,7 +8,7 @@ refuses to start unless it says passed; a failure here exits non-zero, naming th
 """
 
 from rlvr.params.config import Params
-from rlvr.data.rows import write_json
+from rlvr.core.files import write_json
 from rlvr.pipeline.gate import run_reward_tests
 from rlvr.report.metrics import gate_metrics
 from rlvr.pipeline.stage import run_stage

@@ -10,7 +10,7 @@ every failed check with its value.
 """
 
 from rlvr.params.config import Params
-from rlvr.data.rows import write_json
+from rlvr.core.files import write_json
 from rlvr.report.metrics import smoke_metrics
 from rlvr.pipeline.runs import smoke_run
 from rlvr.pipeline.stage import run_stage

@@ -13,7 +13,7 @@ rlvr/core/seeds.py).
 """
 
 from rlvr.params.config import Params
-from rlvr.data.rows import write_json
+from rlvr.core.files import write_json
 from rlvr.pipeline.runs import train_run
 from rlvr.core.seeds import seed_paths
 from rlvr.pipeline.stage import run_stage

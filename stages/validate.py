@@ -13,7 +13,7 @@ reports/validation/data_docs/. On any problem it prints one line per problem
 from pathlib import Path
 
 from rlvr.params.config import Params
-from rlvr.data.rows import write_json
+from rlvr.core.files import write_json
 from rlvr.report.metrics import validation_metrics
 from rlvr.pipeline.stage import run_stage
 from rlvr.data.validation import contract_options, summary, validate_files

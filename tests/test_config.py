@@ -296,7 +296,7 @@ def _params_file(tmp_path, changes: dict) -> Path:
     ({"report": {"slice_drop_from": 1.5}}, "report.slice_drop_from = 1.5: must be in [0, 1]"),
 ])
 def test_check_params_checks_every_experiment_the_flow_would_run(tmp_path, changes, message):
-    from rlvr.params.checks import check_params_file
+    from rlvr.pipeline.checks import check_params_file
 
     check_params_file(ROOT / "params.yaml")  # the committed params and grid are valid
     with pytest.raises(ParamsError, match=re.escape(message)):

@@ -116,9 +116,9 @@ def test_outputs_get_the_usual_permissions_not_the_temporary_files_private_ones(
     import stat
     import tempfile
 
-    from rlvr.data.rows import share_with_umask, write_json
+    from rlvr.core.files import share_with_umask, write_json
 
-    monkeypatch.setattr("rlvr.data.rows._UMASK", umask)  # read once, when rlvr.data.rows is imported
+    monkeypatch.setattr("rlvr.core.files._UMASK", umask)  # read once, when rlvr.core.files is imported
     write_json(tmp_path / "m.json", {"a": 1})
     staging = Path(tempfile.mkdtemp(dir=tmp_path))  # 0700, as a model folder is staged
     (staging / "sub").mkdir()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.pipeline.codedeps import code_closure, covered, dvc_stage_deps, stage_code_files, uncovered
+from rlvr.pipeline.codedeps import (code_closure, covered, dvc_stage_deps, stage_code_files,
+                                    uncovered, unneeded)
 from rlvr.params.config import STAGES, Params, PathsParams, load_params
 from rlvr.pipeline.stage import ParamsView, UndeclaredParam, declared_params, stage_view
 
@@ -29,6 +30,19 @@ def test_each_stage_depends_on_every_file_it_runs(stage, deps):
     missing = uncovered(ROOT, deps, load_params(ROOT / "params.yaml").gate.tests)[stage]
     assert not missing, (f"dvc.yaml stage {stage} runs {missing} but does not list them in its "
                          f"deps (./dev run python -m rlvr.pipeline.codedeps)")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_no_stage_lists_code_it_does_not_run(stage, deps):
+    """A package folder a stage imports nothing from would rerun it for nothing."""
+    extra = unneeded(ROOT, deps, load_params(ROOT / "params.yaml").gate.tests)[stage]
+    assert not extra, f"dvc.yaml stage {stage} lists {extra} but runs nothing in them"
+
+
+def test_a_folder_a_stage_does_not_run_is_named(deps):
+    gate_tests = load_params(ROOT / "params.yaml").gate.tests
+    assert unneeded(ROOT, {"validate": [*deps["validate"], "rlvr/audit"]}, gate_tests) == {
+        "validate": ["rlvr/audit"]}
 
 
 def test_the_report_follows_all_the_code_and_the_comments_in_params_yaml(deps):

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from rlvr.pipeline.faults import human_bytes
+from rlvr.core.faults import human_bytes
 from tests.helpers import dvc, project_env, trainer_hook
 from tests.test_pipeline import CHECKPOINTS, _git_status, _results
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from ruamel.yaml import YAML
 
-from rlvr.params.checks import check_run_params
+from rlvr.pipeline.checks import check_run_params
 from rlvr.params.config import ParamsError, load_params, read_params_file
 from rlvr.params.profiles import apply_profile, read_profile
 from rlvr.rewards.registry import score_correctness

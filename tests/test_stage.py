@@ -35,7 +35,7 @@ def test_sigterm_is_one_line_and_the_exit_code_a_shell_gives_it(monkeypatch, cap
 
 
 def test_a_full_disk_is_one_line_naming_the_folder_not_a_bug(monkeypatch, capsys, tmp_path):
-    from rlvr.data.rows import write_json
+    from rlvr.core.files import write_json
 
     def main(params):
         def full(*args, **kwargs):

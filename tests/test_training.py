@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -211,6 +212,16 @@ def test_fingerprint_follows_file_contents(tmp_path):
     assert fingerprint({"lr": 2}, data) != first
     data.write_text("b\n")
     assert fingerprint({"lr": 1}, data) != first
+
+
+def test_the_run_fingerprint_covers_all_of_the_library():
+    """A checkpoint is resumed only by the run that made it: a change to any of rlvr's code, in
+    any package, makes another run (the train stage fingerprints the whole folder)."""
+    from rlvr.pipeline.runs import LIBRARY_DIR
+
+    root = Path(__file__).resolve().parents[1]
+    assert LIBRARY_DIR == root / "rlvr"
+    assert {p.parent.name for p in LIBRARY_DIR.glob("*/__init__.py")} >= {"grpo", "rewards", "core"}
 
 
 def test_a_checkpoint_of_two_ranks_needs_both_rng_states(tmp_path):

@@ -58,7 +58,7 @@ def test_the_committed_data_passes_and_writes_data_docs(files, tmp_path):
     assert (tmp_path / "docs" / "index.html").exists()
     pages = list((tmp_path / "docs").rglob("validations/**/*.html"))
     assert len(pages) == 4
-    from rlvr.report.provenance import file_md5
+    from rlvr.core.files import file_md5
 
     run_name = f"data-{file_md5(files[0])[:8]}-{file_md5(files[1])[:8]}"  # which data it shows
     assert all(run_name in str(page.relative_to(tmp_path)) for page in pages)

@@ -9,7 +9,7 @@ import torch
 
 from rlvr.params.config import ParamsError, parse_params
 from rlvr.data.rows import read_rows, to_hf_dataset
-from rlvr.audit.evaluation import SampleSettings, validation_scores
+from rlvr.audit.evaluation import SampleSettings, training_validation, validation_scores
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs, normalized_weights
 from rlvr.pipeline.runs import selection_record, validation_history
 from rlvr.grpo.callbacks import BetaSchedule
@@ -48,7 +48,7 @@ def test_validation_is_scored_at_step_0_and_every_eval_steps_without_changing_tr
         return [*build_reward_funcs(params.rewards), odd]
 
     scored = run_grpo(params, rows, str(tiny_policy_dir), tmp_path / "scored", max_steps=5,
-                      val_rows=val_rows, reward_funcs=funcs())
+                      validation=training_validation(params, val_rows), reward_funcs=funcs())
     plain = run_grpo(params, rows, str(tiny_policy_dir), tmp_path / "plain", max_steps=5,
                      reward_funcs=funcs())
     history = validation_history(scored.state.log_history)
@@ -172,10 +172,10 @@ def test_a_resumed_run_scores_the_same_steps_once(tiny_policy_dir, rows, val_row
         return [*build_reward_funcs(params.rewards), odd]
 
     full = run_grpo(params, rows, str(tiny_policy_dir), tmp_path / "full", max_steps=6,
-                    save_steps=2, val_rows=val_rows, reward_funcs=funcs(),
+                    save_steps=2, validation=training_validation(params, val_rows), reward_funcs=funcs(),
                     callbacks=[KeepCheckpoints(tmp_path / "kept")])
     resumed = run_grpo(params, rows, str(tiny_policy_dir), tmp_path / "resumed", max_steps=6,
-                       save_steps=2, val_rows=val_rows, reward_funcs=funcs(),
+                       save_steps=2, validation=training_validation(params, val_rows), reward_funcs=funcs(),
                        resume_from=str(tmp_path / "kept" / "checkpoint-4"))
     expected = validation_history(full.state.log_history)
     assert [h["step"] for h in expected] == [0, 2, 4, 6]

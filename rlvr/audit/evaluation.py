@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from rlvr.audit.slices import (SliceRule, audit_verdict, pass_at_k_curve, split_audit, verdict_line,
                         weighed_regressions)
 from rlvr.data.rows import Row
+from rlvr.grpo.validation import Validation
 from rlvr.core.metric_keys import (CORRECTNESS_REWARD, GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD,
                                    SAMPLED_SUCCESS, TAG_SUCCESS_PREFIX, pass_at)
-from rlvr.rewards.registry import RewardFunction
+from rlvr.params.config import RewardsParams
+from rlvr.rewards.registry import (REWARD_FUNCS, RewardFunction, build_reward_funcs,
+                                   normalized_weights)
 from rlvr.core.stats import finite_mean, paired_ci
 
 CORRECTNESS = CORRECTNESS_REWARD
@@ -170,9 +173,6 @@ def score_rows(model, tokenizer, rows: Sequence[Row], reward_funcs: Sequence[Rew
                template: Mapping | None = None) -> list[ScoredRow]:
     """Sample completions for every row and score them with every reward function (prompts
     rendered by render_prompt)."""
-    from rlvr.params.config import RewardsParams
-    from rlvr.rewards.registry import REWARD_FUNCS
-
     # Whether a sample is correct (pass@k, success) is the verifier's word, whether or not the
     # recipe lists the correctness reward; it never raises (a failure is not correct).
     correctness = RewardFunction(CORRECTNESS, REWARD_FUNCS[CORRECTNESS](RewardsParams()))
@@ -242,6 +242,21 @@ def tag_success(scored: Sequence[ScoredRow]) -> dict[str, float]:
     tags = sorted({t for s in scored for t in s.tags})
     return {tag: finite_mean(c for s in scored if tag in s.tags for c in s.correct)
             for tag in tags}
+
+
+def training_validation(params, rows: Sequence[Row]) -> Validation:
+    """How training scores the validation rows (rlvr.grpo.run_grpo runs it): as `evaluate` scores
+    a split, with its k and seed, GRPO's temperature and length, the recipe's weights, and reward
+    functions of its own (training's failure counts stay training's)."""
+    sampled = rollout_settings(params, n=params.evaluate.samples, seed=params.evaluate.seed)
+    weights = normalized_weights(params.rewards.weights)
+    funcs = build_reward_funcs(params.rewards)
+    template = prompt_template(params.model)
+
+    def score(model, tokenizer) -> dict[str, float]:
+        return validation_scores(model, tokenizer, rows, funcs, weights, sampled, template)
+
+    return Validation(rows=list(rows), score=score)
 
 
 def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weights,

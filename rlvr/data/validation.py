@@ -26,7 +26,8 @@ from typing import Any
 
 import pandas as pd
 
-from rlvr.data.rows import MAX_LINE_BYTES, read_lines, share_with_umask
+from rlvr.data.rows import MAX_LINE_BYTES, read_lines
+from rlvr.core.files import share_with_umask
 from rlvr.rewards.registry import VERIFIERS
 from rlvr.rewards.verifiers import COUNTDOWN_SEARCH_NODES
 from rlvr.data.row_checks import DETAIL_COLUMNS, MAX_TAGS, lines_frame, quoted, rows_frame, shown
@@ -246,7 +247,7 @@ def validate_files(train_path: str, eval_path: str, train_rows: int, max_prompt_
     file (`data-<train md5>-[<val md5>-]<eval md5>`, 8 hex digits each) so it says which data it
     shows.
     """
-    from rlvr.report.provenance import file_md5
+    from rlvr.core.files import file_md5
 
     paths = [train_path, *([val_path] if val_path else []), eval_path]
     # Read first: a file that cannot be read raises DataError (one line) before anything else.

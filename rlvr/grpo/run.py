@@ -10,12 +10,13 @@ from pathlib import Path
 from transformers import ProgressCallback, TrainerCallback
 
 from rlvr.params.training_params import ModelParams
-from rlvr.pipeline.console import use_console_progress
-from rlvr.pipeline.faults import Stopped
+from rlvr.core.console import use_console_progress
+from rlvr.core.faults import Stopped
 from rlvr.grpo.callbacks import (BetaSchedule, BetaScheduleCallback, FiniteGuardCallback,
                                  LiveCurvesCallback)
 from rlvr.grpo.config import PipelineGRPOConfig, grpo_config, peft_config
 from rlvr.grpo.trainer import PipelineGRPOTrainer
+from rlvr.grpo.validation import Validation
 from rlvr.rewards.registry import RewardFunction
 
 
@@ -41,23 +42,22 @@ def build_trainer(policy: str, train_dataset, reward_funcs: Sequence[RewardFunct
 def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
              save_steps: int | None = None, callbacks: Sequence[TrainerCallback] = (),
              resume_from: str | None = None, reward_funcs: Sequence[RewardFunction] | None = None,
-             label: str = "train", val_rows=None,
+             label: str = "train", validation: Validation | None = None,
              dynamic_sampling: bool = False) -> PipelineGRPOTrainer:
     """Train `policy` with GRPO on `rows` for max_steps (resuming from a checkpoint if given); the
     console shows a progress bar and one line every train.log_every steps, starting `label:`.
-    With `val_rows` and train.eval_steps, the validation rows are scored at step 0 and every
-    eval_steps steps; train.select and train.patience then pick the final weights and stop.
+    With `validation` and train.eval_steps, its rows are scored by its scorer at step 0 and
+    every eval_steps steps; train.select and train.patience then pick the final weights and stop.
     dynamic_sampling: run train.dynamic_sampling as params set it (the train stage; the smoke
     run samples each batch once)."""
     from transformers import EarlyStoppingCallback, set_seed
 
     from rlvr.data.rows import to_hf_dataset
-    from rlvr.audit.evaluation import prompt_template, rollout_settings, validation_scores
-    from rlvr.rewards.registry import build_reward_funcs, normalized_weights
+    from rlvr.rewards.registry import build_reward_funcs
 
     set_seed(params.seed)
     train = params.train
-    eval_steps = train.eval_steps if val_rows else 0
+    eval_steps = train.eval_steps if validation else 0
     schedule = BetaSchedule(train.beta_schedule, train.grpo.beta)
     config = grpo_config(train, output_dir=output_dir, max_steps=max_steps, seed=params.seed,
                          reward_weights=params.rewards.weights, save_steps=save_steps,
@@ -66,23 +66,15 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
                          chat_template_kwargs=params.model.chat_template_kwargs)
     funcs = list(reward_funcs) if reward_funcs is not None else build_reward_funcs(params.rewards)
     dataset = to_hf_dataset(rows, conversational=params.model.chat_template)
-    validation = eval_dataset = None
+    eval_dataset = None
     if eval_steps:
-        # the evaluate stage's sampling: its k and seed, GRPO's temperature and length
-        sampled = rollout_settings(params, n=params.evaluate.samples, seed=params.evaluate.seed)
-        weights = normalized_weights(params.rewards.weights)
-        val_funcs = build_reward_funcs(params.rewards)  # its own: training's failure counts stay
-
-        def validation(model, tokenizer):
-            return validation_scores(model, tokenizer, val_rows, val_funcs, weights, sampled,
-                                     prompt_template(params.model))
-
-        eval_dataset = to_hf_dataset(val_rows, conversational=params.model.chat_template)
+        eval_dataset = to_hf_dataset(validation.rows, conversational=params.model.chat_template)
         if train.patience:
             callbacks = [*callbacks, EarlyStoppingCallback(early_stopping_patience=train.patience)]
     trainer = build_trainer(policy, dataset, funcs, config, params.model,
                             [FiniteGuardCallback(output_dir if save_steps else None), *callbacks],
-                            beta_schedule=schedule, validation=validation,
+                            beta_schedule=schedule,
+                            validation=validation.score if eval_steps else None,
                             eval_dataset=eval_dataset)
     if resume_from:
         trainer.resume_running_mean(resume_from)

@@ -30,7 +30,7 @@ the installed libraries, and that every test named here exists.
 | the KL's importance weighting (use_bias_correction_kl, importance_sampling_level) | copied | test_dynamic_sampling.py::test_with_two_updates_per_batch_the_first_batch_kl_is_measured_every_step |
 | reward_func_names, scale_rewards and the advantage formula (sum_then_normalize), copied in rlvr/grpo/advantages.py | read, copied | test_remedies.py::test_group_advantages_are_trls |
 | checkpoint-N, trainer_state.json, rng_state.pth / rng_state_N.pth (transformers) | read (rlvr/grpo/checkpoints.py) | test_training.py::test_a_checkpoint_of_two_ranks_needs_both_rng_states |
-| ProgressCallback.training_bar (transformers)    | read (rlvr/pipeline/console.py) | test_grpo_run.py::test_the_console_shows_one_compact_line_every_log_every_steps |
+| ProgressCallback.training_bar (transformers)    | read (rlvr/core/console.py) | test_grpo_run.py::test_the_console_shows_one_compact_line_every_log_every_steps |
 | the logged metric names (rlvr.core.metric_keys) | read                | test_trl_contract.py::test_a_step_logs_every_trl_metric_key_we_read |
 """
 

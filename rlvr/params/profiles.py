@@ -6,7 +6,7 @@ a real model with LoRA, bf16 on CUDA, vLLM), applied to params.yaml by DVC's own
     python -m rlvr.params.profiles gpu --set model.name_or_path=Qwen/Qwen3-4B --out /tmp/params.yaml
 
 The result is checked against every params rule (rlvr.params.config) before it replaces anything. The
-GRPOConfig checks (rlvr.params.checks, the check_params stage) run where the pipeline runs: TRL refuses
+GRPOConfig checks (rlvr.pipeline.checks, the check_params stage) run where the pipeline runs: TRL refuses
 bf16 without a CUDA device, so a CPU machine can apply the profile but not train with it.
 """
 
@@ -19,9 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rlvr.params.config import PARAMS_FILE, Params, ParamsError
-from rlvr.data.rows import share_with_umask
-from rlvr.pipeline.experiments import apply_overrides
+from rlvr.params.config import PARAMS_FILE, Params, ParamsError, load_params
+from rlvr.core.files import share_with_umask
 
 PROFILES_DIR = Path("profiles")
 
@@ -46,6 +45,25 @@ def read_profile(name: str | Path) -> list[str]:
             and all(isinstance(o, str) and "=" in o for o in overrides)):
         raise ParamsError(f"{path}: must be a list of `-S` overrides such as train.grpo.beta=0")
     return overrides
+
+
+def apply_overrides(path: str | Path, overrides: list[str], where: str) -> Params:
+    """Apply `-S` overrides to the params file at `path` in place with DVC's own code (what `dvc
+    exp run -S` runs) and return the checked params; ParamsError starting with `where` if DVC or
+    a params rule rejects them."""
+    from dvc.exceptions import InvalidArgumentError
+    from dvc.utils.hydra import apply_overrides as dvc_apply_overrides
+
+    try:
+        dvc_apply_overrides(path, overrides)
+    except InvalidArgumentError as error:
+        cause = " ".join(str(error.__cause__ or error).split())
+        raise ParamsError(f"{where}: DVC cannot apply it: {cause}") from None
+    try:
+        return load_params(path)
+    except ParamsError as error:
+        raise ParamsError(f"{where}: gives a bad params.yaml: "
+                          f"{str(error).removeprefix('params.yaml: ')}") from None
 
 
 def apply_profile(name: str | Path, params_path: str | Path = PARAMS_FILE,

@@ -5,7 +5,8 @@ its stage module and every project module it imports, directly or not, including
 functions and the `__init__.py` of every package on the way. `stage_code_files` follows the
 imports with `ast` (nothing is imported or run); `uncovered` says which of them dvc.yaml misses.
 
-    ./dev run python -m rlvr.pipeline.codedeps      # each stage: the code files dvc.yaml does not list
+    ./dev run python -m rlvr.pipeline.codedeps      # each stage: the code files dvc.yaml does not list,
+                                                    # and the code deps it runs nothing in
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ ENVIRONMENT_FILES = ("requirements.lock", "pyproject.toml")
 # code digests (the retrospective also params.yaml's comments), so they depend on all the code and
 # on the file itself.
 SUMMARY_STAGES = ("report", "publish")
+# Where the project's code lives: a dep under one of these is code a stage must run.
+CODE_FOLDERS = ("rlvr", "stages", "tests")
 
 
 def _module_file(root: Path, module: str) -> Path | None:
@@ -62,6 +65,13 @@ def imported_modules(root: Path, file: Path) -> set[str]:
     return {name for name in found if name}
 
 
+def project_imports(root: Path, file: Path) -> set[Path]:
+    """The project's files that importing `file` runs next: each module it imports anywhere and
+    the __init__.py of every package on the way."""
+    return {dep for module in imported_modules(root, file) if _module_file(root, module)
+            for dep in _with_packages(root, module)}
+
+
 def code_closure(root: str | Path, entry_files: Iterable[str | Path]) -> set[str]:
     """Repository-relative paths of the entry files and every project file they import."""
     root = Path(root).resolve()
@@ -72,9 +82,7 @@ def code_closure(root: str | Path, entry_files: Iterable[str | Path]) -> set[str
         if file in seen or file.suffix != ".py":
             continue
         seen.add(file)
-        for module in imported_modules(root, file):
-            if _module_file(root, module) is not None:
-                todo.extend(_with_packages(root, module))
+        todo.extend(project_imports(root, file))
     return {str(f.relative_to(root)) for f in seen}
 
 
@@ -126,6 +134,16 @@ def uncovered(root: str | Path, deps: dict[str, list[str]],
             for stage in deps}
 
 
+def unneeded(root: str | Path, deps: dict[str, list[str]],
+             gate_tests: Sequence[str] = ()) -> dict[str, list[str]]:
+    """Per stage, the code deps (a file or folder of the project's code) that hold none of the
+    files it must list: a change there would rerun the stage for nothing."""
+    required = required_deps(root, deps, gate_tests)
+    return {stage: [dep for dep in deps[stage] if dep.split("/")[0] in CODE_FOLDERS
+                    and not any(covered(file, [dep]) for file in required[stage])]
+            for stage in deps}
+
+
 def dvc_stage_deps(root: str | Path = ".") -> dict[str, list[str]]:
     """Each stage's deps as DVC resolves them (params.yaml interpolated); a per-seed stage
     (train@0, train@1, ...: one definition) under its name, as its first seed resolves it."""
@@ -144,10 +162,12 @@ def dvc_stage_deps(root: str | Path = ".") -> dict[str, list[str]]:
 def main() -> int:
     from rlvr.params.config import load_params
 
-    missing = uncovered(".", dvc_stage_deps("."), load_params().gate.tests)
+    deps, gate_tests = dvc_stage_deps("."), load_params().gate.tests
+    missing, extra = uncovered(".", deps, gate_tests), unneeded(".", deps, gate_tests)
     for stage, files in missing.items():
-        print(f"{stage}: " + (", ".join(files) if files else "every file it runs is a dep"))
-    return 1 if any(missing.values()) else 0
+        print(f"{stage}: " + (", ".join(files) if files else "every file it runs is a dep")
+              + (f"; runs nothing in {', '.join(extra[stage])}" if extra[stage] else ""))
+    return 1 if any(missing.values()) or any(extra.values()) else 0
 
 
 if __name__ == "__main__":

@@ -411,7 +411,7 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", revs: Sequen
     """Write reports/experiments.md, .html and the settings' curves of the experiments of HEAD
     (or of the commits `revs`, e.g. a grid run over several commits); return the
     experiments."""
-    from rlvr.data.rows import write_text_atomic
+    from rlvr.core.files import write_text_atomic
     from rlvr.report.plots import plot_settings
     from rlvr.report.render import to_html
 

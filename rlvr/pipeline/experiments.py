@@ -11,8 +11,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr.params.config import (GRID_SETTINGS, PARAMS_FILE, OrchestrationParams, Params, ParamsError,
-                         load_params)
+from rlvr.params.config import (GRID_SETTINGS, PARAMS_FILE, OrchestrationParams, Params,
+                                ParamsError, load_params)
+from rlvr.params.profiles import apply_overrides
 
 
 def override_value(value: Any) -> str:
@@ -83,25 +84,6 @@ def grid_runs(grid: dict) -> int:
 def queued_runs(orchestration) -> int:
     """How many experiments queue_commands queues (a sweep call queues one per value)."""
     return len(orchestration.ablations) + sum(len(v) for v in orchestration.sweep.values())
-
-
-def apply_overrides(path: str | Path, overrides: list[str], where: str) -> Params:
-    """Apply `-S` overrides to the params file at `path` in place with DVC's own code (what `dvc
-    exp run -S` runs) and return the checked params; ParamsError starting with `where` if DVC or
-    a params rule rejects them."""
-    from dvc.exceptions import InvalidArgumentError
-    from dvc.utils.hydra import apply_overrides as dvc_apply_overrides
-
-    try:
-        dvc_apply_overrides(path, overrides)
-    except InvalidArgumentError as error:
-        cause = " ".join(str(error.__cause__ or error).split())
-        raise ParamsError(f"{where}: DVC cannot apply it: {cause}") from None
-    try:
-        return load_params(path)
-    except ParamsError as error:
-        raise ParamsError(f"{where}: gives a bad params.yaml: "
-                          f"{str(error).removeprefix('params.yaml: ')}") from None
 
 
 def experiment_runs(orchestration: OrchestrationParams, grid: str | None = None

@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlvr.data.rows import write_json
+from rlvr.core.files import write_json
 from rlvr.core.errors import PipelineError
 
 PYTEST_NO_TESTS = 5

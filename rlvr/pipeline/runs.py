@@ -15,13 +15,14 @@ from pathlib import Path
 
 from rlvr.params.config import Params, PathsParams
 from rlvr.core.seeds import SeedPaths
-from rlvr.data.rows import Row, read_rows, share_with_umask, write_text_atomic
+from rlvr.data.rows import Row, read_rows
+from rlvr.core.files import share_with_umask, write_text_atomic
 from rlvr.grpo.distributed import accelerate_config_file, barrier, is_main_process, sum_over_ranks
 from rlvr.audit.evaluation import (correct_spread, prompt_template, rollout_settings, score_rows,
-                             summarize)
+                                   summarize, training_validation)
 from rlvr.pipeline.gate import GateClosed
 from rlvr.grpo.callbacks import LiveCurvesCallback, loggable, validation_entry
-from rlvr.pipeline.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
+from rlvr.core.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
 from rlvr.grpo.checkpoints import (RUNNING_MEAN_FILE, checkpoint_problem, fingerprint,
                                    last_checkpoint, resumable_checkpoint)
 from rlvr.core.metric_keys import BETA, CORRECTNESS, LOSS, REWARD, TRAIN_RUNTIME
@@ -34,7 +35,7 @@ from rlvr.audit.smoke import failed_lines, smoke_checks
 from rlvr.core.stats import drift_kl, finite_mean, kl_source
 from rlvr.core.timing import record_timing
 
-LIBRARY_DIR = Path(__file__).resolve().parent
+LIBRARY_DIR = Path(__file__).resolve().parents[1]  # rlvr/: all of the library's code
 # The libraries whose versions a training run's fingerprint covers.
 TRAINING_LIBRARIES = ("torch", "transformers", "trl", "accelerate")
 
@@ -220,7 +221,8 @@ def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None
     try:
         trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
                            save_steps=params.train.save_steps, resume_from=resume,
-                           callbacks=[LiveCurvesCallback(run.train_live)], val_rows=val_rows,
+                           callbacks=[LiveCurvesCallback(run.train_live)],
+                           validation=training_validation(params, val_rows) if val_rows else None,
                            dynamic_sampling=True)
     except Exception as error:  # noqa: BLE001 - the machine's faults get what a rerun does
         raise interrupted(error, checkpoint_dir, own_state) from error

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.params.config import Params, load_params
-from rlvr.data.rows import write_json
+from rlvr.core.files import write_json
 from rlvr.core.errors import PipelineError
-from rlvr.pipeline.faults import Stopped, disk_full_line, full_disk_folder, stop_on_sigterm
+from rlvr.core.faults import Stopped, disk_full_line, full_disk_folder, stop_on_sigterm
 from rlvr.core import timing
 from rlvr.pipeline.gate import require_gate
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rlvr.params.config import ParamsError
 from rlvr.params.training_params import TINY_ALPHABET, TinyModelParams
-from rlvr.data.rows import share_with_umask
+from rlvr.core.files import share_with_umask
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
@@ -148,7 +148,7 @@ def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rat
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from rlvr.pipeline.console import use_console_progress
+    from rlvr.core.console import use_console_progress
 
     examples = warm_start_examples(rows, seed)
     if not examples:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 
+from rlvr.core.files import file_md5
 from rlvr.core.numerics import describe
 
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "dvc", "dvclive",
@@ -33,15 +34,6 @@ def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[name] = "not installed"
     return versions
-
-
-def file_md5(path: str | Path) -> str:
-    """md5 of a file's bytes: what DVC 3 records for a file."""
-    digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_lock(lock_path: str | Path = "dvc.lock") -> dict[str, dict]:

@@ -1,0 +1,62 @@
+"""Files written whole: a reader sees the old file or the complete new one, never half, with the
+permissions a new file gets under the umask (outputs are the team's); and a file's md5, as DVC 3
+records it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write indented JSON atomically (stage outputs: metrics, summaries)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _read_umask() -> int:
+    current = os.umask(0o022)  # the only way to read it is to set it: done once, at import
+    os.umask(current)
+    return current
+
+
+_UMASK = _read_umask()
+
+
+def share_with_umask(path: str | Path) -> None:
+    """Give a file, or a folder and everything in it, the permissions a new file gets under the
+    umask: tempfile makes private ones (0600 files, 0700 folders), and outputs are for the team."""
+    path, mask = Path(path), _UMASK
+    for item in [path, *(path.rglob("*") if path.is_dir() else ())]:
+        if not item.is_symlink():
+            os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write a text file atomically (the old file or the whole new one, never half), with the
+    usual permissions."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        share_with_umask(tmp)
+        os.replace(tmp, path)
+    except BaseException as error:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None:  # a failed write names none
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
+
+
+def file_md5(path: str | Path) -> str:
+    """md5 of a file's bytes: what DVC 3 records for a file."""
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
