@@ -5,8 +5,9 @@ Deterministic: the same arguments always write the same bytes. The committed fil
 
     python data/make_countdown.py
 
-(defaults: 64 train rows, 64 test rows, 64 validation rows, no problem in two files, 2 numbers from 1 to 12, operators + - *, compact
-prompts, seed 0). For a real instruct model: python data/make_countdown.py --style instruct
+(defaults: 64 train rows, 64 test rows, 64 validation rows, no problem in two files, 2 numbers
+from 1 to 12, operators + - *, compact prompts, seed 0). For a real instruct model:
+python data/make_countdown.py --style instruct
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def parse_only(text: str) -> list[str]:
     Traceback (most recent call last):
     ...
     argparse.ArgumentTypeError: unknown measurement(s) ['warm']; known: cold, noop, overhead, overhead2, validation, evaluation, scaling
-    """
+    """  # noqa: E501 (one-line outputs and tables)
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in MEASUREMENTS]
     if unknown or not names:

@@ -40,10 +40,10 @@ class Budget:
     scaling_steps: tuple[int, int]  # (W, N) of each scaling run
 
 
-FULL = Budget("full", quick=False, reps=4, max_pairs=30, precision=0.01, overhead2_reps=2, warmup_steps=20, save_intervals=2,
-              eval_prompts=8, scaling_reps=2, scaling_steps=(3, 8))
-QUICK = Budget("quick", quick=True, reps=1, max_pairs=1, precision=0.01, overhead2_reps=1, warmup_steps=4, save_intervals=2,
-               eval_prompts=4, scaling_reps=1, scaling_steps=(2, 4))
+FULL = Budget("full", quick=False, reps=4, max_pairs=30, precision=0.01, overhead2_reps=2,
+              warmup_steps=20, save_intervals=2, eval_prompts=8, scaling_reps=2, scaling_steps=(3, 8))
+QUICK = Budget("quick", quick=True, reps=1, max_pairs=1, precision=0.01, overhead2_reps=1,
+               warmup_steps=4, save_intervals=2, eval_prompts=4, scaling_reps=1, scaling_steps=(2, 4))
 
 # model.tiny sizes for the scaling figures (the first is the default), and the local_llm default.
 SCALES = (

@@ -8,7 +8,8 @@ stages run as `python -m stages.<name>` runs them, and the figures.
 
 MODE is `cuda` (Qwen3-0.6B's shape, bf16 on the GPU), `cpu` (the --cpu-dry-run: tiny sizes,
 fp32, 2 steps) or `cpu_full` (the --cpu-full run: Qwen3-0.6B's shape in fp32 on the CPU, G = 2,
-2 prompts, 2 smoke and 2 train steps, then evaluate, report and publish). The figures come from what TRL already logs every step (step_time, num_tokens,
+2 prompts, 2 smoke and 2 train steps, then evaluate, report and publish). The figures come from
+what TRL already logs every step (step_time, num_tokens,
 completions/mean_length) and torch.cuda's peak-memory counters: nothing in the library knows it
 is being measured.
 """

@@ -6,7 +6,8 @@ For each N: a fresh clone of HEAD in a temporary folder (its own DVC cache, so n
 shared between the measurements), the pipeline as the baseline (on a small budget, or on
 params.yaml as committed with --budget default), the
 experiments flow's queue (orchestration.ablations and .sweep: 4 runs), then the wall time of
-`dvc exp run --run-all --jobs N` (as the flow runs it: cores // N torch threads per run). Prints one line per N; it measures, it asserts nothing.
+`dvc exp run --run-all --jobs N` (as the flow runs it: cores // N torch threads per run). Prints
+one line per N; it measures, it asserts nothing.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 Reads what the other stages wrote (the recipe over the seeds, the published seed's evaluation and
 curves, smoke checks, validation, gate, dvc.lock) and writes reports/retrospective.md and
 reports/retrospective.html (plots embedded, opens with no network): the recipe's verdict over
-the seeds, each seed's line and per-tag agreement; then the published seed's run: verdict (what was gained and what was lost: pass@k, kinds of problem, solutions, diversity),
+the seeds, each seed's line and per-tag agreement; then the published seed's run: verdict (what
+was gained and what was lost: pass@k, kinds of problem, solutions, diversity),
 curves, KL/beta diagnosis and alarms, hyperparameters with their rationale, smoke and data checks,
 per-prompt audit, GRPO vs PPO cost, provenance. Every path comes from params.yaml `paths`.
 """

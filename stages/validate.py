@@ -4,7 +4,8 @@
 
 With the format reward in rewards.funcs, every row's known-correct answer must match
 rewards.format_pattern; with model.init tiny, every prompt and known-correct answer must be
-text its character tokenizer encodes (printable ASCII). Writes reports/validation/summary.json (per file and rule, whether it held), its headline
+text its character tokenizer encodes (printable ASCII). Writes reports/validation/summary.json
+(per file and rule, whether it held), its headline
 metrics/data.json (a DVC metric) and the Data Docs HTML under
 reports/validation/data_docs/. On any problem it prints one line per problem
 (file, row id or line, rule) and exits non-zero, so nothing downstream runs.

@@ -121,3 +121,14 @@ def test_the_order_is_read_from_the_tree():
     tree = ("├── rlvr/   the library\n│   ├── top/   x\n│   │   └── m.py  y\n"
             "│   └── bottom/   z\n├── stages/\n")
     assert readme_layers(tree) == ["bottom", "top"]
+
+
+def test_the_linter_passes_and_dev_test_runs_it_first():
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "ruff", "check", "--quiet", "."], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    branch = re.search(r"^  test\)(.*?);;", (ROOT / "dev").read_text(), flags=re.M | re.S).group(1)
+    assert branch.index("ruff check") < branch.index("pytest") and "exit 1" in branch

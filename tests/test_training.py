@@ -37,8 +37,10 @@ def test_unknown_extra_grpo_field_is_named(tmp_path):
 
 def test_the_pipeline_knobs_ride_on_the_grpo_config(tmp_path):
     params = parse_params({"train": {"dynamic_sampling": True, "max_sampling_rounds": 5}})
-    build = lambda params, **kw: grpo_config(params.train, output_dir=tmp_path, max_steps=1,
-                                             seed=0, reward_weights=[1], **kw)
+    def build(params, **kw):
+        return grpo_config(params.train, output_dir=tmp_path, max_steps=1, seed=0,
+                           reward_weights=[1], **kw)
+
     assert build(params, dynamic_sampling=True).max_sampling_rounds == 5
     assert build(params).max_sampling_rounds == 0  # the smoke run samples each batch once
     ablation = parse_params({"train": {"dynamic_sampling": False, "advantage": "running_mean",

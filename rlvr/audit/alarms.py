@@ -112,8 +112,8 @@ def audit_rules(evaluation: dict, t: AlarmThresholds) -> list[dict]:
                    "solve more at large k); a larger beta, an entropy bonus or a higher "
                    "temperature keep more of them"},
         {"rule": "slice forgotten: a tag regressed",
-         "value": "; ".join(map(slice_text, forgotten)) or "none", "threshold": "a tag of at least report.min_slice_rows rows regressed "
-                                    "(per-tag table)",
+         "value": "; ".join(map(slice_text, forgotten)) or "none",
+         "threshold": "a tag of at least report.min_slice_rows rows regressed (per-tag table)",
          "fired": bool(forgotten),
          "advice": "the policy stopped solving a kind of problem while the mean rose: the KL "
                    "charges little for dropping an answer the reference gave (it is measured on "

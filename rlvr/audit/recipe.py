@@ -105,7 +105,7 @@ def pick_seed(train_summaries: Mapping[int, Mapping]) -> tuple[int, str]:
     >>> v = lambda x: {"selection": {"chosen_step": 9, "validation": [{"step": 9, "mean_reward": x}]}}
     >>> pick_seed({0: v(0.4), 1: v(0.5), 2: v(0.5)})
     (1, 'the best mean reward on the validation rows at its chosen step: 0.5000 (seed 0: 0.4000, seed 1: 0.5000, seed 2: 0.5000)')
-    """
+    """  # noqa: E501 (one-line outputs and tables)
     scores = {s: validation_score(summary) for s, summary in sorted(train_summaries.items())}
     scored = {s: v for s, v in scores.items() if v is not None}
     if not scored:
@@ -134,7 +134,7 @@ def recipe_metrics(recipe: Mapping) -> dict:
     ...     "slices": [{"tag": "add", "delta_mean_reward": ci, "delta_pass@4": ci,
     ...                 "regressed_seeds": 1, "regressed": False}]}})["tags"]
     {'add': {'delta': {'value': 0.2, 'ci_low': 0.1, 'ci_high': 0.3}, 'passn_delta': {'value': 0.2, 'ci_low': 0.1, 'ci_high': 0.3}, 'regressed_seeds': 1, 'regressed': False}}
-    """
+    """  # noqa: E501 (one-line outputs and tables)
     pooled = recipe.get("pooled")
     if not pooled:
         return {"seeds": list(recipe["seeds"]), "verdict": recipe["verdict"]}

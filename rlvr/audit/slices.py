@@ -18,7 +18,6 @@ tokens); plus `id`, `tags` and `samples`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import comb

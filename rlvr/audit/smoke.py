@@ -41,7 +41,7 @@ def spread_help(success: float | None, samples: int, num_generations: int, min_s
     "no step-0 sample was correct (0 of 512): no group size helps; warm-start the policy on answers of your rows' form (model.warm_start) or start from a model that can answer some (model.init: pretrained)"
     >>> spread_help(0.002, 512, 8, 0.1)
     'at step-0 success 0.002 a group of 8 holds a correct and a wrong answer 1.6% of the time; train.grpo.num_generations 53 would make it 10% (or warm-start the policy, or start from a pretrained model)'
-    """
+    """  # noqa: E501 (one-line outputs and tables)
     if success is None or not math.isfinite(success):
         return ""
     if success == 0:

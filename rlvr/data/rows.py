@@ -11,7 +11,6 @@ import json
 import math
 import os
 import stat
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path

@@ -32,7 +32,7 @@ the installed libraries, and that every test named here exists.
 | checkpoint-N, trainer_state.json, rng_state.pth / rng_state_N.pth (transformers) | read (rlvr/grpo/checkpoints.py) | test_training.py::test_a_checkpoint_of_two_ranks_needs_both_rng_states |
 | ProgressCallback.training_bar (transformers)    | read (rlvr/core/console.py) | test_grpo_run.py::test_the_console_shows_one_compact_line_every_log_every_steps |
 | the logged metric names (rlvr.core.metric_keys) | read                | test_trl_contract.py::test_a_step_logs_every_trl_metric_key_we_read |
-"""
+"""  # noqa: E501 (one-line outputs and tables)
 
 from __future__ import annotations
 

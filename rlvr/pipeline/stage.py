@@ -120,7 +120,7 @@ class ParamsView:
     Traceback (most recent call last):
     ...
     rlvr.pipeline.stage.UndeclaredParam: stage smoke reads params.yaml train.max_steps, which dvc.yaml does not declare for it: add it to the stage's params in dvc.yaml
-    """
+    """  # noqa: E501 (one-line outputs and tables)
 
     def __init__(self, obj: Any, allowed: set[str], stage: str, prefix: str = "") -> None:
         object.__setattr__(self, "_obj", obj)
@@ -189,7 +189,7 @@ def seed_argument(name: str, argv: list[str]) -> int:
     Traceback (most recent call last):
     ...
     rlvr.core.errors.PipelineError: stage train runs once per RL seed: python -m stages.train SEED (dvc repro runs one per audit.seeds), got []
-    """
+    """  # noqa: E501 (one-line outputs and tables)
     if len(argv) == 1 and argv[0].isdigit():
         return int(argv[0])
     raise PipelineError(f"stage {name} runs once per RL seed: python -m stages.{name} SEED "

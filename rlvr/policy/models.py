@@ -189,7 +189,7 @@ def describe_base(summary: dict) -> str:
     >>> describe_base({"init": "local_llm", "parameters": 1705472, "tokenizer_vocab_size": 349,
     ...                "vocab_size": 512, "warm_start": None})
     'local_llm policy, 1,705,472 parameters, byte-level BPE tokenizer of 349 tokens (model vocab_size 512), random init, no warm start'
-    """
+    """  # noqa: E501 (one-line outputs and tables)
     if summary["init"] == "local_llm":
         return (f"local_llm policy, {summary['parameters']:,} parameters, byte-level BPE "
                 f"tokenizer of {summary['tokenizer_vocab_size']:,} tokens (model vocab_size "

@@ -77,7 +77,7 @@ def eval_metrics(summary: dict) -> dict:
     ...                                                 "final": {"1": 0.50012, "4": 0.55}}}
     >>> eval_metrics({"verdict": "mixed", "verdict_split": "heldout", "heldout": split})
     {'verdict': 'mixed', 'reward0': 0.4, 'reward': 0.6, 'ci_low': 0.1, 'ci_high': 0.3, 'greedy0': 0.3, 'greedy': 0.5, 'pass1_0': 0.2, 'pass1': 0.5, 'passn_0': 0.6, 'passn': 0.55}
-    """
+    """  # noqa: E501 (one-line outputs and tables)
     split = summary[summary["verdict_split"]]
     delta = split["delta_mean_reward"]
     curves, n = split["pass_at_k"], str(split["samples_per_prompt"])

@@ -159,8 +159,8 @@ def model_card(*, folder: str, base: str, base_hub_id: str | None, base_md5: str
         out += [f"These weights are RL seed {seed}'s: {md_escape(seed_reason)}. The test rows "
                 "played no part in the choice.", ""]
     out += ["## Result", "",
-            f"On the held-out test rows, step 0 (the base) against this model, the same seeded "
-            f"samples; the delta's interval is a paired bootstrap over prompts.", ""]
+            "On the held-out test rows, step 0 (the base) against this model, the same seeded "
+            "samples; the delta's interval is a paired bootstrap over prompts.", ""]
     out += md_table(["figure", "step 0", "this model"],
                     [[label.format(n=samples), _figure(metrics.get(before)),
                       _figure(metrics.get(after))] for before, after, label in HEADLINE])

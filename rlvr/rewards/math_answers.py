@@ -218,7 +218,7 @@ def math_target_problem(target: Any) -> str:
     ('', '')
     >>> math_target_problem("2 × 2 × 5 × 7 × 7")
     "'2 × 2 × 5 × 7 × 7' is arithmetic or a product, not one value written as one: write its value (a factorization or a list needs exact_match or regex)"
-    """
+    """  # noqa: E501 (one-line outputs and tables)
     if not isinstance(target, str) or not target.strip() \
             or len(target) > math_worker.MAX_MATH_TARGET_CHARS:
         return f"must be a non-empty string of at most {math_worker.MAX_MATH_TARGET_CHARS} characters"

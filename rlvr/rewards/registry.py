@@ -251,7 +251,7 @@ def check_reward_names(funcs: Sequence[str]) -> None:
     Traceback (most recent call last):
     ...
     rlvr.core.errors.ParamsError: params.yaml: rewards.funcs = ['correctness', 'vibes']: unknown reward function(s) ['vibes']; known: ['correctness', 'format', 'length']
-    """
+    """  # noqa: E501 (one-line outputs and tables)
     unknown = [name for name in funcs if name not in REWARD_FUNCS]
     if unknown:
         raise ParamsError(f"params.yaml: rewards.funcs = {list(funcs)!r}: unknown reward "

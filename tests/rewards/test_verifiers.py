@@ -1,9 +1,6 @@
 """Verifiers: exact match, format (regex), countdown arithmetic."""
 
-import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
