@@ -147,7 +147,7 @@ def test_dev_test_runs_on_both_cores_with_one_torch_thread_each():
     """The README: `./dev test` runs the tests on up to 2 cores (pytest-xdist), one torch thread
     each."""
     dev = (ROOT / "dev").read_text()
-    assert 'test)  exec python -m pytest -n auto --maxprocesses=2 --dist loadfile "$@"' in dev
+    assert 'exec python -m pytest -n auto --maxprocesses=2 --dist loadfile "$@"' in dev
     assert 'os.environ.setdefault("OMP_NUM_THREADS", "1")' in (ROOT / "tests/conftest.py").read_text()
     assert "up to 2 cores (pytest-xdist, one torch thread each)" in " ".join(README.read_text().split())
 
