@@ -1,1 +1,2 @@
-"""Evaluation and what is judged from it: pass@k, slices, the recipe, alarms, smoke checks, the diagnosis."""
+"""Evaluation and what is judged from it: pass@k, slices, the recipe, alarms, smoke checks, the
+diagnosis."""

@@ -7,6 +7,7 @@
     callbacks.py         beta schedule, NaN guard, DVCLive curves
     checkpoints.py       resume: whole-checkpoint checks, the run fingerprint, the epoch sampler
     run.py               run_grpo: one GRPO run from params (smoke and train call it)
+    validation.py        what training scores every eval_steps: the rows and the scorer, passed in
     distributed.py       several processes: accelerate launch, what each rank may do
 
 Import the submodule you need: this package's __init__ imports nothing, so a stage that asks

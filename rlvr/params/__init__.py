@@ -1,1 +1,1 @@
-"""params.yaml as typed sections: the model of every knob, its checks, profiles."""
+"""params.yaml as typed sections: every knob with its rule and help, the schema, profiles."""

@@ -1,1 +1,2 @@
-"""Running the stages: the stage frame, the gate, code deps, orchestration, experiments, faults, the console."""
+"""Running the stages: the frame every stage shares, the gate, check_params' checks, code deps,
+orchestration for the flows, DVC experiments and their comparison."""
