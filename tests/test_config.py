@@ -203,6 +203,19 @@ def test_every_number_and_choice_has_a_rule():
     assert list(walk(schema, "")) == []
 
 
+def test_the_committed_table_of_knobs_is_the_models():
+    """docs/params.md comes from the same declarations as the schema and the checks: every key,
+    its default, its values and its help."""
+    from rlvr.params.config import REFERENCE_FILE, params_reference
+
+    text = (ROOT / REFERENCE_FILE).read_text()
+    assert text == params_reference() + "\n", (
+        f"{REFERENCE_FILE} is stale: ./dev run python -m rlvr.params.config --docs > "
+        f"{REFERENCE_FILE}")
+    assert "| `train.grpo.beta` | `0.05` | >= 0 | KL coefficient" in text
+    assert "| `train.running_mean_momentum` | `0.9` | [0, 1) |" in text
+
+
 def test_the_committed_schema_is_the_models_and_params_yaml_names_it():
     from rlvr.params.config import SCHEMA_FILE, params_schema
 
@@ -392,8 +405,8 @@ def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
 
     from trl import GRPOConfig
 
-    from rlvr.params.training_params import PIPELINE_GRPO_FIELDS
     from rlvr.grpo.config import PipelineGRPOConfig, grpo_config
+    from rlvr.params.training_params import PIPELINE_GRPO_FIELDS, GRPOParams
 
     call = next(node for node in ast.walk(ast.parse(inspect.getsource(grpo_config)))
                 if isinstance(node, ast.Call)
@@ -402,7 +415,8 @@ def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
     knobs = set(PipelineGRPOConfig.__dataclass_fields__) - set(GRPOConfig.__dataclass_fields__)
     assert knobs == {"max_sampling_rounds", "advantage", "running_mean_momentum", "pass_at_k",
                      "positive_weight", "unlikeliness", "resample_unsolved"}
-    assert set(PIPELINE_GRPO_FIELDS) == {k.arg for k in call.keywords if k.arg} - knobs
+    from_grpo = set(GRPOParams.__dataclass_fields__)  # train.grpo, field by field
+    assert set(PIPELINE_GRPO_FIELDS) == {k.arg for k in call.keywords if k.arg} - knobs - from_grpo
     for key in PIPELINE_GRPO_FIELDS:
         with pytest.raises(ParamsError, match=f"train.grpo.extra.{key} = .*: is set by the "):
             parse_params({"train": {"grpo": {"extra": {key: 1}}}})

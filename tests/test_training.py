@@ -29,6 +29,41 @@ def test_grpo_config_uses_trl_names_and_cpu_safe_values(tmp_path):
     assert config.logging_steps == 1 and config.save_strategy == "no"
 
 
+def test_every_train_grpo_field_reaches_the_grpo_config_of_its_name(tmp_path):
+    """grpo_config maps train.grpo field by field, written out (go-to-definition links the two):
+    each field is passed under its own name, and its value arrives."""
+    import ast
+    import inspect
+
+
+    call = next(node for node in ast.walk(ast.parse(inspect.getsource(grpo_config)))
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "PipelineGRPOConfig")
+    read = {k.arg: n.attr for k in call.keywords for n in ast.walk(k.value)
+            if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == "grpo"}
+    declared = set(GRPOParams.__dataclass_fields__) - {"extra"}
+    assert read == {name: name for name in declared}
+    changed = {"learning_rate": 3e-5, "beta": 0.1, "num_generations": 4, "temperature": 0.7,
+               "top_p": 0.9, "loss_type": "grpo", "scale_rewards": "batch", "epsilon": 0.3,
+               "top_entropy_quantile": 0.5, "entropy_coef": 0.01, "max_grad_norm": 0.5,
+               "lr_scheduler_type": "cosine", "max_completion_length": 12}
+    config = grpo_config(parse_params({"train": {"grpo": changed}}).train, output_dir=tmp_path,
+                         max_steps=1, seed=0, reward_weights=[1])
+    assert {name: getattr(config, name) for name in changed} == changed
+
+
+def test_the_pipeline_knobs_are_declared_once_in_params():
+    """PipelineGRPOConfig's knobs take default and help from params.yaml's train section, and a
+    bad value gets the section's own rule."""
+    from rlvr.grpo.config import PIPELINE_KNOBS, PipelineGRPOConfig
+    from rlvr.params.training_params import TrainParams
+
+    fields = PipelineGRPOConfig.__dataclass_fields__
+    for knob in set(PIPELINE_KNOBS) - {"max_sampling_rounds"}:
+        declared = TrainParams.__pydantic_fields__[knob]
+        assert fields[knob].default == declared.default
+        assert fields[knob].metadata["help"] == f"train.{knob}: {declared.description}"
+
+
 def test_unknown_extra_grpo_field_is_named(tmp_path):
     params = parse_params({"train": {"grpo": {"extra": {"learning_rat": 1}}}})
     with pytest.raises(ParamsError, match=r"unknown GRPOConfig field\(s\) \['learning_rat'\]"):
@@ -37,6 +72,7 @@ def test_unknown_extra_grpo_field_is_named(tmp_path):
 
 def test_the_pipeline_knobs_ride_on_the_grpo_config(tmp_path):
     params = parse_params({"train": {"dynamic_sampling": True, "max_sampling_rounds": 5}})
+
     def build(params, **kw):
         return grpo_config(params.train, output_dir=tmp_path, max_steps=1, seed=0,
                            reward_weights=[1], **kw)
@@ -48,10 +84,14 @@ def test_the_pipeline_knobs_ride_on_the_grpo_config(tmp_path):
     config = build(ablation, dynamic_sampling=True)
     assert (config.max_sampling_rounds, config.advantage, config.running_mean_momentum) == (
         0, "running_mean", 0.5)
-    for bad, message in (({"advantage": "global"}, "advantage = 'global'"),
-                         ({"running_mean_momentum": 1.0}, "must be in \\[0, 1\\)"),
+    for bad, message in (({"advantage": "global"}, "train.advantage = 'global': must be one of"),
+                         ({"running_mean_momentum": 1.0},
+                          "train.running_mean_momentum = 1.0: must be in \\[0, 1\\)"),
+                         ({"max_sampling_rounds": -1}, "max_sampling_rounds = -1: must be >= 0"),
+                         ({"pass_at_k": 0}, "train.pass_at_k = 0: must be >= 1"),
+                         ({"advantage": "pass_at_k", "pass_at_k": 9}, "at most train.grpo.num_gen"),
                          ({"max_sampling_rounds": 2, "advantage": "running_mean"},
-                          "needs group advantages")):
+                          "needs train.advantage = 'group' or 'pass_at_k'")):
         with pytest.raises(ValueError, match=message):
             PipelineGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **bad)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import tempfile
 from collections.abc import Mapping, Sequence
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,60 +19,59 @@ from rlvr.params.training_params import GRPOParams, ModelParams, TrainParams
 from rlvr.core.metric_keys import MEAN_REWARD, VALIDATION_PREFIX
 from rlvr.rewards.registry import normalized_weights
 
-ADVANTAGES = ("group", "running_mean", "pass_at_k")
 PIPELINE_KNOBS = ("max_sampling_rounds", "advantage", "running_mean_momentum", "pass_at_k",
                   "positive_weight", "unlikeliness", "resample_unsolved")
 
 
+def _knob(name: str, help_prefix: str = "") -> Any:
+    """A pipeline knob's GRPOConfig field from its one declaration, params.yaml's train.<name>
+    (rlvr.params.training_params.TrainParams): its default and its help."""
+    declared = TrainParams.__pydantic_fields__[name]
+    return field(default=declared.default,
+                 metadata={"help": f"{help_prefix}train.{name}: {declared.description}"})
+
+
 @dataclass
 class PipelineGRPOConfig(GRPOConfig):
-    """GRPOConfig plus the knobs of rlvr.grpo.trainer.PipelineGRPOTrainer (params.yaml's train
-    section names them and says why they have their values)."""
+    """GRPOConfig plus the knobs of rlvr.grpo.trainer.PipelineGRPOTrainer. Each is declared once,
+    in params.yaml's train section (TrainParams: type, range, help); the fields take their
+    default and help from there and their values are checked by its rules."""
 
     max_sampling_rounds: int = field(default=0, metadata={
-        "help": "DAPO's dynamic sampling: generation rounds per step at most, filling the batch "
-                "only with groups whose rewards differ; 0 turns it off (every group trains)."})
-    advantage: str = field(default="group", metadata={
-        "help": "group: TRL's per-group baseline; running_mean: the ablation with no group "
-                "normalisation, advantage = reward - one running mean over all past batches."})
-    running_mean_momentum: float = field(default=0.9, metadata={
-        "help": "advantage running_mean: weight of the old baseline in each update, in [0, 1)."})
-    pass_at_k: int = field(default=4, metadata={
-        "help": "advantage pass_at_k: the k of Pass@k training's analytic advantages (Chen et al. "
-                "2025), computed on the correctness reward; 1..num_generations."})
-    positive_weight: float = field(default=1.0, metadata={
-        "help": "W-REINFORCE (Zhu et al. 2025): positive advantages are scaled by this, in "
-                "(0, 1]; 1 leaves them."})
-    unlikeliness: float = field(default=0.0, metadata={
-        "help": "The unlikeliness reward (He et al. 2025): a correct sample's correctness reward "
-                "is lowered by this x (G - rank) / G, rank 0 the group's most likely correct "
-                "sample; in [0, 1], 0 = off. Not with advantage 'pass_at_k'."})
-    resample_unsolved: bool = field(default=False, metadata={
-        "help": "Dynamic sampling: prompts whose group had no correct answer are sampled again "
-                "in the next round, before new prompts are drawn."})
+        "help": "DAPO's dynamic sampling: train.max_sampling_rounds when train.dynamic_sampling "
+                "is on, 0 when off (every group trains). "
+                + TrainParams.__pydantic_fields__["dynamic_sampling"].description})
+    advantage: str = _knob("advantage")
+    running_mean_momentum: float = _knob("running_mean_momentum")
+    pass_at_k: int = _knob("pass_at_k")
+    positive_weight: float = _knob("positive_weight")
+    unlikeliness: float = _knob("unlikeliness")
+    resample_unsolved: bool = _knob("resample_unsolved")
 
     def __post_init__(self) -> None:
-        if self.advantage not in ADVANTAGES:
-            raise ValueError(f"advantage = {self.advantage!r}: must be one of {ADVANTAGES}")
-        if not 0 <= self.running_mean_momentum < 1:
-            raise ValueError(f"running_mean_momentum = {self.running_mean_momentum}: must be "
-                             "in [0, 1)")
-        if self.max_sampling_rounds < 0:
-            raise ValueError(f"max_sampling_rounds = {self.max_sampling_rounds}: must be >= 0")
-        if self.max_sampling_rounds and self.advantage == "running_mean":
-            raise ValueError("max_sampling_rounds needs group advantages (dynamic sampling "
-                             "drops the groups that carry no gradient)")
-        if self.pass_at_k < 1:
-            raise ValueError(f"pass_at_k = {self.pass_at_k}: must be >= 1")
-        if not 0 < self.positive_weight <= 1:
-            raise ValueError(f"positive_weight = {self.positive_weight}: must be in (0, 1]")
-        if not 0 <= self.unlikeliness <= 1:
-            raise ValueError(f"unlikeliness = {self.unlikeliness}: must be in [0, 1]")
-        if self.unlikeliness and self.advantage == "pass_at_k":
-            raise ValueError("unlikeliness has no effect with advantage 'pass_at_k'")
-        if self.resample_unsolved and not self.max_sampling_rounds:
-            raise ValueError("resample_unsolved needs dynamic sampling (max_sampling_rounds)")
+        try:
+            knobs_as_params(self)
+        except ParamsError as error:  # a config built in code: TRL's ValueError, our words
+            raise ValueError(str(error).removeprefix("params.yaml: ")) from None
         super().__post_init__()
+
+
+def knobs_as_params(config: PipelineGRPOConfig) -> TrainParams:
+    """The config's pipeline knobs as params.yaml's train section would hold them, checked by its
+    rules (one set of rules: rlvr.params.training_params)."""
+    rounds = config.max_sampling_rounds
+    if rounds < 0:  # 0 is this field's own "off"; the section's rounds start at 1
+        raise ParamsError(f"params.yaml: max_sampling_rounds = {rounds}: must be >= 0 (0: off)")
+    # only what the knobs' rules read (pass_at_k <= G); TRL checks the batch shapes itself
+    group = config.num_generations or GRPOParams.__pydantic_fields__["num_generations"].default
+    grpo = GRPOParams(num_generations=group, per_device_train_batch_size=group)
+    return TrainParams(advantage=config.advantage,
+                       running_mean_momentum=config.running_mean_momentum,
+                       pass_at_k=config.pass_at_k, positive_weight=config.positive_weight,
+                       unlikeliness=config.unlikeliness, dynamic_sampling=rounds > 0,
+                       max_sampling_rounds=rounds or
+                       TrainParams.__pydantic_fields__["max_sampling_rounds"].default,
+                       resample_unsolved=config.resample_unsolved, grpo=grpo)
 
 
 def as_trl_config(config: GRPOConfig) -> GRPOConfig:
@@ -100,15 +98,12 @@ def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, s
     with the best validation mean reward (the first of equals); chat_template_kwargs:
     model.chat_template_kwargs, the variables TRL renders prompts with."""
     grpo = train.grpo
-    fields = {f.name: getattr(grpo, f.name) for f in dataclasses.fields(GRPOParams)
-              if f.name != "extra"}  # getattr: through a stage's params view
     known = set(GRPOConfig.__dataclass_fields__)  # TRL's own: the pipeline's knobs come from train
     unknown = sorted(set(grpo.extra) - known)
     if unknown:
         raise ParamsError(f"params.yaml: train.grpo.extra has unknown GRPOConfig field(s) "
                           f"{unknown}; see trl.GRPOConfig for the names")
-    fields["epsilon_high"] = grpo.epsilon_high or None  # None: TRL takes epsilon
-    fields.update(grpo.extra)
+    fields = dict(grpo.extra)
     fields.setdefault("activation_checkpointing", False)
     # Several processes: every trained weight takes part in each forward pass, so DDP need not
     # search for unused ones (an extra autograd traversal per step, and a warning per rank).
@@ -141,6 +136,29 @@ def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, s
         positive_weight=train.positive_weight,
         unlikeliness=train.unlikeliness,
         resample_unsolved=dynamic_sampling and train.dynamic_sampling and train.resample_unsolved,
+        # train.grpo, field by field under TRL's names (params.yaml names each one)
+        learning_rate=grpo.learning_rate,
+        beta=grpo.beta,
+        num_generations=grpo.num_generations,
+        per_device_train_batch_size=grpo.per_device_train_batch_size,
+        gradient_accumulation_steps=grpo.gradient_accumulation_steps,
+        max_completion_length=grpo.max_completion_length,
+        temperature=grpo.temperature,
+        top_p=grpo.top_p,
+        loss_type=grpo.loss_type,
+        scale_rewards=grpo.scale_rewards,
+        epsilon=grpo.epsilon,
+        epsilon_high=grpo.epsilon_high or None,  # None: TRL takes epsilon
+        top_entropy_quantile=grpo.top_entropy_quantile,
+        entropy_coef=grpo.entropy_coef,
+        use_adaptive_entropy=grpo.use_adaptive_entropy,
+        entropy_target=grpo.entropy_target,
+        num_iterations=grpo.num_iterations,
+        max_grad_norm=grpo.max_grad_norm,
+        lr_scheduler_type=grpo.lr_scheduler_type,
+        use_cpu=grpo.use_cpu,
+        bf16=grpo.bf16,
+        use_vllm=grpo.use_vllm,
         **fields,
     )
 
