@@ -65,17 +65,26 @@ def produced_hashes(stages: dict[str, dict]) -> dict[str, str]:
 
 def code_digests(stages: dict[str, dict], data_paths: Sequence[str],
                  exclude: Sequence[str] = ()) -> dict[str, dict]:
-    """Per stage: how many code files (and environment files) dvc.lock records as its deps, and
-    one digest of their paths and md5s. Deps that are data or another stage's outs are not code."""
+    """Per stage: how many code files (and environment files) dvc.lock records in its deps, a
+    folder counting the files in it, and one digest of their paths and md5s. Deps that are data
+    or another stage's outs are not code.
+
+    >>> lock = {"s": {"deps": [{"path": "rlvr/core", "md5": "a.dir", "nfiles": 10},
+    ...                        {"path": "stages/s.py", "md5": "b"}]}}
+    >>> code_digests(lock, [])["s"]["files"]
+    11
+    """
     produced = produced_hashes(stages)
     digests = {}
     for name, stage in stages.items():
         if name in exclude:
             continue
-        code = sorted((d["path"], d.get("md5", "")) for d in stage.get("deps", [])
+        code = sorted((d["path"], d.get("md5", ""), d.get("nfiles", 1))
+                      for d in stage.get("deps", [])
                       if not holds_outputs(d["path"], produced) and d["path"] not in data_paths)
-        text = "".join(f"{path} {md5}\n" for path, md5 in code)
-        digests[name] = {"files": len(code), "digest": hashlib.sha256(text.encode()).hexdigest()}
+        text = "".join(f"{path} {md5}\n" for path, md5, _ in code)
+        digests[name] = {"files": sum(files for _, _, files in code),
+                         "digest": hashlib.sha256(text.encode()).hexdigest()}
     return digests
 
 
