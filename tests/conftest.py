@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402,F401
 
 import rlvr  # noqa: E402,F401  (sets the offline / no-analytics environment first)
-from tests.helpers import (SMALL_RUN, commit_all, dvc, made_once, make_project_copy,  # noqa: E402
-                           project_env)
+from tests.helpers import (OPEN_HOOK, SMALL_RUN, commit_all, dvc, made_once,  # noqa: E402
+                           make_project_copy, project_env)
 
 # Prefect must never write to the user's ~/.prefect: a throwaway home for the whole test session,
 # set before anything imports prefect.
@@ -62,16 +63,46 @@ def cold_run(tmp_path_factory):
 
     One for the whole test session: under pytest-xdist the first worker to need it makes it in
     the directory the workers share, the others wait for it and then read it (never write)."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the session's directory, above each worker's own
-
     def make(project: Path) -> None:
         make_project_copy(project, SMALL_RUN)
         (project.parent / "repro.log").write_text(dvc(project, "repro"))  # the console
         commit_all(project, "cold run")
 
-    return made_once(shared / "cold" / "project", make)
+    return made_once(_shared_dir(tmp_path_factory) / "cold" / "project", make)
+
+
+def _shared_dir(tmp_path_factory) -> Path:
+    """The directory every test worker of the session sees (under pytest-xdist: above each
+    worker's own)."""
+    shared = tmp_path_factory.getbasetemp()
+    return shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+
+
+@pytest.fixture(scope="session")
+def forced_rerun(cold_run, tmp_path_factory):
+    """A fresh git clone of the cold run (no models, no DVC cache, no checkpoints) with every stage
+    forced (`dvc repro --force`), an audit hook in each of its Python processes logging who opens
+    a data file (OPEN_HOOK). Made once for the session, like cold_run, and only read: the same-
+    commit rerun (tests/test_audit.py) and the test file's isolation (tests/test_test_file_isolation.py)
+    are one run. Returns (clone, the hook's log, what `dvc repro` printed)."""
+    def make(clone: Path) -> None:
+        subprocess.run(["git", "clone", "-q", str(cold_run), str(clone)], check=True)
+        assert not (clone / "models").exists()
+        hook = clone.parent / "open-hook"
+        hook.mkdir()
+        (hook / "sitecustomize.py").write_text(OPEN_HOOK)
+        files = ["data/grpo_eval.jsonl", "data/grpo_val.jsonl", "data/grpo_train.jsonl"]
+        env = {**project_env(clone), "PYTHONPATH": f"{hook}{os.pathsep}{clone}",
+               "WATCH_LOG": str(clone.parent / "opens.jsonl"),
+               "WATCH_FILES": os.pathsep.join(str(clone / f) for f in files)}
+        run = subprocess.run(["dvc", "repro", "--force"], cwd=clone, env=env,
+                             capture_output=True, text=True)
+        output = run.stdout + run.stderr
+        assert run.returncode == 0, output[-4000:]
+        (clone.parent / "repro.log").write_text(output)
+
+    clone = made_once(_shared_dir(tmp_path_factory) / "forced" / "clone", make)
+    return clone, clone.parent / "opens.jsonl", (clone.parent / "repro.log").read_text()
 
 
 @pytest.fixture

@@ -207,3 +207,31 @@ def run_in_terminal(project: Path, *command: str, columns: int = 200) -> str:
     process.wait(timeout=120)
     os.close(main)
     return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
+
+
+# Loaded as sitecustomize by every Python process of a run (dvc and each stage it starts):
+# each open() of a watched file appends the opening process's main module to the log
+# (conftest.py's forced_rerun).
+OPEN_HOOK = '''
+import json, os, sys
+
+_WATCHED = {os.path.realpath(p): p for p in os.environ["WATCH_FILES"].split(os.pathsep)}
+_LOG = os.environ["WATCH_LOG"]
+
+
+def _hook(event, args):
+    if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    try:
+        path = os.path.realpath(os.fsdecode(args[0]))
+    except (TypeError, ValueError):
+        return
+    if path in _WATCHED:
+        main = getattr(sys.modules.get("__main__"), "__spec__", None)
+        who = main.name if main is not None else os.path.basename(sys.argv[0] or "python")
+        with open(_LOG, "a") as log:  # not watched: no recursion
+            log.write(json.dumps({"file": _WATCHED[path], "by": who}) + "\\n")
+
+
+sys.addaudithook(_hook)
+'''

@@ -89,13 +89,10 @@ def test_the_report_shows_the_hashes_of_the_run_that_made_each_thing(copy_run, c
 
 
 def test_a_rerun_of_the_same_commit_writes_the_same_lock_and_leaves_git_clean(cold_run,
-                                                                              tmp_path):
+                                                                              forced_rerun):
     """A fresh clone (no models, no cache, no checkpoints) of the commit that holds the cold run's
     results, every stage forced: identical dvc.lock, identical tracked reports."""
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(cold_run), str(clone)], check=True)
-    assert not (clone / "models").exists()
-    output = dvc(clone, "repro", "--force")
+    clone, _, output = forced_rerun
     stages = dvc(clone, "stage", "list", "--name-only").split()  # train@0, train@1, ...
     assert output.count("Running stage") == len(stages) > len(STAGES)  # a stage per seed
     assert (clone / "dvc.lock").read_text() == (cold_run / "dvc.lock").read_text()

@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from tests.helpers import set_params
+
 STAGE_KEYS = {"check_params": [], "reward_tests": ["reward-tests"],
               "validate": ["data-validation"], "prepare_model": [], "smoke": ["smoke-checks"],
               "train": ["training-summary"], "evaluate": [], "recipe": ["evaluation-audit"],
@@ -18,10 +20,11 @@ def _mtime(path):
 
 @pytest.mark.slow
 def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
-        small_budget, project_copy, prefect_harness, artifact_versions):
+        small_budget, copy_run, prefect_harness, artifact_versions):
     from flows.pipeline import pipeline
 
-    project = project_copy("flow", small_budget)
+    project = copy_run("flow")  # its gate and base model hold; a new budget from train on
+    set_params(project, small_budget)
     result = pipeline(root=str(project))
     assert result["artifacts"] == STAGE_KEYS
     # the recipe's verdict over its seeds comes back with the artifact keys
@@ -64,10 +67,11 @@ def test_a_failing_reward_test_fails_the_flow_at_once_naming_it(
 
 
 @pytest.mark.slow
-def test_invalid_rows_fail_the_flow_naming_them(small_budget, project_copy, prefect_harness):
+def test_invalid_rows_fail_the_flow_naming_them(copy_run, prefect_harness):
     from flows.pipeline import pipeline
 
-    project = project_copy("bad-row", small_budget)
+    project = copy_run("bad-row")  # its gate holds: validate is the first stage to rerun
+    base = _mtime(project / "models/base/config.json")
     data = project / "data/grpo_train.jsonl"
     lines = data.read_text().splitlines()
     lines[6] = lines[6].replace('"target": ', '"target": 100000')
@@ -76,15 +80,16 @@ def test_invalid_rows_fail_the_flow_naming_them(small_budget, project_copy, pref
     assert state.is_failed()
     assert "stage validate failed" in state.message and "invalid rows:" in state.message
     assert "row cd-train-007 (line 7): countdown target is unreachable" in state.message
-    assert not (project / "models").exists()
+    assert _mtime(project / "models/base/config.json") == base  # no stage after it ran
 
 
 @pytest.mark.slow
 def test_a_stage_failing_midway_keeps_earlier_outputs_and_a_rerun_skips_them(
-        small_budget, project_copy, prefect_harness):
+        small_budget, copy_run, prefect_harness):
     from flows.pipeline import pipeline
 
-    project = project_copy("midway", {**small_budget, "orchestration": {"retries": 0}})
+    project = copy_run("midway")  # stages before train hold; train and after rerun
+    set_params(project, {**small_budget, "orchestration": {"retries": 0}})
     script = project / "stages/train.py"
     original = script.read_text()
     script.write_text(original.replace("def main(params: Params) -> int:\n",

@@ -13,7 +13,7 @@ import pytest
 
 from rlvr.params.config import STAGES
 from rlvr.report.metrics import eval_metrics
-from tests.helpers import dvc, make_project_copy, project_env, set_params
+from tests.helpers import dvc, project_env, set_params
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +49,8 @@ def _numbers(value, where=""):
         yield where, value
 
 
-def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monkeypatch):
-    project = make_project_copy(tmp_path / "project")
+def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(copy_run, monkeypatch):
+    project = copy_run("local-llm")  # the cold run's: its reward gate holds, the rest reruns
     subprocess.run([sys.executable, "data/make_countdown.py", "--style", "instruct"], cwd=project,
                    env=project_env(project), check=True, capture_output=True)
     set_params(project, LOCAL_LLM_RUN)  # instruct prompts fit data.max_prompt_chars (169 <= 200)
@@ -63,7 +63,8 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(tmp_path, monk
               for stage in RUN}
     assert all(t["exit_code"] == 0 for t in timing.values()), timing
     for stage in RUN:
-        assert f"Running stage '{stage}'" in output, stage
+        assert f"Running stage '{stage}'" in output or stage == "reward_tests", stage
+    assert "Stage 'reward_tests' didn't change, skipping" in output  # (no dep of it changed)
 
     prepared = json.loads((project / "reports/prepare/summary.json").read_text())
     assert prepared["init"] == "local_llm" and prepared["warm_start"] is None

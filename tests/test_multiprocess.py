@@ -52,11 +52,12 @@ def _none_left_in(project: Path, seconds: float = 10.0) -> list[psutil.Process]:
 
 @pytest.fixture(scope="module")
 def two_process_run(cold_run, tmp_path_factory):
-    """The cold run's copy rerun with train.processes: 2 (smoke, train, evaluate and report rerun;
-    the base model and the gates are reused), committed; and what `dvc repro` printed."""
+    """The cold run's copy rerun with train.processes: 2 on one RL seed (smoke, train, evaluate
+    and report rerun; the base model and the gates are reused; a second seed would show nothing
+    more of the ranks), committed; and what `dvc repro` printed."""
     project = Path(shutil.copytree(cold_run, tmp_path_factory.mktemp("ranks") / "project",
                                    symlinks=True))
-    set_params(project, {"train": {"processes": 2}})
+    set_params(project, {"train": {"processes": 2}, "audit": {"seeds": [0]}})
     output = dvc(project, "repro")
     subprocess.run(["git", "add", "-A"], cwd=project, check=True)
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "2 ranks"],
@@ -108,7 +109,7 @@ def test_dynamic_sampling_runs_the_same_rounds_on_every_rank(tiny_policy_dir, tm
 
 def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_run):
     project, output = two_process_run
-    for stage in ("smoke", "train@0", "train@1"):  # (SMALL_RUN: seeds 0 and 1)
+    for stage in ("smoke", "train@0"):
         assert output.count(f"{stage}: launching 2 processes with accelerate (DDP, gloo)") == 1
         for rank in (0, 1):
             assert output.count(f"{stage}: rank {rank} of 2 running") == 1, output[-3000:]

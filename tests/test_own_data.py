@@ -5,34 +5,37 @@ that user had to set before it took any rows) no sample is right by chance, GRPO
 signal, and the line that stops the run names the knob."""
 
 import json
+import shutil
 import subprocess
 
 import pytest
 
-from tests.helpers import dvc, make_project_copy, project_env
-from tests.helpers import set_params
+from tests.helpers import ROOT, dvc, project_env, set_params
 from tests.own_data import FORMAT_PATTERN, TWO_DIGIT, write_sums
 
 pytestmark = pytest.mark.slow
 
 
-def _own_data_project(tmp_path, terms):
-    paths = write_sums(tmp_path / "rows", *terms)
-    project = tmp_path / "project"
-    (project / "data").mkdir(parents=True)
+def _own_data_project(copy_run, terms):
+    """The cold run's copy (its reward gate holds: no rows or budget of these change it) back on
+    the default params.yaml, with the own rows."""
+    project = copy_run("own-data")
+    paths = write_sums(project.parent / "rows", *terms)
     for path in paths.values():
         (project / "data" / path.name).write_text(path.read_text())
-    return make_project_copy(project, {
+    shutil.copy(ROOT / "params.yaml", project / "params.yaml")
+    set_params(project, {
         "data": {"train_path": "data/sums_train.jsonl", "val_path": "data/sums_val.jsonl",
                  "eval_path": "data/sums_eval.jsonl"},
         "rewards": {"format_pattern": FORMAT_PATTERN},
         # one RL seed, each machine's own kernels, one thread (tests run two at once): the
         # tiny default's recipe on these rows, not its statistics over seeds
         "audit": {"seeds": [0]}, "runtime": {"torch_threads": 1, "reproducible": False}})
+    return project
 
 
-def test_own_exact_match_rows_train_end_to_end_on_the_tiny_default(tmp_path):
-    project = _own_data_project(tmp_path, TWO_DIGIT)
+def test_own_exact_match_rows_train_end_to_end_on_the_tiny_default(copy_run):
+    project = _own_data_project(copy_run, TWO_DIGIT)
     output = dvc(project, "repro")
     for split in ("train", "val", "eval"):
         assert f"validate: data/sums_{split}.jsonl: 64 rows, 0 problem(s)" in output
@@ -51,8 +54,8 @@ def test_own_exact_match_rows_train_end_to_end_on_the_tiny_default(tmp_path):
     assert "| rewards.format\\_pattern |" in card and "data/sums\\_train.jsonl" in card
 
 
-def test_rows_never_right_by_chance_stop_at_smoke_naming_the_knob(tmp_path):
-    project = _own_data_project(tmp_path, TWO_DIGIT)
+def test_rows_never_right_by_chance_stop_at_smoke_naming_the_knob(copy_run):
+    project = _own_data_project(copy_run, TWO_DIGIT)
     set_params(project, {"model": {"warm_start": {"steps": 0}}})
     run = subprocess.run(["dvc", "repro", "smoke"], cwd=project, env=project_env(project),
                          capture_output=True, text=True)

@@ -1,57 +1,17 @@
 """The test file (data.eval_path) is opened only by the validate and evaluate stages: no training,
-selection or early stopping ever sees it. Shown on a real forced `dvc repro` of every stage, with
-an audit hook in every Python process that records who opens which data file."""
+selection or early stopping ever sees it. Shown on a real forced `dvc repro` of every stage
+(conftest.py's forced_rerun), with an audit hook in every Python process that records who opens
+which data file."""
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import project_env
-
-# Loaded as sitecustomize by every Python process of the run (dvc and each stage it starts):
-# each open() of a watched file appends the opening process's main module to the log.
-OPEN_HOOK = '''
-import json, os, sys
-
-_WATCHED = {os.path.realpath(p): p for p in os.environ["WATCH_FILES"].split(os.pathsep)}
-_LOG = os.environ["WATCH_LOG"]
-
-
-def _hook(event, args):
-    if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):
-        return
-    try:
-        path = os.path.realpath(os.fsdecode(args[0]))
-    except (TypeError, ValueError):
-        return
-    if path in _WATCHED:
-        main = getattr(sys.modules.get("__main__"), "__spec__", None)
-        who = main.name if main is not None else os.path.basename(sys.argv[0] or "python")
-        with open(_LOG, "a") as log:  # not watched: no recursion
-            log.write(json.dumps({"file": _WATCHED[path], "by": who}) + "\\n")
-
-
-sys.addaudithook(_hook)
-'''
-
 
 @pytest.mark.slow
-def test_only_validate_and_evaluate_open_the_test_file(copy_run):
-    project = copy_run("isolation")
-    files = ["data/grpo_eval.jsonl", "data/grpo_val.jsonl", "data/grpo_train.jsonl"]
-    hook = project.parent / "isolation-hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(OPEN_HOOK)
-    log = project.parent / "opens.jsonl"
-    env = project_env(project)
-    env.update(PYTHONPATH=f"{hook}{os.pathsep}{project}", WATCH_LOG=str(log),
-               WATCH_FILES=os.pathsep.join(str(project / f) for f in files))
-    run = subprocess.run(["dvc", "repro", "--force"], cwd=project, env=env,
-                         capture_output=True, text=True)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+def test_only_validate_and_evaluate_open_the_test_file(forced_rerun):
+    project, log, _ = forced_rerun
     opened: dict[str, set[str]] = {}
     for line in log.read_text().splitlines():
         entry = json.loads(line)
