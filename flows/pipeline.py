@@ -31,7 +31,7 @@ from rlvr.params.config import ParamsError, load_params
 from rlvr.core.errors import PipelineError
 from rlvr.pipeline.orchestration import (ARTIFACT_BUILDERS, RECIPE_STAGE, StageFailed, audit_verdict,
                                 dvc_stages, failed, publish_stage_artifacts,
-                                quiet_returned_failures, readable, recipe_alone, run_dvc_stage,
+                                quiet_returned_failures, readable, recipe_alone, repro_stage,
                                 run_summary, seeded_stages, stage_failure, stale_stages,
                                 stages_to_run, workspace_lock)
 
@@ -45,7 +45,7 @@ def stage_task(stage: str, root: str, keep_going: bool = False) -> str:
     logger = get_run_logger()
     logger.info("dvc repro %s%s", "--keep-going " if keep_going else "", stage)
     try:
-        output = run_dvc_stage(stage, root, keep_going)
+        output = repro_stage(stage, root, keep_going)
     except StageFailed as error:
         # Returned, not raised, so no traceback is logged (rlvr.pipeline.orchestration.failed). Prefect
         # 3.9.1 retries a returned Failed state like a raised exception (task_engine.py

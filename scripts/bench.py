@@ -35,7 +35,7 @@ measurements, by the names --only takes:
               load the same base model (models/base of the cold copy), the same training rows
               and reward functions, and the GRPOConfig that rlvr.grpo.config.grpo_config builds from
               params.yaml; each runs in a fresh process. Bare: `trl.GRPOTrainer(...).train()`,
-              saving nothing. Pipeline: what the train stage runs (rlvr.pipeline.runs.train_run):
+              saving nothing. Pipeline: what the train stage runs (rlvr.pipeline.training.train_run):
               rlvr.grpo.run.run_grpo with LiveCurvesCallback (DVCLive) and a checkpoint every
               train.save_steps. Timed: from the end of step W to the end of step N (on_step_end
               of a TrainerCallback, in the main process): N - W whole steps in steady state, a

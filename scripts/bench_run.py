@@ -285,7 +285,7 @@ def worker(spec_file: str) -> None:
 # --------------------------------------------------------------------------- the flow profile
 
 # What the flow profile times, where the flow module has it: name in flows/pipeline.py -> kind.
-FLOW_CALLS = {"stale_stages": "dvc status", "run_dvc_stage": "dvc",
+FLOW_CALLS = {"stale_stages": "dvc status", "repro_stage": "dvc",
               "publish_stage_artifacts": "artifacts"}
 TASK_KINDS = ("dvc status", "dvc", "artifacts")  # the calls that make up the flow's work
 

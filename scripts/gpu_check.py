@@ -186,17 +186,17 @@ SEEDED_STAGES = ("train", "evaluate")  # one per RL seed in dvc.yaml (rlvr.pipel
 
 def run_stage(name: str, mode: str, report: str | None) -> int:
     """Run stages/<name>.py as `python -m stages.<name>` does; for smoke, keep its trainer (the
-    one rlvr.pipeline.runs.run_grpo returns) and print the figures."""
+    one rlvr.pipeline.training.run_grpo returns) and print the figures."""
     if mode == "cpu":  # (cpu_full runs train, whose curves are DVCLive's: nothing made absent)
         for absent in ABSENT_ON_GPU:
             sys.modules[absent] = None  # `import dvc` fails, find_spec("dvc") is None
     import torch
 
-    import rlvr.pipeline.runs
+    import rlvr.pipeline.training
     from rlvr.params.config import load_params
 
     marks, kept = {"start": time.perf_counter()}, {}
-    run_grpo = rlvr.pipeline.runs.run_grpo
+    run_grpo = rlvr.pipeline.training.run_grpo
 
     def keeping_run_grpo(*args, **kwargs):
         marks["trainer"] = time.perf_counter()  # the model is loaded and step 0 measured
@@ -208,7 +208,7 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
         marks["trained"] = time.perf_counter()
         return kept["trainer"]
 
-    rlvr.pipeline.runs.run_grpo = keeping_run_grpo
+    rlvr.pipeline.training.run_grpo = keeping_run_grpo
     cuda = torch.cuda.is_available() and mode == "cuda"
     # a per-seed stage (train, evaluate) runs the first seed of audit.seeds, as train@<seed> does
     seeded = [str(load_params("params.yaml").audit.seeds[0])] if name in SEEDED_STAGES else []

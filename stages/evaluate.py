@@ -15,17 +15,16 @@ regressed) and per_prompt.jsonl. Stage recipe pools the seeds.
 import json
 
 from rlvr.audit.slices import SliceRule
-from rlvr.params.config import Params
 from rlvr.data.rows import read_rows
 from rlvr.core.files import write_json, write_text_atomic
 from rlvr.audit.evaluation import audit, prompt_template, rollout_settings
 from rlvr.policy.models import load_policy, policy_path
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.core.seeds import seed_paths
-from rlvr.pipeline.stage import run_stage
+from rlvr.pipeline.stage import ParamsView, run_stage
 
 
-def main(params: Params) -> int:
+def main(params: ParamsView) -> int:
     run = seed_paths(params.paths, params.seed)
     splits = {"train": read_rows(params.data.train_path),
               "heldout": read_rows(params.data.eval_path)}

@@ -10,14 +10,13 @@ model; model.init: pretrained records model.name_or_path.
 Writes models/base/ and reports/prepare/summary.json.
 """
 
-from rlvr.params.config import Params
 from rlvr.data.rows import read_rows
 from rlvr.core.files import write_json
 from rlvr.core.numerics import numerics_in_force
 from rlvr.policy.models import describe_base, prepare_base
-from rlvr.pipeline.stage import run_stage
+from rlvr.pipeline.stage import ParamsView, run_stage
 
-def main(params: Params) -> int:
+def main(params: ParamsView) -> int:
     rows = read_rows(params.data.train_path)
     print(f"prepare_model: model.init = {params.model.init}")
     summary = prepare_base(params.model, rows, params.seed, params.paths.base_model)

@@ -9,12 +9,11 @@ key params, the seed's headline figures and verdict beside the recipe's over its
 commit and the code digest. The folder loads with `from_pretrained` as it is (through peft for an adapter).
 """
 
-from rlvr.params.config import Params
 from rlvr.report.model_card import publish_folder, run_card
-from rlvr.pipeline.stage import run_stage
+from rlvr.pipeline.stage import ParamsView, run_stage
 
 
-def main(params: Params) -> int:
+def main(params: ParamsView) -> int:
     paths = params.paths
     weights, card = run_card(params)
     publish_folder(weights, paths.final_model, card)

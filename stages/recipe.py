@@ -15,12 +15,11 @@ import json
 from pathlib import Path
 
 from rlvr.audit.slices import SliceRule
-from rlvr.params.config import Params
 from rlvr.core.files import write_json
 from rlvr.report.plots import plot_seeds
 from rlvr.audit.recipe import recipe_audit, recipe_metrics
 from rlvr.core.seeds import seed_paths
-from rlvr.pipeline.stage import failure_line, run_stage, stage_label
+from rlvr.pipeline.stage import ParamsView, failure_line, run_stage, stage_label
 
 
 def seed_results(paths, seed: int) -> dict:
@@ -33,7 +32,7 @@ def seed_results(paths, seed: int) -> dict:
             "train": json.loads(Path(run.train_summary).read_text())}
 
 
-def main(params: Params) -> int:
+def main(params: ParamsView) -> int:
     paths, report, ev = params.paths, params.report, params.evaluate
     evaluated, failed = {}, {}
     for seed in params.audit.seeds:

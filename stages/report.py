@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from rlvr.params.config import PARAMS_FILE, Params, data_files, test_file_reader
+from rlvr.params.config import PARAMS_FILE, data_files, test_file_reader
 from rlvr.audit.alarms import AlarmThresholds, check_alarms
 from rlvr.core.files import write_text_atomic
 from rlvr.core.errors import PipelineError
@@ -27,7 +27,7 @@ from rlvr.report.provenance import provenance
 from rlvr.report.render import to_html
 from rlvr.report.retrospective import build_report, hyperparameter_table
 from rlvr.core.seeds import seed_paths
-from rlvr.pipeline.stage import run_stage
+from rlvr.pipeline.stage import ParamsView, run_stage
 
 
 def _json(path: str):
@@ -38,7 +38,7 @@ def _jsonl(path: str) -> list:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line]
 
 
-def main(params: Params) -> int:
+def main(params: ParamsView) -> int:
     paths = params.paths
     recipe = _json(paths.recipe_summary)
     if "published_seed" not in recipe:

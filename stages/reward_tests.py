@@ -7,14 +7,13 @@ its headline metrics/gate.json (a DVC metric). Every other stage reads the verdi
 refuses to start unless it says passed; a failure here exits non-zero, naming the tests.
 """
 
-from rlvr.params.config import Params
 from rlvr.core.files import write_json
 from rlvr.pipeline.gate import run_reward_tests
 from rlvr.report.metrics import gate_metrics
-from rlvr.pipeline.stage import run_stage
+from rlvr.pipeline.stage import ParamsView, run_stage
 
 
-def main(params: Params) -> int:
+def main(params: ParamsView) -> int:
     print(f"reward_tests: running {' '.join(params.gate.tests)}")
     verdict = run_reward_tests(params.gate.tests, params.paths.gate_verdict)
     write_json(params.paths.gate_metrics, gate_metrics(verdict))

@@ -9,13 +9,12 @@ its headline metrics/smoke.json (a DVC metric) and reports/smoke/step0.json; exi
 every failed check with its value.
 """
 
-from rlvr.params.config import Params
 from rlvr.core.files import write_json
 from rlvr.report.metrics import smoke_metrics
-from rlvr.pipeline.runs import smoke_run
-from rlvr.pipeline.stage import run_stage
+from rlvr.pipeline.training import smoke_run
+from rlvr.pipeline.stage import ParamsView, run_stage
 
-def main(params: Params) -> int:
+def main(params: ParamsView) -> int:
     result = smoke_run(params, base_dir=params.paths.base_model)
     if result is None:  # a rank other than the main one: the main process writes
         return 0

@@ -12,14 +12,13 @@ step), curves.png and the DVCLive curves in live/ (folders from params.yaml `pat
 rlvr/core/seeds.py).
 """
 
-from rlvr.params.config import Params
 from rlvr.core.files import write_json
-from rlvr.pipeline.runs import train_run
+from rlvr.pipeline.training import train_run
 from rlvr.core.seeds import seed_paths
-from rlvr.pipeline.stage import run_stage
+from rlvr.pipeline.stage import ParamsView, run_stage
 
 
-def main(params: Params) -> int:
+def main(params: ParamsView) -> int:
     run = seed_paths(params.paths, params.seed)
     result = train_run(params, params.paths, run)
     if result is None:  # a rank other than the main one: the main process writes

@@ -13,13 +13,12 @@ reports/validation/data_docs/. On any problem it prints one line per problem
 
 from pathlib import Path
 
-from rlvr.params.config import Params
 from rlvr.core.files import write_json
 from rlvr.report.metrics import validation_metrics
-from rlvr.pipeline.stage import run_stage
+from rlvr.pipeline.stage import ParamsView, run_stage
 from rlvr.data.validation import contract_options, summary, validate_files
 
-def main(params: Params) -> int:
+def main(params: ParamsView) -> int:
     data, paths = params.data, params.paths
     print(f"validate: checking {data.train_path}, {data.val_path} and {data.eval_path}")
     reports = validate_files(data.train_path, data.eval_path, data.train_rows,

@@ -185,7 +185,7 @@ def test_bad_values_are_named_with_the_rule(raw, message):
 def test_every_number_and_choice_has_a_rule():
     """Every int and float field, and every number in a list, states its range (Field(ge=...)),
     where an editor shows it: in the schema."""
-    from rlvr.params.config import params_schema
+    from rlvr.params.reference import params_schema
     from rlvr.params.section import deref
 
     schema = params_schema()
@@ -206,21 +206,21 @@ def test_every_number_and_choice_has_a_rule():
 def test_the_committed_table_of_knobs_is_the_models():
     """docs/params.md comes from the same declarations as the schema and the checks: every key,
     its default, its values and its help."""
-    from rlvr.params.config import REFERENCE_FILE, params_reference
+    from rlvr.params.reference import REFERENCE_FILE, params_reference
 
     text = (ROOT / REFERENCE_FILE).read_text()
     assert text == params_reference() + "\n", (
-        f"{REFERENCE_FILE} is stale: ./dev run python -m rlvr.params.config --docs > "
+        f"{REFERENCE_FILE} is stale: ./dev run python -m rlvr.params.reference --docs > "
         f"{REFERENCE_FILE}")
     assert "| `train.grpo.beta` | `0.05` | >= 0 | KL coefficient" in text
     assert "| `train.running_mean_momentum` | `0.9` | [0, 1) |" in text
 
 
 def test_the_committed_schema_is_the_models_and_params_yaml_names_it():
-    from rlvr.params.config import SCHEMA_FILE, params_schema
+    from rlvr.params.reference import SCHEMA_FILE, params_schema
 
     assert json.loads((ROOT / SCHEMA_FILE).read_text()) == params_schema(), (
-        f"{SCHEMA_FILE} is stale: ./dev run python -m rlvr.params.config --schema > {SCHEMA_FILE}")
+        f"{SCHEMA_FILE} is stale: ./dev run python -m rlvr.params.reference --schema > {SCHEMA_FILE}")
     first_line = (ROOT / "params.yaml").read_text().splitlines()[0]
     assert first_line == f"# yaml-language-server: $schema={SCHEMA_FILE}"
 
@@ -449,7 +449,7 @@ def test_an_unreadable_params_file_is_one_line(tmp_path, text, message):
 
 
 def test_every_field_has_a_help_string():
-    from rlvr.params.config import params_schema
+    from rlvr.params.reference import params_schema
 
     schema = params_schema()
     for section in [schema, *schema["$defs"].values()]:

@@ -82,7 +82,7 @@ def test_a_missing_dep_is_named_with_its_stage(deps):
     without = [d for d in deps["train"] if d != "rlvr/pipeline"]
     assert uncovered(ROOT, {"train": without}) == {
         "train": sorted(f for f in runs if f.startswith("rlvr/pipeline/"))}
-    assert "rlvr/pipeline/runs.py" in uncovered(ROOT, {"train": without})["train"]
+    assert "rlvr/pipeline/training.py" in uncovered(ROOT, {"train": without})["train"]
     without = [d for d in deps["train"] if d != "rlvr/rewards"]
     assert "rlvr/rewards/verifiers.py" in uncovered(ROOT, {"train": without})["train"]
     without = [d for d in deps["train"] if d != "stages/__init__.py"]
@@ -137,6 +137,24 @@ def test_a_stage_cannot_read_a_param_it_does_not_declare():
     assert isinstance(stage_view(Params(), "report", ROOT / "dvc.yaml"), Params)
 
 
+def test_which_params_training_reads_never_depends_on_their_values(tmp_path):
+    """A stage's reads follow its code, not the values it reads: with train.dynamic_sampling
+    false, the training config still reads the keys dynamic sampling would use, so a stage that
+    forgot to declare one fails on every value alike, not only on the ones that turn it on."""
+    from rlvr.grpo.config import grpo_config
+    from rlvr.params.config import parse_params
+
+    params = parse_params({"train": {"dynamic_sampling": False}})
+    unread = {"train.max_sampling_rounds", "train.resample_unsolved"}
+    view = ParamsView(params, {f"train.{name}" for name in
+                               params.train.__dataclass_fields__} - unread, "train")
+    with pytest.raises(UndeclaredParam, match=r"train\.max_sampling_rounds"):
+        grpo_config(view.train, output_dir=tmp_path, max_steps=1, seed=0, reward_weights=[1.0],
+                    dynamic_sampling=True)
+    # the smoke run's config (no dynamic sampling: the caller's argument, not a value) reads neither
+    grpo_config(view.train, output_dir=tmp_path, max_steps=1, seed=0, reward_weights=[1.0])
+
+
 def test_a_partly_declared_section_never_prints_its_values():
     view = ParamsView(Params(), {"model.lora"}, "train")
     assert "tiny" not in repr(view.model)
@@ -158,10 +176,9 @@ def _string_constants(file: Path) -> list[str]:
 def test_output_paths_have_one_home():
     """No stage, flow or orchestration module spells an output path: they read params.paths."""
     outputs = set(vars(PathsParams()).values())
-    code = [*ROOT.glob("stages/*.py"), *ROOT.glob("flows/*.py"), ROOT / "rlvr/pipeline/orchestration.py",
-            ROOT / "rlvr/pipeline/experiments.py", ROOT / "rlvr/pipeline/comparison.py", ROOT / "rlvr/pipeline/runs.py",
-            ROOT / "rlvr/pipeline/stage.py",
-            ROOT / "rlvr/pipeline/gate.py"]
+    code = [*ROOT.glob("stages/*.py"), *ROOT.glob("flows/*.py"),
+            *(ROOT / "rlvr/pipeline" / f"{name}.py" for name in (
+                "orchestration", "experiments", "comparison", "training", "stage", "gate"))]
     for file in code:
         spelled = [s for s in _string_constants(file)
                    if s in outputs or s.startswith(("reports/", "models/"))]

@@ -17,7 +17,7 @@ from rlvr.grpo.dynamic_sampling import merge_groups
 from rlvr.core.metric_keys import FIRST_BATCH_KL
 from rlvr.grpo.run import build_trainer, run_grpo
 from rlvr.grpo.trainer import PipelineGRPOTrainer
-from rlvr.pipeline.runs import run_metrics
+from rlvr.pipeline.training import run_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4

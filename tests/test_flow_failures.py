@@ -65,7 +65,7 @@ def run(stage, root, keep_going=False):
 {body}
 
 
-flow.run_dvc_stage = run
+flow.repro_stage = run
 flow.stale_stages = lambda root: None  # every stage given is run
 state = flow.pipeline(root=sys.argv[1], stages=["check_params"], return_state=True)
 print("ENDED " + json.dumps({"calls": len(calls), "type": state.type.value,

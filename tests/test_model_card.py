@@ -173,7 +173,7 @@ def test_the_card_names_the_commit_of_what_ran_not_the_one_that_records_results(
                               cwd=tmp_path, check=True, capture_output=True, text=True).stdout
 
     git("init", "-q")
-    for source in ("params.yaml", "rlvr/pipeline/runs.py", "data/train.jsonl"):
+    for source in ("params.yaml", "rlvr/pipeline/training.py", "data/train.jsonl"):
         (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / source).write_text("0\n")
     git("add", "-A")
@@ -184,19 +184,19 @@ def test_the_card_names_the_commit_of_what_ran_not_the_one_that_records_results(
         (tmp_path / output).write_text("{}")
     git("add", "-A")
     git("commit", "-qm", "results and docs")
-    lock = {"train": {"deps": [{"path": "rlvr/pipeline/runs.py"}, {"path": "data/train.jsonl"},
+    lock = {"train": {"deps": [{"path": "rlvr/pipeline/training.py"}, {"path": "data/train.jsonl"},
                                {"path": "reports/smoke/checks.json"}],
                       "outs": [{"path": "reports/eval/summary.json"}]},
-            "smoke": {"deps": [{"path": "rlvr/pipeline/runs.py"}],
+            "smoke": {"deps": [{"path": "rlvr/pipeline/training.py"}],
                       "outs": [{"path": "reports/smoke/checks.json"}]}}
     assert sources_state(lock, cwd=tmp_path) == {"commit": sources, "changed": []}
     assert sources != git("rev-parse", "HEAD").strip()
-    (tmp_path / "rlvr/pipeline/runs.py").write_text("1\n")
+    (tmp_path / "rlvr/pipeline/training.py").write_text("1\n")
     (tmp_path / "README.md").write_text("docs\n")
     (tmp_path / "reports/smoke/checks.json").parent.mkdir(parents=True)
     (tmp_path / "reports/smoke/checks.json").write_text("{}")  # an output, though a dep
     git("add", "reports/smoke/checks.json")
-    assert sources_state(lock, cwd=tmp_path) == {"commit": sources, "changed": ["rlvr/pipeline/runs.py"]}
+    assert sources_state(lock, cwd=tmp_path) == {"commit": sources, "changed": ["rlvr/pipeline/training.py"]}
     git("commit", "-qam", "a code change")
     assert sources_state(lock, cwd=tmp_path) == {"commit": git("rev-parse", "HEAD").strip(),
                                                  "changed": []}

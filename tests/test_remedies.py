@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from rlvr.params.config import ParamsError, parse_params
 from rlvr.data.rows import read_rows, to_hf_dataset
-from rlvr.grpo.advantages import (group_advantages, pass_at_k_advantages,
-                                  unlikeliness_penalties, weight_positive)
+from rlvr.grpo.advantages import pass_at_k_advantages, unlikeliness_penalties, weight_positive
 from rlvr.grpo.callbacks import BetaSchedule
+from rlvr.rewards.grpo_math import group_advantages
 from rlvr.grpo.config import grpo_config
 from rlvr.core.metric_keys import CORRECTNESS_REWARD
 from rlvr.grpo.run import build_trainer
@@ -86,8 +86,8 @@ def test_positive_weight_leaves_the_negative_advantages_and_scales_the_positive(
 
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
 def test_group_advantages_are_trls(scale):
-    """Our copy of TRL 1.16's formula (the unlikeliness reward recomputes advantages with it)
-    against TRL's own, on rewards with an unscorable (NaN) one."""
+    """The one advantage formula with TRL 1.16's std and eps (the unlikeliness reward recomputes
+    advantages with it) against TRL's own arithmetic, on rewards with an unscorable (NaN) one."""
     from trl.trainer.utils import nanstd
 
     rewards = torch.tensor([1.0, 0.2, 0.2, float("nan"), 0.5, 0.5, 0.5, 0.5, 0.0, 1.2, 0.3, 0.2])

@@ -10,7 +10,7 @@ from rlvr.params.config import load_params
 from rlvr.audit.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost, prompt_audit
 from rlvr.report.render import to_html
 from rlvr.report.retrospective import hyperparameter_table
-from rlvr.pipeline.runs import run_metrics
+from rlvr.pipeline.training import run_metrics
 from rlvr.core.metric_keys import FIRST_BATCH_KL
 
 ROOT = Path(__file__).resolve().parents[1]

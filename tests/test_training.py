@@ -259,7 +259,7 @@ def test_fingerprint_follows_file_contents(tmp_path):
 def test_the_run_fingerprint_covers_all_of_the_library():
     """A checkpoint is resumed only by the run that made it: a change to any of rlvr's code, in
     any package, makes another run (the train stage fingerprints the whole folder)."""
-    from rlvr.pipeline.runs import LIBRARY_DIR
+    from rlvr.pipeline.training import LIBRARY_DIR
 
     root = Path(__file__).resolve().parents[1]
     assert LIBRARY_DIR == root / "rlvr"

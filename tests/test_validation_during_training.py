@@ -11,7 +11,7 @@ from rlvr.params.config import ParamsError, parse_params
 from rlvr.data.rows import read_rows, to_hf_dataset
 from rlvr.audit.evaluation import SampleSettings, training_validation, validation_scores
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs, normalized_weights
-from rlvr.pipeline.runs import selection_record, validation_history
+from rlvr.pipeline.training import selection_record, validation_history
 from rlvr.grpo.callbacks import BetaSchedule
 from rlvr.grpo.config import grpo_config
 from rlvr.core.metric_keys import TIMING_KEYS

@@ -64,43 +64,6 @@ class RunningMeanBaseline:
 # train.positive_weight, train.unlikeliness): pure functions on one batch of G-sized groups,
 # every rank's completions in rank order. "correct" means the correctness reward is 1.
 
-def group_advantages(totals: Sequence[float], num_generations: int,
-                     scale: str = "group") -> list[float]:
-    """GRPO's advantages as TRL 1.16 computes them (multi_objective_aggregation
-    'sum_then_normalize'): each reward minus its group's mean, divided by the group's standard
-    deviation (Bessel-corrected) + 1e-4 (scale 'group'), by the batch's ('batch') or by nothing
-    ('none'). An unscorable (NaN) reward gets 0 and is left out of the means.
-
-    >>> [round(a, 3) for a in group_advantages([1.0, 0.0, 0.0, 0.0], 4)]
-    [1.5, -0.5, -0.5, -0.5]
-    >>> group_advantages([1.0, 1.0, 0.5, 0.0], 2, scale="none")
-    [0.0, 0.0, 0.25, -0.25]
-    """
-    def mean(values):
-        kept = [v for v in values if math.isfinite(v)]
-        return sum(kept) / len(kept) if kept else math.nan
-
-    def std(values):
-        kept = [v for v in values if math.isfinite(v)]
-        if len(kept) < 2:
-            return math.nan
-        m = sum(kept) / len(kept)
-        return math.sqrt(sum((v - m) ** 2 for v in kept) / (len(kept) - 1))
-
-    batch_std = std(totals)
-    advantages = []
-    for start in range(0, len(totals), num_generations):
-        group = totals[start:start + num_generations]
-        centre = mean(group)
-        spread = {"group": std(group), "batch": batch_std, "none": None}[scale]
-        for value in group:
-            a = value - centre
-            if spread is not None:
-                a = a / (spread + 1e-4)
-            advantages.append(a if math.isfinite(a) else 0.0)
-    return advantages
-
-
 def pass_at_k_advantages(correct: Sequence[bool], num_generations: int, k: int) -> list[float]:
     """Pass@k training's analytic advantages (Chen et al. 2025, "Pass@k Training for Adaptively
     Balancing Exploration and Exploitation of Large Reasoning Models", sec. 4): the group's

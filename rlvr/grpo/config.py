@@ -98,6 +98,11 @@ def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, s
     with the best validation mean reward (the first of equals); chat_template_kwargs:
     model.chat_template_kwargs, the variables TRL renders prompts with."""
     grpo = train.grpo
+    # Which params a stage reads (dvc.yaml, rlvr/pipeline/stage.py) may depend on the caller's
+    # arguments (smoke: no dynamic sampling), never on params' values: read them all first.
+    sampling = (train.dynamic_sampling, train.max_sampling_rounds, train.resample_unsolved
+                ) if dynamic_sampling else (False, 0, False)
+    sampled, sampling_rounds, resample_unsolved = sampling
     known = set(GRPOConfig.__dataclass_fields__)  # TRL's own: the pipeline's knobs come from train
     unknown = sorted(set(grpo.extra) - known)
     if unknown:
@@ -128,14 +133,13 @@ def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, s
         save_total_limit=2,
         disable_tqdm=False,
         chat_template_kwargs=dict(chat_template_kwargs or {}),  # as evaluation renders them
-        max_sampling_rounds=train.max_sampling_rounds if dynamic_sampling and
-        train.dynamic_sampling else 0,
+        max_sampling_rounds=sampling_rounds if sampled else 0,
         advantage=train.advantage,
         running_mean_momentum=train.running_mean_momentum,
         pass_at_k=train.pass_at_k,
         positive_weight=train.positive_weight,
         unlikeliness=train.unlikeliness,
-        resample_unsolved=dynamic_sampling and train.dynamic_sampling and train.resample_unsolved,
+        resample_unsolved=sampled and resample_unsolved,
         # train.grpo, field by field under TRL's names (params.yaml names each one)
         learning_rate=grpo.learning_rate,
         beta=grpo.beta,

@@ -1,6 +1,6 @@
 """One GRPO run from params: the config, the reward functions, the callbacks and the validation
 scoring wired into a PipelineGRPOTrainer, trained to max_steps. The smoke and train stages call
-run_grpo (rlvr.pipeline.runs)."""
+run_grpo (rlvr.pipeline.training)."""
 
 from __future__ import annotations
 
@@ -57,20 +57,23 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
 
     set_seed(params.seed)
     train = params.train
-    eval_steps = train.eval_steps if validation else 0
+    # with validation (the caller's), every param it needs, whatever their values: the reads
+    # a stage makes never depend on values (rlvr/pipeline/stage.py)
+    eval_steps, select, patience = ((train.eval_steps, train.select, train.patience)
+                                    if validation else (0, "last", 0))
     schedule = BetaSchedule(train.beta_schedule, train.grpo.beta)
     config = grpo_config(train, output_dir=output_dir, max_steps=max_steps, seed=params.seed,
                          reward_weights=params.rewards.weights, save_steps=save_steps,
                          dynamic_sampling=dynamic_sampling, eval_steps=eval_steps,
-                         select_best=bool(eval_steps) and train.select == "best_val",
+                         select_best=bool(eval_steps) and select == "best_val",
                          chat_template_kwargs=params.model.chat_template_kwargs)
     funcs = list(reward_funcs) if reward_funcs is not None else build_reward_funcs(params.rewards)
     dataset = to_hf_dataset(rows, conversational=params.model.chat_template)
     eval_dataset = None
     if eval_steps:
         eval_dataset = to_hf_dataset(validation.rows, conversational=params.model.chat_template)
-        if train.patience:
-            callbacks = [*callbacks, EarlyStoppingCallback(early_stopping_patience=train.patience)]
+        if patience:
+            callbacks = [*callbacks, EarlyStoppingCallback(early_stopping_patience=patience)]
     trainer = build_trainer(policy, dataset, funcs, config, params.model,
                             [FiniteGuardCallback(output_dir if save_steps else None), *callbacks],
                             beta_schedule=schedule,

@@ -28,7 +28,7 @@ the installed libraries, and that every test named here exists.
 | reward_weights, num_generations, beta (trl)     | read, beta written  | test_grpo_run.py::test_beta_in_force_is_logged_every_step |
 | training_step (trl); _step, num_iterations and _prepare_inputs' rule: generate when _step % (steps_per_generation x num_iterations) == 0 | override, read | test_dynamic_sampling.py::test_with_two_updates_per_batch_the_first_batch_kl_is_measured_every_step |
 | the KL's importance weighting (use_bias_correction_kl, importance_sampling_level) | copied | test_dynamic_sampling.py::test_with_two_updates_per_batch_the_first_batch_kl_is_measured_every_step |
-| reward_func_names, scale_rewards and the advantage formula (sum_then_normalize), copied in rlvr/grpo/advantages.py | read, copied | test_remedies.py::test_group_advantages_are_trls |
+| reward_func_names, scale_rewards and the advantage formula (sum_then_normalize), reproduced by rlvr/rewards/grpo_math.py's group_advantages | read, copied | test_remedies.py::test_group_advantages_are_trls |
 | checkpoint-N, trainer_state.json, rng_state.pth / rng_state_N.pth (transformers) | read (rlvr/grpo/checkpoints.py) | test_training.py::test_a_checkpoint_of_two_ranks_needs_both_rng_states |
 | ProgressCallback.training_bar (transformers)    | read (rlvr/core/console.py) | test_grpo_run.py::test_the_console_shows_one_compact_line_every_log_every_steps |
 | the logged metric names (rlvr.core.metric_keys) | read                | test_trl_contract.py::test_a_step_logs_every_trl_metric_key_we_read |
@@ -46,8 +46,8 @@ from transformers import Trainer
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from rlvr.grpo.advantages import (RunningMeanBaseline, group_advantages, group_checks,
-                                   pass_at_k_advantages, unlikeliness_penalties, weight_positive)
+from rlvr.grpo.advantages import (RunningMeanBaseline, group_checks, pass_at_k_advantages,
+                                   unlikeliness_penalties, weight_positive)
 from rlvr.grpo.callbacks import validation_entry
 from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, EpochReplaySampler
 from rlvr.grpo.config import PipelineGRPOConfig, as_trl_config
@@ -55,7 +55,7 @@ from rlvr.grpo.dynamic_sampling import local_group_spread, loss_mask, merge_grou
 from rlvr.core.metric_keys import (BETA, CORRECTNESS_REWARD, FAILURES_SUFFIX, FIRST_BATCH_KL,
                                    KEPT_SHARE, LOSS, OVERSAMPLING, RESAMPLED_UNSOLVED,
                                    RUNNING_MEAN_BASELINE, SAMPLING_ROUNDS)
-from rlvr.rewards.grpo_math import k3_kl
+from rlvr.rewards.grpo_math import group_advantages, k3_kl
 
 
 class PipelineGRPOTrainer(GRPOTrainer):

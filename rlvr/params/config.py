@@ -1,7 +1,7 @@
 """The typed view of params.yaml: one section (a pydantic dataclass, rlvr/params/section.py) per mapping
 in it, every field with its help string (description), its type and its range, and the rules between
-fields. params.schema.json is generated from them (`python -m rlvr.params.config --schema >
-params.schema.json`) and named on params.yaml's first line, so an editor completes and checks it.
+fields. params.schema.json and docs/params.md are generated from them (rlvr/params/reference.py);
+the schema is named on params.yaml's first line, so an editor completes and checks it.
 
 params.yaml is read once, with ruamel.yaml (DVC writes `-S train.learning_rate=3e-5` as `3e-05`,
 which PyYAML reads as a string), and each value is read as its field's type, so a stage never sees a
@@ -10,10 +10,8 @@ string where it expects a number. Errors are one line naming the key, the value 
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,8 +26,6 @@ from rlvr.params.section import (Bool, Dict, Float, Int, NonEmptyStr, Str, deref
 from rlvr.params.training_params import ModelParams, TrainParams
 
 PARAMS_FILE = Path("params.yaml")
-SCHEMA_FILE = Path("params.schema.json")
-REFERENCE_FILE = Path("docs/params.md")  # every knob, generated like the schema
 SEED_MAX = 2**32 - 1  # numpy's seed range
 # The stage names of dvc.yaml (tests/test_config.py checks they agree).
 STAGES = ("check_params", "reward_tests", "validate", "prepare_model", "smoke", "train",
@@ -446,64 +442,6 @@ def _require_param_key(key: str, where: str) -> None:
         node = node["properties"][part]
 
 
-def params_schema() -> dict:
-    """The JSON Schema of params.yaml (params.schema.json), draft 2020-12 as pydantic writes it."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            **json_schema(Params), "title": "params.yaml"}
-
-
-def _allowed(node: dict) -> str:
-    """A field's values as the schema states them: its choices or range, else its type."""
-    if "enum" in node:
-        return "one of " + ", ".join(f"`{c}`" if c else "`''`" for c in node["enum"])
-    low_open, high_open = "exclusiveMinimum" in node, "exclusiveMaximum" in node
-    low = node.get("exclusiveMinimum", node.get("minimum"))
-    high = node.get("exclusiveMaximum", node.get("maximum"))
-    if low is not None and high is not None:
-        return f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-    if low is not None:
-        return f"{'>' if low_open else '>='} {low}"
-    if high is not None:
-        return f"{'<' if high_open else '<='} {high}"
-    kind = node.get("type", "any")
-    return {"object": "mapping", "array": "list", "number": "number", "integer": "integer",
-            "boolean": "true / false", "string": "text"}.get(kind, kind)
-
-
-def params_reference() -> str:
-    """docs/params.md: every params.yaml key with its default, its values and its help, one table
-    per section, from the same declarations as the schema and the checks."""
-    schema, defaults = json_schema(Params), Params()
-    lines = ["# Every knob of params.yaml", "",
-             "Generated from the params sections (rlvr/params/): `./dev run python -m "
-             f"rlvr.params.config --docs > {REFERENCE_FILE}`. params.yaml says why each value is "
-             "what it is; the rules between keys are in each section's checks.", ""]
-
-    def table(name: str, node: dict) -> None:
-        node = deref(schema, node)
-        rows, subsections = [], []
-        for key, field in node["properties"].items():
-            dotted = f"{name}.{key}" if name else key
-            target = deref(schema, field)
-            if "properties" in target:
-                subsections.append((dotted, target))
-                continue
-            value = defaults
-            for part in dotted.split("."):
-                value = getattr(value, part)
-            default = json.dumps(value, default=str)
-            text = " ".join(field.get("description", "").split()).replace("|", "\\|")
-            rows.append(f"| `{dotted}` | `{default}` | {_allowed(field)} | {text} |")
-        if rows:
-            lines.extend([f"## {name or 'top level'}", "", "| key | default | values | what it "
-                          "does |", "|---|---|---|---|", *rows, ""])
-        for dotted, target in subsections:
-            table(dotted, target)
-
-    table("", schema)
-    return "\n".join(lines)
-
-
 def read_params_file(path: str | Path = PARAMS_FILE) -> dict:
     """params.yaml as a mapping, or ParamsError naming the file and what is wrong with it."""
     from ruamel.yaml import YAMLError
@@ -543,13 +481,3 @@ def test_file_reader(params: Params) -> dict[str, str]:
 def load_params(path: str | Path = PARAMS_FILE) -> Params:
     """Read and validate params.yaml."""
     return parse_params(read_params_file(path))
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--schema"]:
-        print(json.dumps(params_schema(), indent=2))
-    elif sys.argv[1:] == ["--docs"]:
-        print(params_reference())
-    else:
-        sys.exit(f"usage: python -m rlvr.params.config --schema > {SCHEMA_FILE}\n"
-                 f"       python -m rlvr.params.config --docs > {REFERENCE_FILE}")

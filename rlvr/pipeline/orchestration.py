@@ -187,7 +187,7 @@ def stages_to_run(order: list[str], stale: set[str] | None) -> list[str]:
     return list(order[first:])
 
 
-def run_dvc_stage(stage: str, root: str | Path, keep_going: bool = False) -> str:
+def repro_stage(stage: str, root: str | Path, keep_going: bool = False) -> str:
     """`dvc repro <stage>` in root (with keep_going, `--keep-going`: a per-seed stage's other
     seeds run on after one fails); its output, or StageFailed naming the stage and the cause."""
     root = Path(root)

@@ -111,7 +111,12 @@ def declared_params(stage: str, dvc_yaml: str | Path = DVC_YAML) -> set[str]:
 
 class ParamsView:
     """Read-only view of a params dataclass: reading a key outside `allowed` raises
-    UndeclaredParam. A fully declared section is returned as the dataclass itself.
+    UndeclaredParam. A fully declared section is returned as the dataclass itself. What a stage's
+    main() takes (check_params, report and publish declare the whole file: Params itself).
+
+    Which keys a stage reads may depend on its code's own arguments, never on params' values
+    (read every key a branch needs before branching on a value): an undeclared key then fails on
+    the default run, not only on the values that would reach it.
 
     >>> view = ParamsView(Params(), {"seed", "train.grpo"}, "smoke")
     >>> view.train.grpo.beta, view.seed
@@ -205,7 +210,7 @@ def stage_label(name: str, seed: int | None) -> str:
     return name if seed is None else f"{name}@{seed}"
 
 
-def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
+def run_stage(name: str, main: Callable[[Params | ParamsView], int], gated: bool = True,
               launchable: bool = False, seeded: bool = False) -> None:
     """Load params, check the gate, run `main`; a launchable stage (smoke, train) with
     train.processes above 1 runs `main` in that many ranks under accelerate (rlvr.grpo.distributed).
@@ -249,7 +254,7 @@ def run_stage(name: str, main: Callable[[Params], int], gated: bool = True,
         sys.exit(Stopped.exit_code if isinstance(error, Stopped) else 1)
     except Exception as error:  # noqa: BLE001 - a bug: its traceback, then one line that says so
         folder = full_disk_folder(error)
-        if folder is not None:  # not a bug: the machine's disk (train says more: rlvr.pipeline.runs)
+        if folder is not None:  # not a bug: the machine's disk (train says more: rlvr.pipeline.training)
             line = f"{label}: " + disk_full_line(
                 folder, f"`dvc repro` runs {label} again, keeping the stages before it")
             if not distributed.report_failure(line):

@@ -46,7 +46,7 @@ def smoke_metrics(report: dict) -> dict:
 
 def train_metrics(summary: dict) -> dict:
     """The training run's headline: steps, and the KL and reward it ended at (means over the last
-    10 steps, rlvr.pipeline.runs.run_metrics; correctness and the rest stay in the summary).
+    10 steps, rlvr.pipeline.training.run_metrics; correctness and the rest stay in the summary).
 
     (Which step became models/final, and the validation scores, stay in the summary's
     `selection`: `dvc exp show` has a column per metric, and the table must fit.)

@@ -1,15 +1,17 @@
 """Our group advantages agree with the ones TRL's GRPOTrainer computes itself, on the same rewards.
 
 TRL (1.16) normalises each group by its Bessel-corrected std plus eps=1e-4; the seed semantics use
-the population std plus 1e-8. So ours with ddof=1, eps=TRL_ADVANTAGE_EPS must equal TRL's exactly
-(to float32 precision), and the seed version differs only by the factor sqrt(n / (n - 1)).
+the population std plus 1e-8. So the one formula (rlvr/rewards/grpo_math.py's group_advantages,
+what training recomputes advantages with) with its defaults, and the seed version with ddof=1,
+eps=TRL_ADVANTAGE_EPS, must equal TRL's exactly (to float32 precision); the seed version with its
+own defaults differs only by the factor sqrt(n / (n - 1)).
 """
 
 import math
 
 import pytest
 
-from rlvr.rewards.grpo_math import TRL_ADVANTAGE_EPS, group_relative_advantage
+from rlvr.rewards.grpo_math import TRL_ADVANTAGE_EPS, group_advantages, group_relative_advantage
 
 G = 4
 GROUPS = [[1, 0, 0, 1], [0.5, 0.5, 0.5, 0.5], [3, 1, 2, 0], [0, 0, 1, 0]]
@@ -43,6 +45,8 @@ def test_ours_with_trls_std_and_eps_equals_trls(trl_advantages):
     for rewards, theirs in zip(GROUPS, trl_advantages):
         ours = group_relative_advantage(rewards, eps=TRL_ADVANTAGE_EPS, ddof=1)
         assert theirs == pytest.approx(ours, abs=1e-5), rewards
+    flat = [r for group in GROUPS for r in group]  # the batch, G at a time, as training has it
+    assert group_advantages(flat, G) == pytest.approx(sum(trl_advantages, []), abs=1e-5)
 
 
 def test_seed_semantics_differ_from_trl_only_by_the_bessel_factor(trl_advantages):

@@ -194,7 +194,8 @@ def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None
 
     require_smoke(paths.smoke_checks)
     rows = read_rows(params.data.train_path)
-    val_rows = read_rows(params.data.val_path) if params.train.eval_steps else None
+    val_path = params.data.val_path  # read whatever eval_steps says: a stage's reads never
+    val_rows = read_rows(val_path) if params.train.eval_steps else None  # depend on values
     policy = policy_path(paths.base_model)
     final_dir, checkpoint_dir = run.trained_model, run.checkpoints
     # What the run depends on: params, data, base model, the library's code and versions, the
@@ -207,7 +208,7 @@ def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None
                           "versions": library_versions(TRAINING_LIBRARIES),
                           "numerics": numerics_in_force()},
                          Path(params.data.train_path),
-                         *([Path(params.data.val_path)] if val_rows else []),
+                         *([Path(val_path)] if val_rows else []),
                          Path(paths.base_model), LIBRARY_DIR,
                          *filter(None, [accelerate_config_file(train.accelerate_config)]))
     own_state = [RUNNING_MEAN_FILE] if params.train.advantage == "running_mean" else []
