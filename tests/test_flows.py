@@ -92,9 +92,11 @@ def test_a_stage_failing_midway_keeps_earlier_outputs_and_a_rerun_skips_them(
     set_params(project, {**small_budget, "orchestration": {"retries": 0}})
     script = project / "stages/train.py"
     original = script.read_text()
-    script.write_text(original.replace("def main(params: Params) -> int:\n",
-                                       "def main(params: Params) -> int:\n"
-                                       "    raise SystemExit('train: disk full (injected)')\n"))
+    broken = original.replace("def main(params: ParamsView) -> int:\n",
+                              "def main(params: ParamsView) -> int:\n"
+                              "    raise SystemExit('train: disk full (injected)')\n")
+    assert broken != original  # the fault is in
+    script.write_text(broken)
     state = pipeline(root=str(project), return_state=True)
     assert state.is_failed() and "stage train failed" in state.message
     assert "disk full (injected)" in state.message
