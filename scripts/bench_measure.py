@@ -134,7 +134,7 @@ def measure_overhead(bench: Bench, processes: int = 1) -> None:
     name = "overhead" if processes == 1 else f"overhead{processes}"
     warmup = budget.warmup_steps
     last = warmup + budget.save_intervals * params.train.save_steps
-    reps = budget.reps if processes == 1 else budget.overhead2_reps
+    reps = budget.min_pairs if processes == 1 else budget.overhead2_reps
     policy = bench.base_model()
     say(f"{name}: {processes} process(es): bare GRPOTrainer vs the train stage's run, "
         f"{reps} or more pairs of runs of {last} steps, timed from step {warmup}'s end to "
@@ -144,9 +144,9 @@ def measure_overhead(bench: Bench, processes: int = 1) -> None:
     shares: dict[str, list[float]] = {side: [] for side in sides}
     rewards: dict[str, list] = {side: [] for side in sides}
     profiles: dict[str, list[dict]] = {side: [] for side in sides}
-    # One process: pairs until the median ratio's interval is within +-precision (at least
-    # `reps`, at most max_pairs), since the layer's cost is about 1% and a few pairs cannot
-    # resolve it. Two processes: `reps` pairs (each costs twice as much).
+    # One process: at least min_pairs pairs, then more until the median ratio's interval is
+    # within +-precision (at most max_pairs), since the layer's cost is about 1% and a few pairs
+    # cannot resolve it. Two processes: overhead2_reps pairs (each costs twice as much).
     most = budget.max_pairs if processes == 1 else reps
     interval = None
     for rep in range(most):

@@ -30,8 +30,9 @@ class Budget:
     name: str
     quick: bool                     # params on tests/helpers.py SMALL_RUN instead of the default
     reps: int                       # interleaved repetitions of overhead, noop, validation, evaluation
-    max_pairs: int                  # overhead: more interleaved pairs, until the median ratio's
-    precision: float                # 95% interval is within +-precision (or max_pairs are run)
+    min_pairs: int                  # overhead (1 process): at least this many interleaved pairs,
+    max_pairs: int                  # then more until the median ratio's 95% interval is
+    precision: float                # within +-precision (or max_pairs are run)
     overhead2_reps: int             # the same, with 2 processes (each run costs twice as much)
     warmup_steps: int               # W: steps before the timed span
     save_intervals: int             # the timed span, in train.save_steps
@@ -40,9 +41,9 @@ class Budget:
     scaling_steps: tuple[int, int]  # (W, N) of each scaling run
 
 
-FULL = Budget("full", quick=False, reps=4, max_pairs=30, precision=0.01, overhead2_reps=2,
+FULL = Budget("full", quick=False, reps=4, min_pairs=30, max_pairs=30, precision=0.01, overhead2_reps=2,
               warmup_steps=20, save_intervals=2, eval_prompts=8, scaling_reps=2, scaling_steps=(3, 8))
-QUICK = Budget("quick", quick=True, reps=1, max_pairs=1, precision=0.01, overhead2_reps=1,
+QUICK = Budget("quick", quick=True, reps=1, min_pairs=1, max_pairs=1, precision=0.01, overhead2_reps=1,
                warmup_steps=4, save_intervals=2, eval_prompts=4, scaling_reps=1, scaling_steps=(2, 4))
 
 # model.tiny sizes for the scaling figures (the first is the default), and the local_llm default.
