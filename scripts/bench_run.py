@@ -70,6 +70,17 @@ def say(message: str) -> None:
     print(f"bench: {message}", flush=True)
 
 
+def stage_runs(dvc_yaml: Path, seeds: Sequence[int]) -> list[str]:
+    """Each stage run in dvc.yaml's order, named as DVC names it and as its timing file is named:
+    a seeded stage once per RL seed (train@0, train@1, ...), any other once."""
+    from rlvr.pipeline.orchestration import dvc_stages, seeded_stages
+    from rlvr.pipeline.stage import stage_label
+
+    seeded = seeded_stages(dvc_yaml)
+    return [stage_label(stage, seed) for stage in dvc_stages(dvc_yaml)
+            for seed in (seeds if stage in seeded else [None])]
+
+
 class Bench:
     """What the measurements share: the budget, the params, a scratch folder, the cold copy and
     its base model (made once, when first needed), and the figures collected so far."""
@@ -134,7 +145,7 @@ class Bench:
         return self._project
 
     def _cold_repro(self) -> Path:
-        from rlvr.pipeline.orchestration import dvc_stages
+        from rlvr.pipeline.stage import stage_label
         from tests.helpers import commit_all, make_project_copy
 
         project = make_project_copy(self.scratch / "project", self.overrides)
@@ -143,11 +154,10 @@ class Bench:
         seconds, _ = self.run(["dvc", "repro"], project, self.project_env(project),
                               echo=STAGE_DONE)
         timing = project / self.params.paths.timing
-        recorded = {stage: json.loads((timing / f"{stage}.json").read_text())
-                    for stage in dvc_stages(project / "dvc.yaml")
-                    if (timing / f"{stage}.json").exists()}
-        stages = {stage: recorded.get(stage, {}).get("seconds", math.nan)
-                  for stage in dvc_stages(project / "dvc.yaml")}
+        labels = stage_runs(project / "dvc.yaml", self.params.audit.seeds)
+        recorded = {label: json.loads((timing / f"{label}.json").read_text())
+                    for label in labels if (timing / f"{label}.json").exists()}
+        stages = {label: recorded.get(label, {}).get("seconds", math.nan) for label in labels}
         commit_all(project, "cold run")
         self.add(Figure("cold.total", "cold dvc repro, all stages", "s", [seconds],
                         note=f"one run, {budget}"),
@@ -155,12 +165,14 @@ class Bench:
                    for stage, s in stages.items()))
         self.details["cold"] = {"params": budget, "seconds": round(seconds, 1),
                                 "stages": stages}
-        train = recorded.get("train", {})
+        first = stage_label("train", self.params.audit.seeds[0])
+        train = recorded.get(first, {})
         if train.get("validation_seconds") is not None and train.get("train_runtime"):
             share = round(train["validation_seconds"] / train["train_runtime"], 6)
             self.add(Figure("cold.validation_share", "scoring the validation rows, share of "
                             "train time", "share", [share], Target("<=", 0.15),
-                            note="reports/timing/train.json: validation_seconds / train_runtime"))
+                            note=f"reports/timing/{first}.json: validation_seconds / "
+                            "train_runtime"))
         return project
 
     def base_model(self) -> str:

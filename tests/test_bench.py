@@ -155,6 +155,14 @@ def test_only_takes_known_names_in_the_runs_order(bench):
     assert bench.interleaved(["a", "b"], 1) == ["b", "a"]
 
 
+def test_the_cold_table_names_each_seeded_run_as_its_timing_file_is_named():
+    from scripts.bench_run import stage_runs
+
+    runs = stage_runs(ROOT / "dvc.yaml", [0, 7])
+    assert runs.index("train@0") < runs.index("train@7") < runs.index("evaluate@0")
+    assert "train" not in runs and "evaluate" not in runs and runs.count("validate") == 1
+
+
 def test_a_run_prints_the_table_writes_the_json_and_reports_a_failed_measurement(
         bench, monkeypatch, tmp_path, capsys):
     def fine(run):
