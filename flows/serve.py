@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ruamel.yaml import YAML
+from prefect.client.schemas.objects import ConcurrencyLimitConfig
+from prefect.schedules import Cron
 
 from flows.pipeline import ROOT, pipeline
 
@@ -30,9 +32,6 @@ def nightly_schedule(prefect_yaml: Path = ROOT / "prefect.yaml") -> dict:
 def serve_options(spec: dict) -> dict:
     """Flow.serve's keyword arguments for the nightly spec: its cron, and prefect.yaml's
     deployment concurrency limit as serve's `global_limit` (Prefect 3.9.1)."""
-    from prefect.client.schemas.objects import ConcurrencyLimitConfig
-    from prefect.schedules import Cron
-
     limit = spec["concurrency_limit"]
     return {"name": spec["name"], "schedules": [Cron(spec["cron"], timezone=spec["timezone"])],
             "global_limit": ConcurrencyLimitConfig(**limit) if limit else None}

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from safetensors import safe_open
+
 from rlvr.core.metric_keys import REWARD
 from rlvr.core.stats import drift_kl, kl_source, moving_average, window_mean
 
@@ -123,8 +125,6 @@ def ppo_cost(policy_params: int, hidden_size: int, num_generations: int,
 
 def count_parameters(model_dir: str | Path) -> int | None:
     """Parameters of a saved model, read from its safetensors headers (no weights loaded)."""
-    from safetensors import safe_open
-
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         return None

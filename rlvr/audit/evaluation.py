@@ -11,6 +11,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from rlvr.audit.slices import (SliceRule, audit_verdict, pass_at_k_curve, split_audit, verdict_line,
                         weighed_regressions)
 from rlvr.data.rows import Row
@@ -21,6 +23,8 @@ from rlvr.params.config import RewardsParams
 from rlvr.rewards.registry import (REWARD_FUNCS, RewardFunction, build_reward_funcs,
                                    normalized_weights)
 from rlvr.core.stats import finite_mean, paired_ci
+from rlvr.rewards.verifiers import extract_answer, format_reward
+from rlvr.rewards.grpo_math import k3_kl
 
 CORRECTNESS = CORRECTNESS_REWARD
 
@@ -87,8 +91,6 @@ def answer_key(completion: str) -> str:
     >>> answer_key(" 3 +  5\\n"), answer_key("I say <answer>3*5</answer>")
     ('3 + 5', '3*5')
     """
-    from rlvr.rewards.verifiers import extract_answer
-
     return " ".join(extract_answer(completion).split())
 
 
@@ -124,8 +126,6 @@ def generate(model, tokenizer, prompts: Sequence[str], settings: SampleSettings
              ) -> list[tuple[list[str], list[list[int]]]]:
     """Completions (texts, token ids up to and with the first stop token) for each prompt:
     settings.n, seeded."""
-    import torch
-
     torch.manual_seed(settings.seed)
     model.eval()
     tokenizer.padding_side = "left"
@@ -271,8 +271,6 @@ def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weigh
     state is restored afterwards (training samples the same rollouts with or without it) and the
     model goes back to train mode.
     """
-    import torch
-
     greedy = greedy_settings(sampled)
     was_training = model.training
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
@@ -303,8 +301,6 @@ def _mean_of(values: Sequence[float | None] | None) -> float | None:
 
 def _split_stats(sampled: Sequence[ScoredRow], greedy: Sequence[ScoredRow],
                  format_pattern: str) -> dict:
-    from rlvr.rewards.verifiers import format_reward
-
     summary = summarize(sampled)
     greedy_summary = summarize(greedy)
     texts = [t for s in sampled for t in s.completions]
@@ -410,8 +406,6 @@ def token_stats(model, tokenizer, prompt: str, completions: Sequence[Sequence[in
 
     `chunk` completions share one forward pass (right-padded: a causal model's earlier positions
     do not see the padding); it bounds the logits' memory on a large vocabulary."""
-    import torch
-
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     start = len(prompt_ids)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -449,8 +443,6 @@ def k3_sum(logps: Sequence[Sequence[float]], refs: Sequence[Sequence[float]]
            ) -> tuple[float, int]:
     """The k3 KL summed over every token of the completions (the policy's and the reference's
     per-token log-probabilities of the same tokens), and how many tokens."""
-    from rlvr.rewards.grpo_math import k3_kl
-
     return (sum(k3_kl(x, y) for a, b in zip(logps, refs) for x, y in zip(a, b)),
             sum(len(a) for a in logps))
 

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+from scipy.stats import bootstrap
+
 from rlvr.audit.slices import (POLICIES, SliceRule, _policy_stats, audit_verdict, pass_at_k,
                         regression_reasons, verdict_line)
 from rlvr.core.stats import seeds_and_prompts_ci
@@ -216,9 +219,6 @@ def recipe_difference(runs_x: Mapping[int, Sequence[Mapping]],
     >>> round(d["value"], 3), d["probability_of_improvement"], d["verdict"]
     (0.4, 1.0, 'better')
     """
-    import numpy as np
-    from scipy.stats import bootstrap
-
     def table(runs):
         aligned = _aligned(runs)
         return np.array([[r["final_reward"] - r["step0_reward"] for r in rs]

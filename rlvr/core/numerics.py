@@ -26,6 +26,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from ruamel.yaml import YAML
+
 # params.yaml `runtime`'s defaults (rlvr.params.config.RuntimeParams declares the fields with these):
 # here, because a stage pins from the raw file before anything heavier is imported.
 THREADS_DEFAULT = 2
@@ -85,8 +87,6 @@ def pin_from_params(path: str | Path = "params.yaml") -> dict[str, str] | None:
     """pin() with params.yaml's `runtime` section (defaults where it cannot be read); None, and
     nothing set, in a process that imported torch already (a test importing a stage module):
     its numerics are decided, and a stage records what it computed with (numerics_in_force)."""
-    from ruamel.yaml import YAML
-
     if "torch" in sys.modules:
         return None
     try:

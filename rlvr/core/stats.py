@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+import warnings
 
 from rlvr.core.metric_keys import FIRST_BATCH_KL, KL
 
@@ -77,8 +78,6 @@ def paired_ci(deltas: Sequence[float], confidence: float = 0.95, n_resamples: in
     >>> paired_ci([0.0] * 5), paired_ci([-1.0] * 9 + [0.0] * 7, n_resamples=2000)["ci_high"] < 0
     ({'value': 0.0, 'ci_low': 0.0, 'ci_high': 0.0}, True)
     """
-    import warnings
-
     import numpy as np
     from scipy.stats import bootstrap
 

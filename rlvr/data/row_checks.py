@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 import regex
+from regex import _regex_core as regex_core  # its parser: how many elements a pattern expands to
 
 from rlvr.data.rows import Line
 from rlvr.rewards.registry import VERIFIERS, score_correctness, verifier_problems
@@ -118,28 +119,26 @@ def regex_elements(pattern: str) -> int:
     >>> regex_elements("a{1000}"), regex_elements("(?:ab){1000}"), regex_elements("(a{100}){100}")
     (1001, 3001, 10201)
     """
-    from regex import _regex_core as core
-
     flags = 0
     while True:  # what regex.compile does with a global flag set mid-pattern, e.g. x(?i)y
-        source = core.Source(pattern)
-        info = core.Info(flags, source.char_type, {})
+        source = regex_core.Source(pattern)
+        info = regex_core.Info(flags, source.char_type, {})
         source.ignore_space = bool(info.flags & regex.VERBOSE)
         try:
-            parsed = core._parse_pattern(source, info)
+            parsed = regex_core._parse_pattern(source, info)
             break
-        except core._UnscopedFlagSet:
+        except regex_core._UnscopedFlagSet:
             flags = info.global_flags
 
     def elements(node: Any) -> int:
-        if isinstance(node, core.GreedyRepeat):  # and LazyRepeat, PossessiveRepeat
+        if isinstance(node, regex_core.GreedyRepeat):  # and LazyRepeat, PossessiveRepeat
             return max(node.min_count, 1) * elements(node.subpattern)
-        if isinstance(node, core.String):
+        if isinstance(node, regex_core.String):
             return len(node.characters)
         total = 1
         for value in vars(node).values():
             for child in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(child, core.RegexBase):
+                if isinstance(child, regex_core.RegexBase):
                     total += elements(child)
         return total
 

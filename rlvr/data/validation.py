@@ -25,12 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import great_expectations as gx
+from great_expectations.core.run_identifier import RunIdentifier
+from great_expectations.data_context.types.base import ProgressBarsConfig
 
 from rlvr.data.rows import MAX_LINE_BYTES, read_lines
 from rlvr.core.files import share_with_umask
 from rlvr.rewards.registry import VERIFIERS
 from rlvr.rewards.verifiers import COUNTDOWN_SEARCH_NODES
 from rlvr.data.row_checks import DETAIL_COLUMNS, MAX_TAGS, lines_frame, quoted, rows_frame, shown
+from rlvr.core.metric_keys import FORMAT_REWARD
+from rlvr.params.training_params import TINY_ALPHABET
+from rlvr.core.files import file_md5
 
 _RESULT_FORMAT = {"result_format": "COMPLETE",
                   "unexpected_index_column_names": ["line", "id", *DETAIL_COLUMNS]}
@@ -58,8 +64,6 @@ class FileReport:
 # --------------------------------------------------------------------------- the suite
 
 def line_rules() -> list[Rule]:
-    import great_expectations as gx
-
     E = gx.expectations
     return [Rule("line_text", "is not UTF-8 text",
                  E.ExpectColumnValuesToBeInSet(column="is_text", value_set=[True]),
@@ -76,8 +80,6 @@ def row_rules(expected_rows: int | None, max_prompt_chars: int,
               other_prompts: dict[str, set[str]]) -> list[Rule]:
     """The contract for one file's rows. `expected_rows` None: any non-zero count.
     `other_prompts`: the other splits' prompts by file; no prompt may be in two files."""
-    import great_expectations as gx
-
     E = gx.expectations
     rules = [
         Rule("row_count",
@@ -155,10 +157,6 @@ class _Runner:
     """One ephemeral GX context; each frame is validated by a checkpoint that updates Data Docs."""
 
     def __init__(self, docs_dir: Path | None, run_name: str) -> None:
-        import great_expectations as gx
-        from great_expectations.core.run_identifier import RunIdentifier
-        from great_expectations.data_context.types.base import ProgressBarsConfig
-
         self.gx = gx
         # Every page names the data it validated (the files' md5s, as dvc.lock records them);
         # the run time stays the real one.
@@ -223,9 +221,6 @@ def contract_options(params) -> dict:
     """The rules the run's own params add to the contract (validate_files' keywords): the format
     reward's pattern when the format reward is on, and the tiny tokenizer's alphabet when the
     policy is the tiny model (other policies' tokenizers are byte-level)."""
-    from rlvr.core.metric_keys import FORMAT_REWARD
-    from rlvr.params.training_params import TINY_ALPHABET
-
     rewards = params.rewards
     return {"format_pattern": rewards.format_pattern if FORMAT_REWARD in rewards.funcs else None,
             "alphabet": TINY_ALPHABET if params.model.init == "tiny" else None}
@@ -247,8 +242,6 @@ def validate_files(train_path: str, eval_path: str, train_rows: int, max_prompt_
     file (`data-<train md5>-[<val md5>-]<eval md5>`, 8 hex digits each) so it says which data it
     shows.
     """
-    from rlvr.core.files import file_md5
-
     paths = [train_path, *([val_path] if val_path else []), eval_path]
     # Read first: a file that cannot be read raises DataError (one line) before anything else.
     parsed = {path: read_lines(path) for path in paths}

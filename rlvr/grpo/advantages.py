@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from typing import Any
+from math import comb
 
 from rlvr.core.stats import finite_mean
 
@@ -81,8 +82,6 @@ def pass_at_k_advantages(correct: Sequence[bool], num_generations: int, k: int) 
     >>> pass_at_k_advantages([True, True, False, False], 4, k=4)  # pass@4 is 1 for any wrong 3
     [0.0, 0.0, 0.0, 0.0]
     """
-    from math import comb
-
     advantages = []
     for start in range(0, len(correct), num_generations):
         group = list(correct[start:start + num_generations])

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+from dvclive.plots import Metric
+from dvclive import Live
 
 from rlvr.params.training_params import BetaScheduleParams
 from rlvr.core.errors import PipelineError
@@ -161,8 +163,6 @@ class LiveCurvesCallback(TrainerCallback):
 
     def flush(self) -> None:
         """Write the waiting points: one append per key's TSV, then DVCLive's summary."""
-        from dvclive.plots import Metric
-
         if self.live is None or not self.pending:
             return
         rows: dict[str, list[tuple[int, Any]]] = {}
@@ -190,8 +190,6 @@ class LiveCurvesCallback(TrainerCallback):
         self.pending.clear()
 
     def on_train_begin(self, args, state, control, **kwargs):
-        from dvclive import Live
-
         if not state.is_world_process_zero:  # the main process alone writes the curves
             return
         self.live = Live(dir=str(self.live_dir), dvcyaml=None, save_dvc_exp=False, resume=False)

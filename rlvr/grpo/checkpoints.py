@@ -11,8 +11,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+import struct
+import zipfile
 
 from trl.trainer.utils import RepeatSampler
+import torch
 
 from rlvr.grpo.distributed import world_size
 
@@ -24,8 +27,6 @@ TORCH_STATE_FILES = ("optimizer.pt", "scheduler.pt")  # torch.save's zip format
 
 def _safetensors_problem(file: Path) -> str | None:
     """Why a safetensors file is unreadable: its header must parse and its size must match."""
-    import struct
-
     try:
         with open(file, "rb") as handle:
             (header_len,) = struct.unpack("<Q", handle.read(8))
@@ -58,8 +59,6 @@ def checkpoint_problem(folder: str | Path, extra_files: Sequence[str] = (),
     running-mean baseline) are there. Each rank writes its own RNG state, the main process
     trainer_state.json: a kill can leave one without the other.
     """
-    import zipfile
-
     folder = Path(folder)
     try:
         json.loads((folder / "trainer_state.json").read_text())
@@ -178,8 +177,6 @@ class EpochReplaySampler(RepeatSampler):
         pass_index = self._next_pass if self.epoch is None else self.epoch
         self._next_pass = pass_index + 1
         if self.shuffle and self.seed is not None:
-            import torch
-
             self.generator.manual_seed(self.seed)
             for _ in range(pass_index):
                 torch.randperm(self.num_samples, generator=self.generator)

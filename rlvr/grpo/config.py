@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trl import GRPOConfig
+from peft import LoraConfig
 
 from rlvr.params.config import ParamsError
 from rlvr.params.training_params import GRPOParams, ModelParams, TrainParams
@@ -194,7 +195,6 @@ def peft_config(model: ModelParams):
     """A LoraConfig when model.lora.enabled, else None (full fine-tuning)."""
     if not model.lora.enabled:
         return None
-    from peft import LoraConfig
 
     lora = model.lora
     return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,

@@ -26,6 +26,11 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlvr.core.errors import PipelineError
+import importlib.util
+import logging
+import ctypes
+
 ACCELERATE_CONFIGS = Path("configs/accelerate")
 FAILURES_ENV = "RLVR_FAILURES_DIR"  # set by the launcher: where ranks report expected failures
 
@@ -92,12 +97,7 @@ def launch(stage: str, module: str, processes: int, *, use_cpu: bool, config_nam
     An expected failure in a rank comes back as its one-line message, printed once; a bug still
     shows the rank's traceback (the rank prints it), never torchrun's own.
     """
-    import importlib.util
-    import logging
-
     from accelerate.commands.launch import launch_command, launch_command_parser
-
-    from rlvr.core.errors import PipelineError
 
     if config_name.startswith("deepspeed") and importlib.util.find_spec("deepspeed") is None:
         raise PipelineError(f"train.accelerate_config = '{config_name}' needs the deepspeed "
@@ -149,7 +149,6 @@ def die_with_launcher() -> None:
     so a SIGKILL of the launcher's process group would otherwise leave them training."""
     if not launched() or not sys.platform.startswith("linux"):
         return
-    import ctypes
 
     launcher = os.getppid()
     pr_set_pdeathsig = 1

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import torch
+
 
 def local_group_spread(values, local_size: int, num_generations: int, rank: int) -> list[bool]:
     """For each group of this rank's `local_size` completions (groups of `num_generations`,
@@ -20,8 +22,6 @@ def local_group_spread(values, local_size: int, num_generations: int, rank: int)
     >>> local_group_spread(values, 4, 2, rank=0), local_group_spread(values, 4, 2, rank=1)
     ([False, True], [False, False])
     """
-    import torch
-
     mine = values[rank * local_size:(rank + 1) * local_size].view(-1, num_generations)
     finite = torch.isfinite(mine)
     high = torch.where(finite, mine, torch.full_like(mine, -math.inf)).max(dim=1).values
@@ -37,8 +37,6 @@ def loss_mask(output: dict):
 
 def select_groups(output: dict, groups: Sequence[int], num_generations: int) -> dict:
     """The scored batch `output` (TRL's dict of per-completion tensors) cut down to `groups`."""
-    import torch
-
     rows = torch.tensor([g * num_generations + j for g in groups for j in range(num_generations)])
     size = len(output["advantages"])
     return {key: value.index_select(0, rows.to(value.device))
@@ -50,8 +48,6 @@ def merge_groups(parts: Sequence[dict], pad_token_id: int) -> dict:
     """Scored batches concatenated: per-token tensors padded to the widest, prompts on the left
     (as TRL pads them), completions and their per-token values on the right; pad ids for the
     token ids, 0 elsewhere. num_items_in_batch is left to the caller (it must be recounted)."""
-    import torch
-
     merged = {}
     for key, first in parts[0].items():
         if not hasattr(first, "dim") or first.dim() == 0:

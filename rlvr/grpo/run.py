@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from transformers import ProgressCallback, TrainerCallback
+from transformers import EarlyStoppingCallback, set_seed
 
 from rlvr.params.training_params import ModelParams
 from rlvr.core.console import use_console_progress
@@ -18,6 +19,8 @@ from rlvr.grpo.config import PipelineGRPOConfig, grpo_config, peft_config
 from rlvr.grpo.trainer import PipelineGRPOTrainer
 from rlvr.grpo.validation import Validation
 from rlvr.rewards.registry import RewardFunction
+from rlvr.data.rows import to_hf_dataset
+from rlvr.rewards.registry import build_reward_funcs
 
 
 def build_trainer(policy: str, train_dataset, reward_funcs: Sequence[RewardFunction],
@@ -50,11 +53,6 @@ def run_grpo(params, rows, policy: str, output_dir: str | Path, max_steps: int,
     every eval_steps steps; train.select and train.patience then pick the final weights and stop.
     dynamic_sampling: run train.dynamic_sampling as params set it (the train stage; the smoke
     run samples each batch once)."""
-    from transformers import EarlyStoppingCallback, set_seed
-
-    from rlvr.data.rows import to_hf_dataset
-    from rlvr.rewards.registry import build_reward_funcs
-
     set_seed(params.seed)
     train = params.train
     # with validation (the caller's), every param it needs, whatever their values: the reads

@@ -41,10 +41,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+import random
 
 from transformers import Trainer
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
+import torch
+from trl.models.utils import disable_gradient_checkpointing
+from transformers.trainer import TRAINING_ARGS_NAME
 
 from rlvr.grpo.advantages import (RunningMeanBaseline, group_checks, pass_at_k_advantages,
                                    unlikeliness_penalties, weight_positive)
@@ -134,16 +138,12 @@ class PipelineGRPOTrainer(GRPOTrainer):
     def _correct(self) -> list[bool]:
         """Whether each completion of the last scored batch, over all ranks, is correct: its
         correctness reward is 1 (check_params makes the remedies that ask need that reward)."""
-        import torch
-
         column = self._last_rewards_per_func[:, self.reward_func_names.index(CORRECTNESS_REWARD)]
         return (torch.nan_to_num(column, nan=0.0) >= 1.0 - 1e-6).tolist()
 
     def _reward_totals(self):
         """The weighted reward of every completion of the last scored batch, over all ranks
         (TRL gathers them); NaN where every reward function returned None."""
-        import torch
-
         per_func = self._last_rewards_per_func
         weights = self.reward_weights.to(per_func.device).unsqueeze(0)
         totals = (per_func * weights).nansum(dim=1)
@@ -162,8 +162,6 @@ class PipelineGRPOTrainer(GRPOTrainer):
         several processes every rank runs the same number of rounds (generation gathers the
         rewards across ranks): the loop stops when no rank is short; then every rank keeps as
         many groups as the one that kept fewest."""
-        import torch
-
         G = self.num_generations
         needed = len(inputs) // G
         parts, kept, generated, batch, first = [], 0, 0, inputs, None
@@ -235,8 +233,6 @@ class PipelineGRPOTrainer(GRPOTrainer):
         computed anew, and each token's KL is weighted by the importance ratio of the current to
         the sampling policy, as TRL weights its own (use_bias_correction_kl, its default): the
         estimate of the current policy's KL from another policy's samples."""
-        import torch
-
         ref = output.get("ref_per_token_logps")
         if ref is None:
             return None
@@ -258,9 +254,6 @@ class PipelineGRPOTrainer(GRPOTrainer):
         without gradients, in the model's train mode as TRL's own; torch's RNG state is restored
         after it (dropout, e.g. LoRA's, would draw), so training samples the same rollouts with or
         without it."""
-        import torch
-        from trl.models.utils import disable_gradient_checkpointing
-
         logps = None if fresh else output.get("old_per_token_logps")
         if logps is not None:
             return logps
@@ -287,8 +280,6 @@ class PipelineGRPOTrainer(GRPOTrainer):
     def _more_prompts(self, count: int, round_: int) -> list[dict]:
         """`count` training rows, each repeated G times, drawn by a generator seeded by the seed,
         the step, the rank and the round: the same rows after a resume, with no state to save."""
-        import random
-
         rng = random.Random(f"{self.args.seed}-{self.state.global_step}-"
                             f"{self.accelerator.process_index}-{round_}")
         rows = rng.sample(range(len(self.train_dataset)), min(count, len(self.train_dataset)))
@@ -299,8 +290,6 @@ class PipelineGRPOTrainer(GRPOTrainer):
         running-mean ablation, pass@k advantages, the unlikeliness reward; then the positive
         ones weighted (train.positive_weight). The group checks see the advantages before that
         weighting, which alone leaves a group's mean below 0 by design."""
-        import torch
-
         output = super()._generate_and_score_completions(inputs)
         advantages = None  # every rank's, in rank order
         # what the advantages are computed from, every rank's: a group where it is all equal
@@ -350,9 +339,6 @@ class PipelineGRPOTrainer(GRPOTrainer):
         # training_args.bin as TRL's own GRPOConfig: a saved folder (models/trained, a checkpoint)
         # loads where rlvr is not installed, and holds the bytes a plain GRPOTrainer writes.
         if self.args.should_save:
-            import torch
-            from transformers.trainer import TRAINING_ARGS_NAME
-
             folder = Path(output_dir if output_dir is not None else self.args.output_dir)
             torch.save(as_trl_config(self.args), folder / TRAINING_ARGS_NAME)
 

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict, model_validator
 from ruamel.yaml import YAML
+import regex  # the package the format reward matches with (rlvr.rewards.verifiers)
+from ruamel.yaml import YAMLError
 
 from rlvr.core.errors import ParamsError
 from rlvr.core.metric_keys import CORRECTNESS_REWARD
@@ -34,8 +36,6 @@ _EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 def _compiles(pattern: str) -> bool:
-    import regex  # the package the format reward matches with (rlvr.rewards.verifiers)
-
     try:
         regex.compile(pattern)
     except regex.error:
@@ -444,8 +444,6 @@ def _require_param_key(key: str, where: str) -> None:
 
 def read_params_file(path: str | Path = PARAMS_FILE) -> dict:
     """params.yaml as a mapping, or ParamsError naming the file and what is wrong with it."""
-    from ruamel.yaml import YAMLError
-
     try:
         with open(path, encoding="utf-8") as handle:
             raw = YAML(typ="safe").load(handle)

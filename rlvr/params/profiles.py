@@ -19,6 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ruamel.yaml import YAML
+from dvc.exceptions import InvalidArgumentError
+from dvc.utils.hydra import apply_overrides as dvc_apply_overrides
+
 from rlvr.params.config import PARAMS_FILE, Params, ParamsError, load_params
 from rlvr.core.files import share_with_umask
 
@@ -34,8 +38,6 @@ def profile_path(name: str | Path) -> Path:
 def read_profile(name: str | Path) -> list[str]:
     """The profile's overrides, in order; ParamsError naming the file if it is not a list of
     `key=value` strings."""
-    from ruamel.yaml import YAML
-
     path = profile_path(name)
     try:
         overrides = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
@@ -51,9 +53,6 @@ def apply_overrides(path: str | Path, overrides: list[str], where: str) -> Param
     """Apply `-S` overrides to the params file at `path` in place with DVC's own code (what `dvc
     exp run -S` runs) and return the checked params; ParamsError starting with `where` if DVC or
     a params rule rejects them."""
-    from dvc.exceptions import InvalidArgumentError
-    from dvc.utils.hydra import apply_overrides as dvc_apply_overrides
-
     try:
         dvc_apply_overrides(path, overrides)
     except InvalidArgumentError as error:

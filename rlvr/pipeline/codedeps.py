@@ -15,6 +15,11 @@ import ast
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from rlvr.params.config import load_params
+
+from dvc.dependency.param import ParamsDependency
+from dvc.repo import Repo
+
 # Files every stage depends on besides code: the pinned library versions and the package and
 # pytest configuration (a changed pin changes what the library code does).
 ENVIRONMENT_FILES = ("requirements.lock", "pyproject.toml")
@@ -147,9 +152,6 @@ def unneeded(root: str | Path, deps: dict[str, list[str]],
 def dvc_stage_deps(root: str | Path = ".") -> dict[str, list[str]]:
     """Each stage's deps as DVC resolves them (params.yaml interpolated); a per-seed stage
     (train@0, train@1, ...: one definition) under its name, as its first seed resolves it."""
-    from dvc.dependency.param import ParamsDependency
-    from dvc.repo import Repo
-
     found: dict[str, list[str]] = {}
     with Repo(str(root)) as repo:
         for stage in repo.index.stages:
@@ -160,8 +162,6 @@ def dvc_stage_deps(root: str | Path = ".") -> dict[str, list[str]]:
 
 
 def main() -> int:
-    from rlvr.params.config import load_params
-
     deps, gate_tests = dvc_stage_deps("."), load_params().gate.tests
     missing, extra = uncovered(".", deps, gate_tests), unneeded(".", deps, gate_tests)
     for stage, files in missing.items():

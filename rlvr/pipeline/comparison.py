@@ -19,6 +19,10 @@ from rlvr.params.config import PathsParams, load_params
 from rlvr.report.metrics import eval_metrics, train_metrics
 from rlvr.audit.recipe import SeedsDisagree, recipe_difference
 from rlvr.core.seeds import seed_paths
+from rlvr.pipeline.orchestration import run_dvc
+from rlvr.report.render import md_escape, md_image, md_table, to_html
+from rlvr.core.files import write_text_atomic
+from rlvr.report.plots import plot_settings
 
 
 # Where each run's results live (params.yaml `paths`; the defaults, unless compare is given others).
@@ -110,8 +114,6 @@ def failed_experiments(rows: Sequence[dict]) -> list[str]:
 
 def exp_show(cwd: str | Path = ".", revs: Sequence[str] = ()) -> list[dict]:
     """`dvc exp show --json`: the experiments of HEAD, or of each commit of `revs`."""
-    from rlvr.pipeline.orchestration import run_dvc
-
     rows = []
     for rev in revs or [None]:
         run = run_dvc(cwd, "exp", "show", "--json", *(["--rev", rev] if rev else []))
@@ -174,8 +176,6 @@ def stage_seconds(log: str) -> dict[str, float]:
 
 def queue_log(name: str, cwd: str | Path = ".") -> str:
     """What a queued experiment printed (`dvc queue logs`; empty once the queue forgot it)."""
-    from rlvr.pipeline.orchestration import run_dvc
-
     run = run_dvc(cwd, "queue", "logs", name)
     return run.stdout if run.returncode == 0 else ""
 
@@ -343,15 +343,11 @@ def recipe_rows(experiments: Sequence[Experiment], over: str = "seed"
 
 
 def _section(title: str, text: str, header: list[str], rows: list[list[Any]]) -> list[str]:
-    from rlvr.report.render import md_table
-
     return ["", f"## {title}", "", text, "", *md_table(header, rows)]
 
 
 def comparison_markdown(experiments: Sequence[Experiment], image: str,
                         failed: Sequence[str] = ()) -> str:
-    from rlvr.report.render import md_escape, md_image, md_table
-
     header, rows = comparison_rows(experiments)
     lines = ["# Experiments", "",
              f"{len(experiments)} runs: the baseline commit(s) and their DVC experiments "
@@ -411,10 +407,6 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", revs: Sequen
     """Write reports/experiments.md, .html and the settings' curves of the experiments of HEAD
     (or of the commits `revs`, e.g. a grid run over several commits); return the
     experiments."""
-    from rlvr.core.files import write_text_atomic
-    from rlvr.report.plots import plot_settings
-    from rlvr.report.render import to_html
-
     paths = load_params(Path(cwd) / "params.yaml").paths
     shown = exp_show(cwd, revs)
     experiments = parse_exp_show(shown, paths)

@@ -10,10 +10,16 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+import math
+import itertools
+import shutil
+import tempfile
+import time
 
 from rlvr.params.config import (GRID_SETTINGS, PARAMS_FILE, OrchestrationParams, Params,
                                 ParamsError, load_params)
 from rlvr.params.profiles import apply_overrides
+from rlvr.pipeline.orchestration import tool_env
 
 
 def override_value(value: Any) -> str:
@@ -75,8 +81,6 @@ def grid_runs(grid: dict) -> int:
     >>> grid_runs({"seed": [0, 1, 2, 3], "settings": {"a": [], "b": ["seed=1"]}})
     8
     """
-    import math
-
     return len(grid_settings(grid)) * math.prod(len(values) for key, values in grid.items()
                                                 if key != GRID_SETTINGS)
 
@@ -102,8 +106,6 @@ def experiment_runs(orchestration: OrchestrationParams, grid: str | None = None
 
 
 def _grid_runs(name: str, grid: dict) -> list[tuple[str, list[str]]]:
-    import itertools
-
     lists = {key: values for key, values in grid.items() if key != GRID_SETTINGS}
     return [(f"orchestration.grids.{name}" + (f".settings.{setting}" if setting else ""),
              [*overrides,
@@ -130,9 +132,6 @@ def _applied(path: str | Path, runs: list[tuple[str, list[str]]]
              ) -> Iterator[tuple[str, list[str], Params, Path]]:
     """Each run's overrides applied to a fresh copy of `path` (the copy is reused: read it
     before the next)."""
-    import shutil
-    import tempfile
-
     with tempfile.TemporaryDirectory() as scratch:
         for where, overrides in runs:
             copy = Path(scratch) / "params.yaml"
@@ -184,11 +183,6 @@ def run_queue_to_end(root: str | Path, jobs: int, env: dict[str, str] | None = N
     idle workers down; if the command still has not ended `grace` seconds later, it is
     terminated (its runs are already recorded: the workers commit them). Guarded by
     tests/test_experiments.py (a fake dvc whose run never ends by itself)."""
-    import tempfile
-    import time
-
-    from rlvr.pipeline.orchestration import tool_env
-
     environment = {**tool_env(), **(env or {})}
 
     def dvc_run(*args: str) -> subprocess.CompletedProcess:

@@ -24,9 +24,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ruamel.yaml import YAML
+
 from rlvr.params.config import PathsParams
 from rlvr.core.errors import PipelineError
 from rlvr.core.seeds import seed_paths
+from rlvr.params.config import data_files, load_params, test_file_reader
+from rlvr.report.provenance import data_and_model_hashes, git_state, read_lock
+from rlvr.report.model_card import CARD_FILE, card_body
 
 
 class StageFailed(PipelineError):
@@ -48,8 +53,6 @@ class Artifact:
 
 
 def _dvc_yaml_stages(dvc_yaml: str | Path) -> dict:
-    from ruamel.yaml import YAML
-
     return (YAML(typ="safe").load(Path(dvc_yaml).read_text()) or {})["stages"]
 
 
@@ -74,8 +77,6 @@ def _tail(text: str, lines: int = 25) -> str:
 
 
 def _paths(root: Path) -> PathsParams:
-    from rlvr.params.config import load_params
-
     return load_params(root / "params.yaml").paths
 
 
@@ -375,9 +376,6 @@ def run_summary(result: dict) -> str:
 def provenance_line(root: Path) -> str:
     """git commit, the md5s of the data files and the models (each from the stage that wrote it
     in dvc.lock) and the stage wall times, for artifact descriptions."""
-    from rlvr.params.config import data_files, load_params, test_file_reader
-    from rlvr.report.provenance import data_and_model_hashes, git_state, read_lock
-
     params = load_params(root / "params.yaml")
     paths = params.paths
     trained = [seed_paths(paths, seed).trained_model for seed in params.audit.seeds]
@@ -425,8 +423,6 @@ def _smoke_artifacts(root: Path, where: str) -> list[Artifact]:
 
 
 def _seeds(root: Path) -> list[int]:
-    from rlvr.params.config import load_params
-
     return load_params(root / "params.yaml").audit.seeds
 
 
@@ -502,8 +498,6 @@ def _report_artifacts(root: Path, where: str) -> list[Artifact]:
 
 
 def _publish_artifacts(root: Path, where: str) -> list[Artifact]:
-    from rlvr.report.model_card import CARD_FILE, card_body
-
     final = _paths(root).final_model
     card = root / final / CARD_FILE
     text = (card_body(card.read_text()) if card.exists() else

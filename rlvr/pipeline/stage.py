@@ -26,12 +26,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from ruamel.yaml import YAML
+
 from rlvr.params.config import Params, load_params
 from rlvr.core.files import write_json
 from rlvr.core.errors import PipelineError
 from rlvr.core.faults import Stopped, disk_full_line, full_disk_folder, stop_on_sigterm
 from rlvr.core import timing
 from rlvr.pipeline.gate import require_gate
+from rlvr.grpo import distributed
+from rlvr.rewards.registry import check_reward_names
 
 DVC_YAML = Path("dvc.yaml")
 WHOLE_FILE = ""  # a stage that declares all of params.yaml
@@ -86,8 +90,6 @@ def declared_params(stage: str, dvc_yaml: str | Path = DVC_YAML) -> set[str]:
 
     WHOLE_FILE ("") in the set means all of params.yaml.
     """
-    from ruamel.yaml import YAML
-
     spec = (YAML(typ="safe").load(Path(dvc_yaml).read_text()) or {})["stages"][stage]
     if "foreach" in spec:  # one stage per seed (train@0, ...): their shared definition
         spec = spec["do"]
@@ -216,9 +218,6 @@ def run_stage(name: str, main: Callable[[Params | ParamsView], int], gated: bool
     train.processes above 1 runs `main` in that many ranks under accelerate (rlvr.grpo.distributed).
     A seeded stage (train, evaluate: one per `audit.seeds`) takes its RL seed as its argument and
     sees it as `params.seed`."""
-    from rlvr.grpo import distributed
-    from rlvr.rewards.registry import check_reward_names
-
     started = time.perf_counter()
     timing.PARTS.clear()
     quiet_library_noise()

@@ -34,6 +34,7 @@ from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 from rlvr.audit.smoke import failed_lines, smoke_checks
 from rlvr.core.stats import drift_kl, finite_mean, kl_source
 from rlvr.core.timing import record_timing
+from rlvr.report.plots import plot_curves
 
 LIBRARY_DIR = Path(__file__).resolve().parents[1]  # rlvr/: all of the library's code
 # The libraries whose versions a training run's fingerprint covers.
@@ -190,8 +191,6 @@ def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None
     """The full run: resume from a checkpoint of this very run if there is one, train, then
     write the final model, the history, the curves; return the metrics and the lines to print
     (None on a rank other than the main one, which alone writes)."""
-    from rlvr.report.plots import plot_curves
-
     require_smoke(paths.smoke_checks)
     rows = read_rows(params.data.train_path)
     val_path = params.data.val_path  # read whatever eval_steps says: a stage's reads never

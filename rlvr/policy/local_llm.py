@@ -17,7 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+import torch
+
 from rlvr.params.training_params import LocalLLMParams
+from rlvr.rewards.verifiers import (ANSWER_CLOSE, ANSWER_OPEN, CountdownSearchExceeded,
+                                    countdown_solution)
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 # Appended after the learned vocabulary, in Qwen's order.
@@ -45,9 +51,6 @@ def answer_texts(verifier: dict) -> list[str]:
     >>> answer_texts({"type": "regex", "pattern": "^a+$"})
     []
     """
-    from rlvr.rewards.verifiers import (ANSWER_CLOSE, ANSWER_OPEN, CountdownSearchExceeded,
-                                        countdown_solution)
-
     kind = verifier.get("type")
     answer = None
     if kind in ("exact_match", "math"):
@@ -89,9 +92,6 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int):
     >>> tok.eos_token, tok.pad_token, len(tok) <= 300
     ('<|im_end|>', '<|endoftext|>', True)
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
@@ -113,9 +113,6 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int):
 def build_local_llm_model(tokenizer, size: LocalLLMParams, seed: int = 0):
     """A randomly initialised Qwen3ForCausalLM with `size`'s shape (tied embeddings, as Qwen3's
     small models), padded to size.vocab_size rows, deterministic in `seed`."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     if len(tokenizer) > size.vocab_size:
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, more than the model's "
                          f"vocab_size {size.vocab_size}")

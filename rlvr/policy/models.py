@@ -9,10 +9,17 @@ fixed alphabet, its weights from a seeded random init.
 from __future__ import annotations
 
 from pathlib import Path
+import random
+import json
+import shutil
+import tempfile
+import time
 
 from rlvr.params.config import ParamsError
 from rlvr.params.training_params import TINY_ALPHABET, TinyModelParams
 from rlvr.core.files import share_with_umask
+from rlvr.data.tasks.countdown import well_formed_expressions
+from rlvr.core.console import use_console_progress
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
@@ -115,10 +122,6 @@ def warm_start_examples(rows, seed: int, per_row: int = 32) -> list[dict]:
     >>> [(e["prompt"], e["completion"]) for e in warm_start_examples(rows, 0, per_row=2)]
     [('1 + 1 = ', '6'), ('1 + 1 = ', '6'), ('2 + 2 = ', '2'), ('2 + 2 = ', '6'), ('3 + 3 = ', '4'), ('3 + 3 = ', '4')]
     """
-    import random
-
-    from rlvr.data.tasks.countdown import well_formed_expressions
-
     rng = random.Random(seed)
     targets = [str(row.verifier["target"]) for row in rows
                if row.verifier.get("type") in TARGET_ANSWERS]
@@ -147,8 +150,6 @@ def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rat
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
-
-    from rlvr.core.console import use_console_progress
 
     examples = warm_start_examples(rows, seed)
     if not examples:
@@ -214,11 +215,6 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
     pipeline takes as it is). pretrained: record where the model lives (source.json) instead of
     copying gigabytes; `policy_path(out_dir)` resolves it for the later stages.
     """
-    import json
-    import shutil
-    import tempfile
-    import time
-
     out_dir = Path(out_dir)
     started = time.perf_counter()
     staging = Path(tempfile.mkdtemp(prefix="base.", dir=out_dir.parent if out_dir.parent.exists()
@@ -261,8 +257,6 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
 
 def policy_path(base_dir: str | Path) -> str:
     """What from_pretrained should load for a base written by prepare_base."""
-    import json
-
     source = Path(base_dir) / SOURCE_FILE
     if source.exists():
         return json.loads(source.read_text())["name_or_path"]

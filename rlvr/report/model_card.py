@@ -23,6 +23,9 @@ from rlvr.core.errors import PipelineError
 from rlvr.report.provenance import (UNKNOWN_COMMIT, library_versions, provenance, read_lock,
                              sources_state)
 from rlvr.report.render import md_code, md_escape, md_table
+from rlvr.params.config import data_files, test_file_reader
+from rlvr.report.metrics import eval_metrics
+from rlvr.core.seeds import seed_paths
 
 CARD_FILE = "README.md"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -270,10 +273,6 @@ def run_card(params) -> tuple[str, str]:
     """The published seed's folder and the card of the run params.yaml describes, from what its
     stages wrote: the recipe (which seed, its figures), that seed's trained folder and
     evaluation, and dvc.lock (md5s, code digests, the commit)."""
-    from rlvr.params.config import data_files, test_file_reader
-    from rlvr.report.metrics import eval_metrics
-    from rlvr.core.seeds import seed_paths
-
     paths, model = params.paths, params.model
     recipe = json.loads(Path(paths.recipe_summary).read_text())
     if "published_seed" not in recipe:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display: chosen before pyplot loads
+import matplotlib.pyplot as plt  # noqa: E402
+
 from rlvr.core.metric_keys import (BETA, COMPLETION_LENGTH, CORRECTNESS, ENTROPY, FIRST_BATCH_KL,
                                    FORMAT, GRAD_NORM, GREEDY_SUCCESS, KEPT_SHARE, KL, LENGTH, LOSS,
                                    MEAN_REWARD, NO_SPREAD_SHARE, PASS_AT_PREFIX, REWARD,
@@ -30,11 +35,6 @@ SAMPLED_KL_PANELS = [("KL to reference (k3), each step's first batch", [FIRST_BA
 
 def pyplot():
     """matplotlib.pyplot on the file-only Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
     return plt
 
 

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 
+from ruamel.yaml import YAML
+
 from rlvr.core.files import file_md5
 from rlvr.core.numerics import describe
 
@@ -38,8 +40,6 @@ def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str]:
 
 def read_lock(lock_path: str | Path = "dvc.lock") -> dict[str, dict]:
     """The stages recorded in dvc.lock ({} when there is none yet)."""
-    from ruamel.yaml import YAML
-
     lock = Path(lock_path)
     if not lock.exists():
         return {}

@@ -16,6 +16,9 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import markdown
+from markdown.treeprocessors import Treeprocessor
+
 # What python-markdown reads as markup inside a line: code, emphasis, links/images, escapes,
 # table pipes (html's &, <, > become entities: raw HTML, autolinks and entities)
 _INLINE_SPECIAL = re.compile(r"([\\`*_\[\]|])")
@@ -116,9 +119,6 @@ def to_html(markdown_text: str, base_dir: str | Path, *,
     mapping gives them as its values): only those are read and inlined, any other image becomes
     its alt text and no file is read.
     """
-    import markdown
-    from markdown.treeprocessors import Treeprocessor
-
     base = Path(base_dir).resolve()
     own = set(images.values() if isinstance(images, Mapping) else images)
 

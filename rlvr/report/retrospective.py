@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
 from rlvr.audit.diagnosis import prompt_audit
 from rlvr.core.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS
 from rlvr.report.render import Md, md_code, md_escape, md_image, md_table, md_value
@@ -455,9 +458,6 @@ def _help_text(params_obj: Any, dotted: str) -> str:
 def hyperparameter_table(params_path: str | Path, params_obj: Any) -> list[tuple[str, Any, str]]:
     """(name, value, why) for every reported knob: the why is the comment next to it in
     params.yaml, or the field's help string in rlvr/params/config.py when there is none."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.comments import CommentedMap
-
     root = YAML().load(Path(params_path).read_text())
     rows: list[tuple[str, Any, str]] = []
 

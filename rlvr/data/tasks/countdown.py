@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from fractions import Fraction
 
 from rlvr.rewards.verifiers import countdown_solution
 
@@ -49,8 +50,6 @@ def solving_operators(numbers: list[int], target: int, ops: tuple[str, ...] = OP
     >>> sorted(solving_operators([7, 3], 4)), sorted(solving_operators([8, 2], 4, ("+", "/")))
     (['-'], ['/'])
     """
-    from fractions import Fraction
-
     found: set[str] = set()
     goal = Fraction(target)
 
