@@ -22,8 +22,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).parent / "samples" / "word_problems.jsonl")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "samples" / "word_problems.jsonl"
+    )
     args = parser.parse_args()
     write_jsonl(args.out, word_problems(args.rows, args.seed))
     print(f"make_word_problems: {args.rows} rows -> {args.out}")

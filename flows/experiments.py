@@ -19,17 +19,29 @@ from __future__ import annotations
 from contextlib import ExitStack
 from pathlib import Path
 
-from flows import ROOT, drain_prefect  # first: it sets PREFECT_HOME before prefect is imported
 from prefect import flow, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HOME)
+from rlvr.core.errors import PipelineError
 from rlvr.params.config import ParamsError, load_params
 from rlvr.pipeline.comparison import compare, comparison_rows
-from rlvr.pipeline.experiments import (check_queued_runs, grid_commands, grid_runs,
-                              queue_commands, queued_runs, run_queue_to_end)
-from rlvr.core.errors import PipelineError
-from rlvr.pipeline.orchestration import StageFailed, failed, provenance_line, run_dvc, workspace_lock
+from rlvr.pipeline.experiments import (
+    check_queued_runs,
+    grid_commands,
+    grid_runs,
+    queue_commands,
+    queued_runs,
+    run_queue_to_end,
+)
+from rlvr.pipeline.orchestration import (
+    StageFailed,
+    failed,
+    provenance_line,
+    run_dvc,
+    workspace_lock,
+)
 
 
 def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:
@@ -43,8 +55,10 @@ def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:
 def queue_experiments(root: str, grid: str | None = None) -> int:
     orchestration = load_params(Path(root) / "params.yaml").orchestration
     if grid is not None and grid not in orchestration.grids:
-        raise StageFailed(f"--grid {grid}: params.yaml orchestration.grids has no such grid "
-                          f"(it has: {', '.join(orchestration.grids) or 'none'})")
+        raise StageFailed(
+            f"--grid {grid}: params.yaml orchestration.grids has no such grid "
+            f"(it has: {', '.join(orchestration.grids) or 'none'})"
+        )
     try:  # what each run's own check_params will check, before anything is queued
         check_queued_runs(Path(root) / "params.yaml", grid)
     except ParamsError as error:
@@ -70,10 +84,14 @@ def run_queue(root: str) -> str:
 @task(cache_policy=NO_CACHE)
 def publish_comparison(root: str) -> list[list]:
     header, rows = comparison_rows(compare(root))
-    table = [dict(zip(header, [f"{v:.4f}" if isinstance(v, float) else v for v in row]))
-             for row in rows]
-    create_table_artifact(table=table, key="experiments-comparison",
-                          description=f"Ablations and beta sweep. {provenance_line(Path(root))}")
+    table = [
+        dict(zip(header, [f"{v:.4f}" if isinstance(v, float) else v for v in row])) for row in rows
+    ]
+    create_table_artifact(
+        table=table,
+        key="experiments-comparison",
+        description=f"Ablations and beta sweep. {provenance_line(Path(root))}",
+    )
     return rows
 
 

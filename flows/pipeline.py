@@ -23,17 +23,31 @@ from __future__ import annotations
 from contextlib import ExitStack
 from pathlib import Path
 
-from flows import ROOT, drain_prefect  # first: it sets PREFECT_HOME before prefect is imported
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from rlvr.params.config import ParamsError, load_params
+from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HOME)
 from rlvr.core.errors import PipelineError
-from rlvr.pipeline.orchestration import (ARTIFACT_BUILDERS, RECIPE_STAGE, StageFailed, audit_verdict,
-                                dvc_stages, failed, publish_stage_artifacts,
-                                quiet_returned_failures, readable, recipe_alone, repro_stage,
-                                run_summary, seeded_stages, stage_failure, stale_stages,
-                                stages_to_run, workspace_lock)
+from rlvr.params.config import ParamsError, load_params
+from rlvr.pipeline.orchestration import (
+    ARTIFACT_BUILDERS,
+    RECIPE_STAGE,
+    StageFailed,
+    audit_verdict,
+    dvc_stages,
+    failed,
+    publish_stage_artifacts,
+    quiet_returned_failures,
+    readable,
+    recipe_alone,
+    repro_stage,
+    run_summary,
+    seeded_stages,
+    stage_failure,
+    stages_to_run,
+    stale_stages,
+    workspace_lock,
+)
 
 quiet_returned_failures()
 
@@ -97,7 +111,8 @@ def _run_stages(root: str, stages: list[str] | None):
         # params.yaml, fails on the same value and says why in its own line. (Run outside the
         # `except`: Prefect would log the ParamsError's traceback as the task's.)
         state = stage_task.with_options(name="dvc-repro-check_params")(
-            "check_params", root, return_state=True)
+            "check_params", root, return_state=True
+        )
         if state.is_completed():  # it passed what the flow could not read: say what that was
             return failed(unreadable)
         return stage_failure("check_params", state)
@@ -114,9 +129,11 @@ def _run_stages(root: str, stages: list[str] | None):
         if stage in to_run:
             retried = stage in params.retried_stages
             run = stage_task.with_options(
-                name=f"dvc-repro-{stage}", retries=params.retries if retried else 0,
+                name=f"dvc-repro-{stage}",
+                retries=params.retries if retried else 0,
                 retry_delay_seconds=params.retry_delay_seconds,
-                timeout_seconds=params.timeouts.get(stage, params.default_timeout))
+                timeout_seconds=params.timeouts.get(stage, params.default_timeout),
+            )
             state = run(stage, root, stage in seeded, return_state=True)
             if not state.is_completed():
                 ended = stage_failure(stage, state)
@@ -126,8 +143,11 @@ def _run_stages(root: str, stages: list[str] | None):
                 continue
         else:
             get_run_logger().info("%s: up to date (dvc status), not rerun", stage)
-        published[stage] = (artifact_task.with_options(name=f"artifacts-{stage}")(stage, root)
-                            if stage in ARTIFACT_BUILDERS else [])
+        published[stage] = (
+            artifact_task.with_options(name=f"artifacts-{stage}")(stage, root)
+            if stage in ARTIFACT_BUILDERS
+            else []
+        )
     if lost:
         return _seeds_that_ran(root, order, *lost)
     return {"artifacts": published, "verdict": audit_verdict(root)}
@@ -139,7 +159,8 @@ def _seeds_that_ran(root: str, order: list[str], stage: str, ended):
     if RECIPE_STAGE not in order:
         return ended
     said = recipe_task.with_options(name=f"{RECIPE_STAGE}-of-the-seeds-that-ran")(
-        root, return_state=True)
+        root, return_state=True
+    )
     if not said.is_completed():
         return stage_failure(RECIPE_STAGE, said)
     artifact_task.with_options(name=f"artifacts-{RECIPE_STAGE}")(RECIPE_STAGE, root)

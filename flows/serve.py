@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ruamel.yaml import YAML
 from prefect.client.schemas.objects import ConcurrencyLimitConfig
 from prefect.schedules import Cron
+from ruamel.yaml import YAML
 
 from flows.pipeline import ROOT, pipeline
 
@@ -24,17 +24,23 @@ def nightly_schedule(prefect_yaml: Path = ROOT / "prefect.yaml") -> dict:
     config = YAML(typ="safe").load(prefect_yaml.read_text())
     (deployment,) = [d for d in config["deployments"] if d["name"] == "nightly"]
     (schedule,) = deployment["schedules"]
-    return {"name": deployment["name"], "cron": schedule["cron"],
-            "timezone": schedule.get("timezone", "UTC"),
-            "concurrency_limit": deployment.get("concurrency_limit")}
+    return {
+        "name": deployment["name"],
+        "cron": schedule["cron"],
+        "timezone": schedule.get("timezone", "UTC"),
+        "concurrency_limit": deployment.get("concurrency_limit"),
+    }
 
 
 def serve_options(spec: dict) -> dict:
     """Flow.serve's keyword arguments for the nightly spec: its cron, and prefect.yaml's
     deployment concurrency limit as serve's `global_limit` (Prefect 3.9.1)."""
     limit = spec["concurrency_limit"]
-    return {"name": spec["name"], "schedules": [Cron(spec["cron"], timezone=spec["timezone"])],
-            "global_limit": ConcurrencyLimitConfig(**limit) if limit else None}
+    return {
+        "name": spec["name"],
+        "schedules": [Cron(spec["cron"], timezone=spec["timezone"])],
+        "global_limit": ConcurrencyLimitConfig(**limit) if limit else None,
+    }
 
 
 if __name__ == "__main__":

@@ -88,13 +88,26 @@ sys.path.insert(0, str(ROOT))  # scripts.bench_*, and tests/helpers.py: the proj
 
 from scripts.bench_figures import bench_json, format_table  # noqa: E402
 from scripts.bench_measure import MEASUREMENTS, print_breakdown  # noqa: E402
-from scripts.bench_run import (FLOW_PROFILE, FULL, QUICK, WORKER, Bench,  # noqa: E402
-                               BenchError, flow_profile, say, worker)
+from scripts.bench_run import (  # noqa: E402
+    FLOW_PROFILE,
+    FULL,
+    QUICK,
+    WORKER,
+    Bench,
+    BenchError,
+    flow_profile,
+    say,
+    worker,
+)
 
 DEFAULT_OUT = ROOT / "reports" / "bench.json"
 # The modules a run is made of (tests read their doctests and Figure calls).
-MODULES = ("scripts/bench.py", "scripts/bench_figures.py", "scripts/bench_run.py",
-           "scripts/bench_measure.py")
+MODULES = (
+    "scripts/bench.py",
+    "scripts/bench_figures.py",
+    "scripts/bench_run.py",
+    "scripts/bench_measure.py",
+)
 
 
 def parse_only(text: str) -> list[str]:
@@ -110,31 +123,43 @@ def parse_only(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in MEASUREMENTS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown measurement(s) {unknown}; known: "
-                                         f"{', '.join(MEASUREMENTS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown measurement(s) {unknown}; known: {', '.join(MEASUREMENTS)}"
+        )
     return [n for n in MEASUREMENTS if n in names]
 
 
 def machine() -> dict:
     from rlvr.core.numerics import describe, numerics_in_force
 
-    return {"cpus": os.cpu_count(), "platform": describe(numerics_in_force()),
-            "python": platform.python_version(),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-            "note": "a shared 2-core machine: timings are noisy; compare ratios"}
+    return {
+        "cpus": os.cpu_count(),
+        "platform": describe(numerics_in_force()),
+        "python": platform.python_version(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "note": "a shared 2-core machine: timings are noisy; compare ratios",
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="What the pipeline's layer costs: prints a table, writes reports/bench.json.",
-        epilog=f"measurements: {', '.join(MEASUREMENTS)} (see the script's docstring)")
-    parser.add_argument("--quick", action="store_true",
-                        help="small budgets (tests/helpers.py SMALL_RUN), one repetition: "
-                             "~3 minutes")
-    parser.add_argument("--only", type=parse_only, metavar="NAME[,NAME]",
-                        help="run these measurements only")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON (default "
-                        "reports/bench.json; not a DVC output)")
+        epilog=f"measurements: {', '.join(MEASUREMENTS)} (see the script's docstring)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small budgets (tests/helpers.py SMALL_RUN), one repetition: ~3 minutes",
+    )
+    parser.add_argument(
+        "--only", type=parse_only, metavar="NAME[,NAME]", help="run these measurements only"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="the JSON (default reports/bench.json; not a DVC output)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))  # tests/helpers.py: the project copies the tests make
@@ -143,8 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="bench."))
     started = time.perf_counter()
     context = machine()
-    say(f"{budget.name} run of {', '.join(names)} on {context['cpus']} CPUs "
-        f"({context['platform']}); scratch {scratch}")
+    say(
+        f"{budget.name} run of {', '.join(names)} on {context['cpus']} CPUs "
+        f"({context['platform']}); scratch {scratch}"
+    )
     bench = Bench(budget, scratch)
     errors: dict[str, str] = {}
     done: list[str] = []
@@ -152,10 +179,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     def save() -> None:  # after every measurement: a run cut short keeps what it measured
         from rlvr.core.files import write_json
 
-        write_json(args.out, bench_json(
-            bench.figures, mode=budget.name, measurements=done, complete=done == names,
-            seconds=time.perf_counter() - started, machine=context, details=bench.details,
-            errors=errors))
+        write_json(
+            args.out,
+            bench_json(
+                bench.figures,
+                mode=budget.name,
+                measurements=done,
+                complete=done == names,
+                seconds=time.perf_counter() - started,
+                machine=context,
+                details=bench.details,
+                errors=errors,
+            ),
+        )
 
     try:
         for name in names:
@@ -186,8 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print_breakdown(bench.details["noop"]["flow_breakdown"])
     missed = [f.label.strip() for f in bench.figures if f.met is False]
-    say(f"{len(bench.figures)} figures in {seconds / 60:.1f} minutes; targets missed: "
-        f"{', '.join(missed) or 'none'}; errors: {', '.join(errors) or 'none'}; wrote {args.out}")
+    say(
+        f"{len(bench.figures)} figures in {seconds / 60:.1f} minutes; targets missed: "
+        f"{', '.join(missed) or 'none'}; errors: {', '.join(errors) or 'none'}; wrote {args.out}"
+    )
     return 1 if errors else 0
 
 

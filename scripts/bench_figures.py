@@ -15,6 +15,7 @@ SCHEMA = 1  # of reports/bench.json
 @dataclasses.dataclass(frozen=True)
 class Target:
     """A figure's target: its median must be `op` (">=" or "<=") `value`."""
+
     op: str
     value: float
 
@@ -32,9 +33,10 @@ class Target:
 @dataclasses.dataclass
 class Figure:
     """One measured figure: its repetitions, how to show it, and its target if it has one."""
+
     key: str
     label: str
-    unit: str                   # see UNITS
+    unit: str  # see UNITS
     samples: list[float]
     target: Target | None = None
     note: str = ""
@@ -57,12 +59,19 @@ class Figure:
         return self.target.met(self.median) if self.target else None
 
     def to_json(self) -> dict:
-        return {"key": self.key, "label": self.label, "unit": self.unit,
-                "median": finite_or_none(self.median), "min": finite_or_none(self.min),
-                "n": len(self.samples), "samples": [finite_or_none(s) for s in self.samples],
-                "target": dataclasses.asdict(self.target) if self.target else None,
-                "met": self.met, "note": self.note,
-                "median_interval_95": list(self.interval) if self.interval else None}
+        return {
+            "key": self.key,
+            "label": self.label,
+            "unit": self.unit,
+            "median": finite_or_none(self.median),
+            "min": finite_or_none(self.min),
+            "n": len(self.samples),
+            "samples": [finite_or_none(s) for s in self.samples],
+            "target": dataclasses.asdict(self.target) if self.target else None,
+            "met": self.met,
+            "note": self.note,
+            "median_interval_95": list(self.interval) if self.interval else None,
+        }
 
 
 # How each unit is shown: a share as a percentage, times and rates with a few digits.
@@ -129,18 +138,28 @@ def format_table(figures: Sequence[Figure]) -> str:
     time   | 1.00 s                | 1.00 s | 1 |          |
     """
     header = ("figure", "median [95% interval]", "min", "n", "target", "met?")
-    rows = [(f.label, show(f.median, f.unit) + (
+    rows = [
+        (
+            f.label,
+            show(f.median, f.unit)
+            + (
                 f" [{show(f.interval[0], f.unit)}, {show(f.interval[1], f.unit)}]"
-                if f.interval else ""),
-             show(f.min, f.unit), str(len(f.samples)), show_target(f), MET_WORDS[f.met])
-            for f in figures]
+                if f.interval
+                else ""
+            ),
+            show(f.min, f.unit),
+            str(len(f.samples)),
+            show_target(f),
+            MET_WORDS[f.met],
+        )
+        for f in figures
+    ]
     widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
         return " | ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
 
-    return "\n".join([line(header), "-+-".join("-" * w for w in widths),
-                      *(line(r) for r in rows)])
+    return "\n".join([line(header), "-+-".join("-" * w for w in widths), *(line(r) for r in rows)])
 
 
 def steady_rate(clock: Sequence[Sequence[float]], warmup: int, last: int) -> tuple[float, float]:
@@ -160,8 +179,9 @@ def steady_rate(clock: Sequence[Sequence[float]], warmup: int, last: int) -> tup
     return (last - warmup) / seconds, round((at[last][1] - at[warmup][1]) / seconds, 12)
 
 
-def step_profile(clock: Sequence[Sequence[float]], warmup: int, last: int,
-                 save_steps: int | None = None) -> dict:
+def step_profile(
+    clock: Sequence[Sequence[float]], warmup: int, last: int, save_steps: int | None = None
+) -> dict:
     """Where a run's timed steps went: the median step (what every step costs) and, with
     checkpoints, the median extra time of a step that follows a save (the Trainer saves after
     step s ends, so the save falls in step s + 1's interval); and the steps/s they make,
@@ -175,25 +195,41 @@ def step_profile(clock: Sequence[Sequence[float]], warmup: int, last: int,
     {'median_step': 0.1, 'typical_steps_per_s': 10.0}
     """
     at = {int(step): seconds for step, seconds, _ in clock}
-    interval = {s: at[s] - at[s - 1] for s in range(warmup + 1, last + 1)
-                if s in at and s - 1 in at}
-    profile = {"median_step": round(statistics.median(interval.values()), 6)
-               if interval else math.nan}
+    interval = {
+        s: at[s] - at[s - 1] for s in range(warmup + 1, last + 1) if s in at and s - 1 in at
+    }
+    profile = {
+        "median_step": round(statistics.median(interval.values()), 6) if interval else math.nan
+    }
     if save_steps:
-        after_save = [interval[s + 1] for s in range(warmup, last) if s % save_steps == 0
-                      and s + 1 in interval]
-        profile["checkpoint_extra"] = (round(statistics.median(after_save)
-                                             - profile["median_step"], 6)
-                                       if after_save else math.nan)
-    per_step = profile["median_step"] + (profile["checkpoint_extra"] / save_steps
-                                         if save_steps else 0.0)
+        after_save = [
+            interval[s + 1]
+            for s in range(warmup, last)
+            if s % save_steps == 0 and s + 1 in interval
+        ]
+        profile["checkpoint_extra"] = (
+            round(statistics.median(after_save) - profile["median_step"], 6)
+            if after_save
+            else math.nan
+        )
+    per_step = profile["median_step"] + (
+        profile["checkpoint_extra"] / save_steps if save_steps else 0.0
+    )
     profile["typical_steps_per_s"] = round(1 / per_step, 6) if per_step > 0 else math.nan
     return profile
 
 
-def bench_json(figures: Sequence[Figure], *, mode: str, measurements: Sequence[str],
-               seconds: float, machine: dict, details: dict, errors: dict,
-               complete: bool = True) -> dict:
+def bench_json(
+    figures: Sequence[Figure],
+    *,
+    mode: str,
+    measurements: Sequence[str],
+    seconds: float,
+    machine: dict,
+    details: dict,
+    errors: dict,
+    complete: bool = True,
+) -> dict:
     """What reports/bench.json holds: every figure with its samples and target, and the context
     (`complete` is false in the file a run writes after each measurement but the last).
 
@@ -217,8 +253,9 @@ def bench_json(figures: Sequence[Figure], *, mode: str, measurements: Sequence[s
     }
 
 
-def median_interval(samples: Sequence[float], confidence: float = 0.95, resamples: int = 10000,
-                    seed: int = 0) -> tuple[float, float] | None:
+def median_interval(
+    samples: Sequence[float], confidence: float = 0.95, resamples: int = 10000, seed: int = 0
+) -> tuple[float, float] | None:
     """A bootstrap interval of the median of `samples` (scipy.stats.bootstrap, percentile; the
     median's BCa is ill-defined on ties), None with fewer than 3 finite samples.
 
@@ -234,9 +271,14 @@ def median_interval(samples: Sequence[float], confidence: float = 0.95, resample
     finite = [s for s in samples if s is not None and math.isfinite(s)]
     if len(finite) < 3:
         return None
-    result = bootstrap((np.array(finite),), np.median, confidence_level=confidence,
-                       n_resamples=resamples, method="percentile",
-                       random_state=np.random.default_rng(seed))
+    result = bootstrap(
+        (np.array(finite),),
+        np.median,
+        confidence_level=confidence,
+        n_resamples=resamples,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 

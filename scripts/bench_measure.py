@@ -11,10 +11,28 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-from scripts.bench_figures import (Figure, Target, finite_or_none, interleaved, median_interval,
-                                   median_min, steady_rate, step_profile)
-from scripts.bench_run import (BENCH_SCRIPT, FLOW_PROFILE, ROOT, SCALES, VALIDATION_DATA,
-                               VALIDATION_ROWS, Bench, BenchError, flow_breakdown, say)
+from scripts.bench_figures import (
+    Figure,
+    Target,
+    finite_or_none,
+    interleaved,
+    median_interval,
+    median_min,
+    steady_rate,
+    step_profile,
+)
+from scripts.bench_run import (
+    BENCH_SCRIPT,
+    FLOW_PROFILE,
+    ROOT,
+    SCALES,
+    VALIDATION_DATA,
+    VALIDATION_ROWS,
+    Bench,
+    BenchError,
+    flow_breakdown,
+    say,
+)
 
 
 def measure_cold(bench: Bench) -> None:
@@ -33,10 +51,22 @@ def running_prefect_server(bench: Bench, env: dict) -> Iterator[str]:
         port = probe.getsockname()[1]
     home = bench.scratch / "prefect-server-home"
     log = (bench.scratch / "prefect-server.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host",
-                               "127.0.0.1", "--port", str(port)],
-                              env={**env, "PREFECT_HOME": str(home)}, stdout=log,
-                              stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "server",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env={**env, "PREFECT_HOME": str(home)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     api = f"http://127.0.0.1:{port}/api"
     try:
         deadline = time.time() + 120
@@ -48,8 +78,10 @@ def running_prefect_server(bench: Bench, env: dict) -> Iterator[str]:
             except OSError:
                 pass
             if server.poll() is not None or time.time() > deadline:
-                raise BenchError(f"`prefect server start` did not answer on {api} (log: "
-                                 f"{bench.scratch / 'prefect-server.log'})")
+                raise BenchError(
+                    f"`prefect server start` did not answer on {api} (log: "
+                    f"{bench.scratch / 'prefect-server.log'})"
+                )
             time.sleep(0.5)
         yield api
     finally:
@@ -69,8 +101,11 @@ def measure_noop(bench: Bench) -> None:
     before = {f.name: f.stat().st_mtime_ns for f in timing.glob("*.json")}
     times: dict[str, list[float]] = {"dvc": [], "flow": [], "flow_server": []}
     with running_prefect_server(bench, env) as api:
-        commands = {"dvc": (["dvc", "repro"], env), "flow": (flow, env),
-                    "flow_server": (flow, {**env, "PREFECT_API_URL": api})}
+        commands = {
+            "dvc": (["dvc", "repro"], env),
+            "flow": (flow, env),
+            "flow_server": (flow, {**env, "PREFECT_API_URL": api}),
+        }
         say("noop: a first `python -m flows.pipeline` on each Prefect database (not timed)")
         first, _ = bench.run(flow, project, env)
         say(f"noop: first flow run {first:.1f} s")
@@ -87,8 +122,7 @@ def measure_noop(bench: Bench) -> None:
     say("noop: one instrumented flow run, temporary server (where the time goes)")
     profile_file = bench.scratch / "flow-profile.json"
     spawned = time.time()
-    bench.run([sys.executable, str(BENCH_SCRIPT), FLOW_PROFILE, str(profile_file)],
-              project, env)
+    bench.run([sys.executable, str(BENCH_SCRIPT), FLOW_PROFILE, str(profile_file)], project, env)
     breakdown = flow_breakdown(json.loads(profile_file.read_text()), spawned, time.time())
 
     def over_dvc(flow_times: list[float]) -> list[float]:
@@ -97,21 +131,39 @@ def measure_noop(bench: Bench) -> None:
     per_rep = "per repetition: flow wall time - dvc repro wall time"
     bench.add(
         Figure("noop.dvc_repro", "no-op dvc repro", "s", times["dvc"], Target("<=", 2.0)),
-        Figure("noop.flow", "no-op python -m flows.pipeline (temporary server)", "s",
-               times["flow"]),
-        Figure("noop.flow_overhead", "flow overhead over no-op dvc repro (temporary server)",
-               "s", over_dvc(times["flow"]),
-               note=f"{per_rep}; no PREFECT_API_URL, so Prefect starts and stops its temporary "
-                    "server inside the run: Prefect's own cost, reported with no target (the "
-                    "target is held against a running server, as scheduled deployments run)"),
-        Figure("noop.flow_server", "no-op python -m flows.pipeline (running server)", "s",
-               times["flow_server"]),
-        Figure("noop.flow_server_overhead", "flow overhead over no-op dvc repro (running server)",
-               "s", over_dvc(times["flow_server"]), Target("<=", 5.0),
-               note=f"{per_rep}; PREFECT_API_URL set to a `prefect server start`, as scheduled "
-                    "deployments run"))
-    bench.details["noop"] = {"first_flow_run_seconds": round(first, 2), "stages_rerun": reran,
-                             "flow_breakdown": breakdown}
+        Figure(
+            "noop.flow", "no-op python -m flows.pipeline (temporary server)", "s", times["flow"]
+        ),
+        Figure(
+            "noop.flow_overhead",
+            "flow overhead over no-op dvc repro (temporary server)",
+            "s",
+            over_dvc(times["flow"]),
+            note=f"{per_rep}; no PREFECT_API_URL, so Prefect starts and stops its temporary "
+            "server inside the run: Prefect's own cost, reported with no target (the "
+            "target is held against a running server, as scheduled deployments run)",
+        ),
+        Figure(
+            "noop.flow_server",
+            "no-op python -m flows.pipeline (running server)",
+            "s",
+            times["flow_server"],
+        ),
+        Figure(
+            "noop.flow_server_overhead",
+            "flow overhead over no-op dvc repro (running server)",
+            "s",
+            over_dvc(times["flow_server"]),
+            Target("<=", 5.0),
+            note=f"{per_rep}; PREFECT_API_URL set to a `prefect server start`, as scheduled "
+            "deployments run",
+        ),
+    )
+    bench.details["noop"] = {
+        "first_flow_run_seconds": round(first, 2),
+        "stages_rerun": reran,
+        "flow_breakdown": breakdown,
+    }
     if reran:
         say(f"noop: WARNING: stages ran during the no-op measurement: {reran}")
 
@@ -122,11 +174,15 @@ def print_breakdown(breakdown: dict) -> None:
     for part, seconds in breakdown["parts"].items():
         print(f"  {seconds:7.2f} s  {part}")
     inside = breakdown["inside artifacts"]
-    print(f"  (inside artifacts: {inside['git_state calls']} git_state calls, "
-          f"{inside['git_state seconds']:.2f} s; provenance {inside['provenance seconds']:.2f} s)")
+    print(
+        f"  (inside artifacts: {inside['git_state calls']} git_state calls, "
+        f"{inside['git_state seconds']:.2f} s; provenance {inside['provenance seconds']:.2f} s)"
+    )
     for stage, parts in breakdown["per_stage"].items():
-        print(f"  {stage:>14}: dvc repro {parts.get('dvc', 0):.2f} s, "
-              f"artifacts {parts.get('artifacts', 0):.2f} s")
+        print(
+            f"  {stage:>14}: dvc repro {parts.get('dvc', 0):.2f} s, "
+            f"artifacts {parts.get('artifacts', 0):.2f} s"
+        )
 
 
 def measure_overhead(bench: Bench, processes: int = 1) -> None:
@@ -136,9 +192,11 @@ def measure_overhead(bench: Bench, processes: int = 1) -> None:
     last = warmup + budget.save_intervals * params.train.save_steps
     reps = budget.min_pairs if processes == 1 else budget.overhead2_reps
     policy = bench.base_model()
-    say(f"{name}: {processes} process(es): bare GRPOTrainer vs the train stage's run, "
+    say(
+        f"{name}: {processes} process(es): bare GRPOTrainer vs the train stage's run, "
         f"{reps} or more pairs of runs of {last} steps, timed from step {warmup}'s end to "
-        f"step {last}'s")
+        f"step {last}'s"
+    )
     sides = ("bare", "pipeline")
     rates: dict[str, list[float]] = {side: [] for side in sides}
     shares: dict[str, list[float]] = {side: [] for side in sides}
@@ -155,49 +213,85 @@ def measure_overhead(bench: Bench, processes: int = 1) -> None:
         for side in interleaved(sides, rep):
             result = bench.run_worker(side, policy, last, processes)
             rate, share = steady_rate(result["clock"], warmup, last)
-            profile = step_profile(result["clock"], warmup, last,
-                                   params.train.save_steps if side == "pipeline" else None)
+            profile = step_profile(
+                result["clock"],
+                warmup,
+                last,
+                params.train.save_steps if side == "pipeline" else None,
+            )
             rates[side].append(rate)
             shares[side].append(share)
             rewards[side].append(result["rewards"])
             profiles[side].append(profile)
             extra = profile.get("checkpoint_extra")
-            say(f"{name}: pair {rep + 1} (at least {reps}, at most {most}): {side}: {rate:.2f} "
+            say(
+                f"{name}: pair {rep + 1} (at least {reps}, at most {most}): {side}: {rate:.2f} "
                 f"steps/s (median step "
                 f"{profile['median_step']:.3f} s"
                 + (f", +{extra:.3f} s per checkpoint" if extra is not None else "")
                 + f": {profile['typical_steps_per_s']:.2f} steps/s), reward functions "
-                f"{share:.2%} of the time")
+                f"{share:.2%} of the time"
+            )
         ratios = [p / b for p, b in zip(rates["pipeline"], rates["bare"])]
         interval = median_interval(ratios)
         if interval:
-            say(f"{name}: after {rep + 1} pairs: ratio median {median_min(ratios)[0]:.4f}, 95% "
-                f"interval of the median [{interval[0]:.4f}, {interval[1]:.4f}]")
+            say(
+                f"{name}: after {rep + 1} pairs: ratio median {median_min(ratios)[0]:.4f}, 95% "
+                f"interval of the median [{interval[0]:.4f}, {interval[1]:.4f}]"
+            )
     ratios = [p / b for p, b in zip(rates["pipeline"], rates["bare"])]
     typical = {side: [p["typical_steps_per_s"] for p in profiles[side]] for side in sides}
     typical_ratios = [p / b for p, b in zip(typical["pipeline"], typical["bare"])]
     same = all(r == rewards["bare"][0] for side in rewards for r in rewards[side])
     procs = f"{processes} process{'es' * (processes > 1)}"
-    note = (f"steps {warmup}..{last} of each run; checkpoints every {params.train.save_steps} "
-            f"(pipeline side); same trajectory on both sides: {same}")
+    note = (
+        f"steps {warmup}..{last} of each run; checkpoints every {params.train.save_steps} "
+        f"(pipeline side); same trajectory on both sides: {same}"
+    )
     bench.add(
-        Figure(f"{name}.ratio", f"train stage / bare GRPOTrainer steps/s, {procs}", "x", ratios,
-               Target(">=", 0.99), note=note, interval=median_interval(ratios)),
-        Figure(f"{name}.ratio_typical", "  the same from median steps + checkpoints", "x",
-               typical_ratios, Target(">=", 0.99), interval=median_interval(typical_ratios),
-               note="1 / (median step + checkpoint extra / save_steps) on each side"),
+        Figure(
+            f"{name}.ratio",
+            f"train stage / bare GRPOTrainer steps/s, {procs}",
+            "x",
+            ratios,
+            Target(">=", 0.99),
+            note=note,
+            interval=median_interval(ratios),
+        ),
+        Figure(
+            f"{name}.ratio_typical",
+            "  the same from median steps + checkpoints",
+            "x",
+            typical_ratios,
+            Target(">=", 0.99),
+            interval=median_interval(typical_ratios),
+            note="1 / (median step + checkpoint extra / save_steps) on each side",
+        ),
         Figure(f"{name}.bare", f"  bare GRPOTrainer, {procs}", "steps/s", rates["bare"]),
-        Figure(f"{name}.pipeline", f"  train stage's run, {procs}", "steps/s",
-               rates["pipeline"]),
-        Figure(f"{name}.reward_share", f"reward functions' share of step time, {procs}",
-               "share", shares["pipeline"], Target("<=", 0.02)))
-    bench.details[name] = {"processes": processes, "timed_steps": [warmup, last],
-                           "save_steps": params.train.save_steps, "same_trajectory": same,
-                           "reward_share_bare": shares["bare"],
-                           # per side: the median over repetitions of each run's step profile
-                           "step_profile": {side: {key: finite_or_none(median_min(
-                               [p[key] for p in profiles[side]])[0]) for key in profiles[side][0]}
-                               for side in sides}}
+        Figure(f"{name}.pipeline", f"  train stage's run, {procs}", "steps/s", rates["pipeline"]),
+        Figure(
+            f"{name}.reward_share",
+            f"reward functions' share of step time, {procs}",
+            "share",
+            shares["pipeline"],
+            Target("<=", 0.02),
+        ),
+    )
+    bench.details[name] = {
+        "processes": processes,
+        "timed_steps": [warmup, last],
+        "save_steps": params.train.save_steps,
+        "same_trajectory": same,
+        "reward_share_bare": shares["bare"],
+        # per side: the median over repetitions of each run's step profile
+        "step_profile": {
+            side: {
+                key: finite_or_none(median_min([p[key] for p in profiles[side]])[0])
+                for key in profiles[side][0]
+            }
+            for side in sides
+        },
+    }
     if not same:
         say(f"{name}: WARNING: the two sides' rewards differ: not the same work")
 
@@ -209,9 +303,19 @@ def measure_validation(bench: Bench) -> None:
     files = {}
     for rows in VALIDATION_ROWS:
         out = folder / str(rows)
-        bench.run([sys.executable, str(ROOT / "data/make_countdown.py"), "--train-rows",
-                   str(rows), *VALIDATION_DATA, "--out-dir", str(out)], ROOT,
-                  {**os.environ, "PYTHONPATH": str(ROOT)})
+        bench.run(
+            [
+                sys.executable,
+                str(ROOT / "data/make_countdown.py"),
+                "--train-rows",
+                str(rows),
+                *VALIDATION_DATA,
+                "--out-dir",
+                str(out),
+            ],
+            ROOT,
+            {**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         files[rows] = (str(out / "grpo_train.jsonl"), str(out / "grpo_eval.jsonl"))
     max_chars = bench.params.data.max_prompt_chars
 
@@ -230,21 +334,31 @@ def measure_validation(bench: Bench) -> None:
             times[rows].append(seconds)
             say(f"validation: rep {rep + 1}/{bench.budget.reps}: {rows:,} rows: {seconds:.2f} s")
     small, large = VALIDATION_ROWS
-    bench.add(*(Figure(f"validation.rows_{rows}", f"validate {rows:,} training rows", "s",
-                       times[rows]) for rows in VALIDATION_ROWS),
-              Figure("validation.ratio", f"  validation time, {large:,} / {small:,} rows", "x",
-                     [b / a for a, b in zip(times[small], times[large])],
-                     note=f"{large // small}x the rows"))
-    bench.details["validation"] = {"problems_found": problems,
-                                   "data": "data/make_countdown.py " + " ".join(VALIDATION_DATA)}
+    bench.add(
+        *(
+            Figure(f"validation.rows_{rows}", f"validate {rows:,} training rows", "s", times[rows])
+            for rows in VALIDATION_ROWS
+        ),
+        Figure(
+            "validation.ratio",
+            f"  validation time, {large:,} / {small:,} rows",
+            "x",
+            [b / a for a, b in zip(times[small], times[large])],
+            note=f"{large // small}x the rows",
+        ),
+    )
+    bench.details["validation"] = {
+        "problems_found": problems,
+        "data": "data/make_countdown.py " + " ".join(VALIDATION_DATA),
+    }
 
 
 def measure_evaluation(bench: Bench) -> None:
-    from rlvr.data.rows import read_rows
     from rlvr.audit.evaluation import audit, prompt_template, rollout_settings
+    from rlvr.core.seeds import seed_paths
+    from rlvr.data.rows import read_rows
     from rlvr.policy.models import load_policy
     from rlvr.rewards.registry import build_reward_funcs, normalized_weights
-    from rlvr.core.seeds import seed_paths
 
     params, ev = bench.params, bench.params.evaluate
     base = bench.base_model()
@@ -252,28 +366,42 @@ def measure_evaluation(bench: Bench) -> None:
     first = seed_paths(params.paths, params.audit.seeds[0]).trained_model  # one seed's model
     final = str(cold / first) if cold is not None else base
     policies = {"step0": load_policy(base), "final": load_policy(final)}
-    rows = read_rows(bench.eval_path)[:bench.budget.eval_prompts]
+    rows = read_rows(bench.eval_path)[: bench.budget.eval_prompts]
     settings = rollout_settings(params, n=ev.samples, seed=ev.seed)
     per_prompt = []
     for rep in range(bench.budget.reps):
         started = time.perf_counter()
-        audit(policies, {"heldout": rows}, build_reward_funcs(params.rewards),
-              normalized_weights(params.rewards.weights), settings,
-              params.rewards.format_pattern, template=prompt_template(params.model),
-              confidence=ev.confidence, n_resamples=ev.n_resamples)
+        audit(
+            policies,
+            {"heldout": rows},
+            build_reward_funcs(params.rewards),
+            normalized_weights(params.rewards.weights),
+            settings,
+            params.rewards.format_pattern,
+            template=prompt_template(params.model),
+            confidence=ev.confidence,
+            n_resamples=ev.n_resamples,
+        )
         per_prompt.append((time.perf_counter() - started) / len(rows))
         say(f"evaluation: rep {rep + 1}/{bench.budget.reps}: {per_prompt[-1]:.3f} s per prompt")
     which = "the cold copy's base and final" if final != base else "the base model as both"
-    bench.add(Figure("evaluation.per_prompt", "evaluation time per prompt", "s/prompt",
-                     per_prompt, note=f"{len(rows)} held-out prompts, {which}, "
-                     f"{ev.samples} samples + greedy + KL per policy"))
+    bench.add(
+        Figure(
+            "evaluation.per_prompt",
+            "evaluation time per prompt",
+            "s/prompt",
+            per_prompt,
+            note=f"{len(rows)} held-out prompts, {which}, "
+            f"{ev.samples} samples + greedy + KL per policy",
+        )
+    )
 
 
 def measure_scaling(bench: Bench) -> None:
     import copy
 
-    from rlvr.params.config import parse_params
     from rlvr.data.rows import read_rows
+    from rlvr.params.config import parse_params
     from rlvr.policy.models import prepare_base
     from tests.helpers import merge
 
@@ -294,14 +422,26 @@ def measure_scaling(bench: Bench) -> None:
             raw, folder, _ = models[name]
             result = bench.run_worker("pipeline", folder, last, checkpoints=False, raw=raw)
             seconds[name].append(1 / steady_rate(result["clock"], warmup, last)[0])
-            say(f"scaling: rep {rep + 1}/{bench.budget.scaling_reps}: {name}: "
-                f"{seconds[name][-1]:.3f} s/step")
+            say(
+                f"scaling: rep {rep + 1}/{bench.budget.scaling_reps}: {name}: "
+                f"{seconds[name][-1]:.3f} s/step"
+            )
     slug = {name: name.split()[-1].lstrip("~").lower() for name in models}
-    bench.add(*(Figure(f"scaling.{slug[name]}", f"s/step, {name} ({models[name][2]:,} params)",
-                       "s/step", seconds[name],
-                       note=f"random init; steps {warmup}..{last}") for name in models))
-    bench.details["scaling"] = {name: {"parameters": models[name][2],
-                                       "model": dict(SCALES)[name]} for name in models}
+    bench.add(
+        *(
+            Figure(
+                f"scaling.{slug[name]}",
+                f"s/step, {name} ({models[name][2]:,} params)",
+                "s/step",
+                seconds[name],
+                note=f"random init; steps {warmup}..{last}",
+            )
+            for name in models
+        )
+    )
+    bench.details["scaling"] = {
+        name: {"parameters": models[name][2], "model": dict(SCALES)[name]} for name in models
+    }
 
 
 MEASUREMENTS: dict[str, Callable[[Bench], None]] = {

@@ -19,42 +19,87 @@ from scripts.bench_figures import Figure, Target
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_SCRIPT = ROOT / "scripts" / "bench.py"
-WORKER = "_worker"              # internal: one GRPO run, timed (python bench.py _worker SPEC)
-FLOW_PROFILE = "_flowprofile"   # internal: one instrumented flow run (python bench.py _flowprofile)
+WORKER = "_worker"  # internal: one GRPO run, timed (python bench.py _worker SPEC)
+FLOW_PROFILE = "_flowprofile"  # internal: one instrumented flow run (python bench.py _flowprofile)
 STAGE_DONE = ("done in ", "FAILED in ")  # the line each stage prints last (rlvr/pipeline/stage.py)
 
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
     """How much of everything a run measures."""
+
     name: str
-    quick: bool                     # params on tests/helpers.py SMALL_RUN instead of the default
-    reps: int                       # interleaved repetitions of overhead, noop, validation, evaluation
-    min_pairs: int                  # overhead (1 process): at least this many interleaved pairs,
-    max_pairs: int                  # then more until the median ratio's 95% interval is
-    precision: float                # within +-precision (or max_pairs are run)
-    overhead2_reps: int             # the same, with 2 processes (each run costs twice as much)
-    warmup_steps: int               # W: steps before the timed span
-    save_intervals: int             # the timed span, in train.save_steps
+    quick: bool  # params on tests/helpers.py SMALL_RUN instead of the default
+    reps: int  # interleaved repetitions of overhead, noop, validation, evaluation
+    min_pairs: int  # overhead (1 process): at least this many interleaved pairs,
+    max_pairs: int  # then more until the median ratio's 95% interval is
+    precision: float  # within +-precision (or max_pairs are run)
+    overhead2_reps: int  # the same, with 2 processes (each run costs twice as much)
+    warmup_steps: int  # W: steps before the timed span
+    save_intervals: int  # the timed span, in train.save_steps
     eval_prompts: int
     scaling_reps: int
     scaling_steps: tuple[int, int]  # (W, N) of each scaling run
 
 
-FULL = Budget("full", quick=False, reps=4, min_pairs=30, max_pairs=30, precision=0.01, overhead2_reps=2,
-              warmup_steps=20, save_intervals=2, eval_prompts=8, scaling_reps=2, scaling_steps=(3, 8))
-QUICK = Budget("quick", quick=True, reps=1, min_pairs=1, max_pairs=1, precision=0.01, overhead2_reps=1,
-               warmup_steps=4, save_intervals=2, eval_prompts=4, scaling_reps=1, scaling_steps=(2, 4))
+FULL = Budget(
+    "full",
+    quick=False,
+    reps=4,
+    min_pairs=30,
+    max_pairs=30,
+    precision=0.01,
+    overhead2_reps=2,
+    warmup_steps=20,
+    save_intervals=2,
+    eval_prompts=8,
+    scaling_reps=2,
+    scaling_steps=(3, 8),
+)
+QUICK = Budget(
+    "quick",
+    quick=True,
+    reps=1,
+    min_pairs=1,
+    max_pairs=1,
+    precision=0.01,
+    overhead2_reps=1,
+    warmup_steps=4,
+    save_intervals=2,
+    eval_prompts=4,
+    scaling_reps=1,
+    scaling_steps=(2, 4),
+)
 
 # model.tiny sizes for the scaling figures (the first is the default), and the local_llm default.
 SCALES = (
     ("tiny ~0.5M", {"init": "tiny"}),
-    ("tiny ~5M", {"init": "tiny", "tiny": {"hidden_size": 256, "intermediate_size": 1024,
-                                           "num_hidden_layers": 5, "num_attention_heads": 4,
-                                           "num_key_value_heads": 2}}),
-    ("tiny ~30M", {"init": "tiny", "tiny": {"hidden_size": 512, "intermediate_size": 2048,
-                                            "num_hidden_layers": 8, "num_attention_heads": 8,
-                                            "num_key_value_heads": 4}}),
+    (
+        "tiny ~5M",
+        {
+            "init": "tiny",
+            "tiny": {
+                "hidden_size": 256,
+                "intermediate_size": 1024,
+                "num_hidden_layers": 5,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+            },
+        },
+    ),
+    (
+        "tiny ~30M",
+        {
+            "init": "tiny",
+            "tiny": {
+                "hidden_size": 512,
+                "intermediate_size": 2048,
+                "num_hidden_layers": 8,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 4,
+            },
+        },
+    ),
     ("local_llm", {"init": "local_llm", "chat_template": True}),
 )
 VALIDATION_ROWS = (64, 6400)
@@ -77,8 +122,11 @@ def stage_runs(dvc_yaml: Path, seeds: Sequence[int]) -> list[str]:
     from rlvr.pipeline.stage import stage_label
 
     seeded = seeded_stages(dvc_yaml)
-    return [stage_label(stage, seed) for stage in dvc_stages(dvc_yaml)
-            for seed in (seeds if stage in seeded else [None])]
+    return [
+        stage_label(stage, seed)
+        for stage in dvc_stages(dvc_yaml)
+        for seed in (seeds if stage in seeded else [None])
+    ]
 
 
 class Bench:
@@ -108,13 +156,20 @@ class Bench:
     def add(self, *figures: Figure) -> None:
         self.figures.extend(figures)
 
-    def run(self, command: Sequence[str], cwd: Path, env: dict | None = None,
-            echo: tuple[str, ...] = ()) -> tuple[float, str]:
+    def run(
+        self, command: Sequence[str], cwd: Path, env: dict | None = None, echo: tuple[str, ...] = ()
+    ) -> tuple[float, str]:
         """Run a command; (wall seconds, its output). Lines containing an `echo` string are
         printed as they come. A failure raises BenchError with the output's tail."""
         started = time.perf_counter()
-        process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         lines = []
         for line in process.stdout:
             lines.append(line)
@@ -124,8 +179,7 @@ class Bench:
         seconds = time.perf_counter() - started
         output = "".join(lines)
         if code != 0:
-            raise BenchError(f"`{' '.join(map(str, command))}` exited {code}:\n"
-                             f"{output[-3000:]}")
+            raise BenchError(f"`{' '.join(map(str, command))}` exited {code}:\n{output[-3000:]}")
         return seconds, output
 
     def project_env(self, project: Path) -> dict:
@@ -151,28 +205,41 @@ class Bench:
         project = make_project_copy(self.scratch / "project", self.overrides)
         budget = "tests/helpers.py SMALL_RUN" if self.overrides else "the default params.yaml"
         say(f"cold: `dvc repro` of {budget} in a fresh copy, {project}")
-        seconds, _ = self.run(["dvc", "repro"], project, self.project_env(project),
-                              echo=STAGE_DONE)
+        seconds, _ = self.run(["dvc", "repro"], project, self.project_env(project), echo=STAGE_DONE)
         timing = project / self.params.paths.timing
         labels = stage_runs(project / "dvc.yaml", self.params.audit.seeds)
-        recorded = {label: json.loads((timing / f"{label}.json").read_text())
-                    for label in labels if (timing / f"{label}.json").exists()}
+        recorded = {
+            label: json.loads((timing / f"{label}.json").read_text())
+            for label in labels
+            if (timing / f"{label}.json").exists()
+        }
         stages = {label: recorded.get(label, {}).get("seconds", math.nan) for label in labels}
         commit_all(project, "cold run")
-        self.add(Figure("cold.total", "cold dvc repro, all stages", "s", [seconds],
-                        note=f"one run, {budget}"),
-                 *(Figure(f"cold.{stage}", f"  cold: {stage}", "s", [s])
-                   for stage, s in stages.items()))
-        self.details["cold"] = {"params": budget, "seconds": round(seconds, 1),
-                                "stages": stages}
+        self.add(
+            Figure(
+                "cold.total",
+                "cold dvc repro, all stages",
+                "s",
+                [seconds],
+                note=f"one run, {budget}",
+            ),
+            *(Figure(f"cold.{stage}", f"  cold: {stage}", "s", [s]) for stage, s in stages.items()),
+        )
+        self.details["cold"] = {"params": budget, "seconds": round(seconds, 1), "stages": stages}
         first = stage_label("train", self.params.audit.seeds[0])
         train = recorded.get(first, {})
         if train.get("validation_seconds") is not None and train.get("train_runtime"):
             share = round(train["validation_seconds"] / train["train_runtime"], 6)
-            self.add(Figure("cold.validation_share", "scoring the validation rows, share of "
-                            "train time", "share", [share], Target("<=", 0.15),
-                            note=f"reports/timing/{first}.json: validation_seconds / "
-                            "train_runtime"))
+            self.add(
+                Figure(
+                    "cold.validation_share",
+                    "scoring the validation rows, share of train time",
+                    "share",
+                    [share],
+                    Target("<=", 0.15),
+                    note=f"reports/timing/{first}.json: validation_seconds / train_runtime",
+                )
+            )
         return project
 
     def base_model(self) -> str:
@@ -186,13 +253,24 @@ class Bench:
                 from rlvr.policy.models import prepare_base
 
                 say("building a base model with prepare_model's code (no cold copy in this run)")
-                prepare_base(self.params.model, read_rows(self.train_path), self.params.seed,
-                             self.scratch / "base")
+                prepare_base(
+                    self.params.model,
+                    read_rows(self.train_path),
+                    self.params.seed,
+                    self.scratch / "base",
+                )
                 self._base = str(self.scratch / "base")
         return self._base
 
-    def run_worker(self, side: str, policy: str, max_steps: int, processes: int = 1,
-                   checkpoints: bool = True, raw: dict | None = None) -> dict:
+    def run_worker(
+        self,
+        side: str,
+        policy: str,
+        max_steps: int,
+        processes: int = 1,
+        checkpoints: bool = True,
+        raw: dict | None = None,
+    ) -> dict:
         """One timed GRPO run in a fresh process (or `processes` ranks under accelerate launch,
         as rlvr/grpo/distributed.py launches the train stage); the main process's clock."""
         from rlvr.grpo.distributed import free_port, launch_args
@@ -200,43 +278,57 @@ class Bench:
         self._runs += 1
         work = self.scratch / f"run{self._runs}-{side}"
         work.mkdir(parents=True)
-        spec = {"side": side, "params": raw or self.raw, "train_path": self.train_path,
-                "policy": policy, "max_steps": max_steps, "checkpoints": checkpoints,
-                "work": str(work), "result": str(work / "result.json")}
+        spec = {
+            "side": side,
+            "params": raw or self.raw,
+            "train_path": self.train_path,
+            "policy": policy,
+            "max_steps": max_steps,
+            "checkpoints": checkpoints,
+            "work": str(work),
+            "result": str(work / "result.json"),
+        }
         (work / "spec.json").write_text(json.dumps(spec))
         script = [str(BENCH_SCRIPT), WORKER, str(work / "spec.json")]
         if processes > 1:
-            launcher = launch_args("-", processes, use_cpu=self.params.train.grpo.use_cpu,
-                                   port=free_port())
+            launcher = launch_args(
+                "-", processes, use_cpu=self.params.train.grpo.use_cpu, port=free_port()
+            )
             assert launcher[-2] == "-m", launcher  # '-m -': replaced by the script
-            command = [str(Path(sys.executable).parent / "accelerate"), "launch",
-                       *launcher[:-2], *script]
+            command = [
+                str(Path(sys.executable).parent / "accelerate"),
+                "launch",
+                *launcher[:-2],
+                *script,
+            ]
         else:
             command = [sys.executable, *script]
         self.run(command, work, {**os.environ, "PYTHONPATH": str(ROOT)})
         result = json.loads((work / "result.json").read_text())
         shutil.rmtree(work)  # checkpoints and curves: only the clock is kept
         if result["processes"] != processes:
-            raise BenchError(f"asked for {processes} processes, the trainer had "
-                             f"{result['processes']}")
+            raise BenchError(
+                f"asked for {processes} processes, the trainer had {result['processes']}"
+            )
         return result
 
 
 # --------------------------------------------------------------------------- the worker
+
 
 def worker(spec_file: str) -> None:
     """One timed GRPO run (in a fresh process, or in each rank under accelerate launch): the bare
     TRL trainer or the train stage's run_grpo, per the spec; the main process writes the clock."""
     from transformers import TrainerCallback, set_seed
 
-    from rlvr.params.config import parse_params
-    from rlvr.data.rows import read_rows, to_hf_dataset
     from rlvr.core.files import write_json
-    from rlvr.grpo.distributed import is_main_process, launched, start_rank
+    from rlvr.core.metric_keys import LOSS, REWARD
+    from rlvr.data.rows import read_rows, to_hf_dataset
     from rlvr.grpo.callbacks import LiveCurvesCallback
     from rlvr.grpo.config import grpo_config, peft_config
-    from rlvr.core.metric_keys import LOSS, REWARD
+    from rlvr.grpo.distributed import is_main_process, launched, start_rank
     from rlvr.grpo.run import run_grpo
+    from rlvr.params.config import parse_params
     from rlvr.rewards.registry import build_reward_funcs
 
     spec = json.loads(Path(spec_file).read_text())
@@ -264,8 +356,9 @@ def worker(spec_file: str) -> None:
             self.ticks: list[tuple[int, float, float]] = []
 
         def on_step_end(self, args, state, control, **kwargs):
-            self.ticks.append((state.global_step, time.perf_counter(),
-                               sum(f.seconds for f in rewards)))
+            self.ticks.append(
+                (state.global_step, time.perf_counter(), sum(f.seconds for f in rewards))
+            )
 
     rewards = [TimedReward(f) for f in build_reward_funcs(params.rewards)]
     clock = StepClock()
@@ -273,33 +366,57 @@ def worker(spec_file: str) -> None:
         from trl import GRPOTrainer
 
         set_seed(params.seed)
-        config = grpo_config(params.train, output_dir=work / "out",
-                             max_steps=spec["max_steps"], seed=params.seed,
-                             reward_weights=params.rewards.weights,
-                             chat_template_kwargs=params.model.chat_template_kwargs)
-        trainer = GRPOTrainer(model=spec["policy"], reward_funcs=rewards, args=config,
-                              train_dataset=to_hf_dataset(rows, params.model.chat_template),
-                              peft_config=peft_config(params.model), callbacks=[clock])
+        config = grpo_config(
+            params.train,
+            output_dir=work / "out",
+            max_steps=spec["max_steps"],
+            seed=params.seed,
+            reward_weights=params.rewards.weights,
+            chat_template_kwargs=params.model.chat_template_kwargs,
+        )
+        trainer = GRPOTrainer(
+            model=spec["policy"],
+            reward_funcs=rewards,
+            args=config,
+            train_dataset=to_hf_dataset(rows, params.model.chat_template),
+            peft_config=peft_config(params.model),
+            callbacks=[clock],
+        )
         trainer.train()
     else:
         if launched():  # as the train stage's ranks do
             start_rank("bench", use_cpu=params.train.grpo.use_cpu)
-        trainer = run_grpo(params, rows, spec["policy"], work / "checkpoints", spec["max_steps"],
-                           save_steps=params.train.save_steps if spec["checkpoints"] else None,
-                           callbacks=[LiveCurvesCallback(work / "live"), clock],
-                           reward_funcs=rewards)
+        trainer = run_grpo(
+            params,
+            rows,
+            spec["policy"],
+            work / "checkpoints",
+            spec["max_steps"],
+            save_steps=params.train.save_steps if spec["checkpoints"] else None,
+            callbacks=[LiveCurvesCallback(work / "live"), clock],
+            reward_funcs=rewards,
+        )
     if is_main_process():
-        write_json(spec["result"], {
-            "clock": clock.ticks, "processes": trainer.accelerator.num_processes,
-            "rewards": [entry.get(REWARD) for entry in trainer.state.log_history
-                        if LOSS in entry]})
+        write_json(
+            spec["result"],
+            {
+                "clock": clock.ticks,
+                "processes": trainer.accelerator.num_processes,
+                "rewards": [
+                    entry.get(REWARD) for entry in trainer.state.log_history if LOSS in entry
+                ],
+            },
+        )
 
 
 # --------------------------------------------------------------------------- the flow profile
 
 # What the flow profile times, where the flow module has it: name in flows/pipeline.py -> kind.
-FLOW_CALLS = {"stale_stages": "dvc status", "repro_stage": "dvc",
-              "publish_stage_artifacts": "artifacts"}
+FLOW_CALLS = {
+    "stale_stages": "dvc status",
+    "repro_stage": "dvc",
+    "publish_stage_artifacts": "artifacts",
+}
 TASK_KINDS = ("dvc status", "dvc", "artifacts")  # the calls that make up the flow's work
 
 
@@ -321,8 +438,8 @@ def flow_profile(out: str) -> None:
                 return func(*args, **kwargs)
             finally:
                 stage = args[0] if kind in ("dvc", "artifacts") else None
-                spans.append({"kind": kind, "stage": stage, "start": started,
-                              "end": time.time()})
+                spans.append({"kind": kind, "stage": stage, "start": started, "end": time.time()})
+
         return timed
 
     for name, kind in FLOW_CALLS.items():
@@ -330,7 +447,8 @@ def flow_profile(out: str) -> None:
             setattr(pipeline_module, name, stopwatch(kind, getattr(pipeline_module, name)))
     provenance_module.git_state = stopwatch("git", provenance_module.git_state)
     provenance_module.data_and_model_hashes = stopwatch(
-        "provenance", provenance_module.data_and_model_hashes)
+        "provenance", provenance_module.data_and_model_hashes
+    )
     marks["flow_called"] = time.time()
     pipeline_module.pipeline(root=os.getcwd())
     marks["flow_returned"] = time.time()
@@ -374,11 +492,16 @@ def flow_breakdown(profile: dict, spawned: float, ended: float) -> dict:
     for span in spans:
         if span["stage"] is not None and span["kind"] in ("dvc", "artifacts"):
             entry = per_stage.setdefault(span["stage"], {})
-            entry[span["kind"]] = round(entry.get(span["kind"], 0.0)
-                                        + span["end"] - span["start"], 3)
-    return {"total": round(ended - spawned, 3),
-            "parts": {k: round(v, 3) for k, v in parts.items()},
-            "inside artifacts": {"git_state calls": sum(s["kind"] == "git" for s in spans),
-                                 "git_state seconds": round(total("git"), 3),
-                                 "provenance seconds": round(total("provenance"), 3)},
-            "per_stage": per_stage}
+            entry[span["kind"]] = round(
+                entry.get(span["kind"], 0.0) + span["end"] - span["start"], 3
+            )
+    return {
+        "total": round(ended - spawned, 3),
+        "parts": {k: round(v, 3) for k, v in parts.items()},
+        "inside artifacts": {
+            "git_state calls": sum(s["kind"] == "git" for s in spans),
+            "git_state seconds": round(total("git"), 3),
+            "provenance seconds": round(total("provenance"), 3),
+        },
+        "per_stage": per_stage,
+    }

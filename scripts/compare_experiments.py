@@ -18,9 +18,13 @@ from rlvr.pipeline.comparison import compare, comparison_rows, recipe_rows
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rev", action="append", default=[],
-                        help="compare the experiments of this commit (default: HEAD); repeat it "
-                             "to compare runs queued on several commits")
+    parser.add_argument(
+        "--rev",
+        action="append",
+        default=[],
+        help="compare the experiments of this commit (default: HEAD); repeat it "
+        "to compare runs queued on several commits",
+    )
     experiments = compare(revs=parser.parse_args().rev)
     for table in (comparison_rows, recipe_rows):
         header, rows = table(experiments)

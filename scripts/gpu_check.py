@@ -32,12 +32,26 @@ sys.path.insert(0, os.getcwd())  # the project copy the check runs in
 SMOKE_STEPS = {"cuda": 20, "cpu": 2, "cpu_full": 2}
 CHECK_ROWS = {"cuda": 16, "cpu": 16, "cpu_full": 2}  # the step-0 baseline samples each G times
 # Qwen3-0.6B's config.json, with model.local_llm's names (max_position_embeddings as Qwen's)
-QWEN3_0_6B = {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
-              "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
-              "head_dim": 128, "max_position_embeddings": 40960}
-TINY = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
-        "max_position_embeddings": 512}
+QWEN3_0_6B = {
+    "vocab_size": 151936,
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+}
+TINY = {
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "max_position_embeddings": 512,
+}
 # What the GPU machine does not have and the check does not bring: the dry run makes them
 # unimportable, so it proves the stages run without them.
 ABSENT_ON_GPU = ("dvc", "dvclive", "prefect", "great_expectations", "hydra", "omegaconf")
@@ -46,28 +60,43 @@ ABSENT_ON_GPU = ("dvc", "dvclive", "prefect", "great_expectations", "hydra", "om
 def check_overrides(mode: str, vllm: bool) -> dict:
     """params.yaml keys (dotted) -> values the check sets on top of the GPU profile."""
     overrides = {
-        "model.init": "local_llm",           # Qwen3's architecture, random init, BPE tokenizer
+        "model.init": "local_llm",  # Qwen3's architecture, random init, BPE tokenizer
         "data.train_rows": CHECK_ROWS[mode],
         "smoke.max_steps": SMOKE_STEPS[mode],
-        "smoke.min_spread_share": 0.0,       # a random-init model earns no reward spread
+        "smoke.min_spread_share": 0.0,  # a random-init model earns no reward spread
         "train.grpo.max_completion_length": {"cuda": 128, "cpu": 8, "cpu_full": 16}[mode],
-        "train.grpo.use_vllm": vllm,         # the profile's choice where vllm is installed
+        "train.grpo.use_vllm": vllm,  # the profile's choice where vllm is installed
     }
     if mode == "cuda":
         overrides.update({f"model.local_llm.{k}": v for k, v in QWEN3_0_6B.items()})
     elif mode == "cpu_full":  # the real size, the whole pipeline, as little work as shows it
         overrides.update({f"model.local_llm.{k}": v for k, v in QWEN3_0_6B.items()})
-        overrides.update({
-            "train.grpo.use_cpu": True, "train.grpo.bf16": False, "train.grpo.use_vllm": False,
-            "train.grpo.extra.model_init_kwargs": {"dtype": "float32"},
-            "train.grpo.num_generations": 2, "train.grpo.per_device_train_batch_size": 4,
-            "train.max_steps": 2, "train.save_steps": 2, "train.eval_steps": 2,
-            "train.log_every": 1, "evaluate.samples": 2, "evaluate.n_resamples": 200})
+        overrides.update(
+            {
+                "train.grpo.use_cpu": True,
+                "train.grpo.bf16": False,
+                "train.grpo.use_vllm": False,
+                "train.grpo.extra.model_init_kwargs": {"dtype": "float32"},
+                "train.grpo.num_generations": 2,
+                "train.grpo.per_device_train_batch_size": 4,
+                "train.max_steps": 2,
+                "train.save_steps": 2,
+                "train.eval_steps": 2,
+                "train.log_every": 1,
+                "evaluate.samples": 2,
+                "evaluate.n_resamples": 200,
+            }
+        )
     else:
         overrides.update({f"model.local_llm.{k}": v for k, v in TINY.items()})
-        overrides.update({"train.grpo.use_cpu": True, "train.grpo.bf16": False,
-                          "train.grpo.per_device_train_batch_size": 16,
-                          "train.grpo.extra.model_init_kwargs": {"dtype": "float32"}})
+        overrides.update(
+            {
+                "train.grpo.use_cpu": True,
+                "train.grpo.bf16": False,
+                "train.grpo.per_device_train_batch_size": 16,
+                "train.grpo.extra.model_init_kwargs": {"dtype": "float32"},
+            }
+        )
     return overrides
 
 
@@ -78,7 +107,7 @@ def set_param(raw: dict, key: str, value) -> None:
     node = raw
     for i, part in enumerate(parents):
         if part not in node:
-            raise KeyError(f"{'.'.join(parents[:i + 1])} is not in params.yaml")
+            raise KeyError(f"{'.'.join(parents[: i + 1])} is not in params.yaml")
         node = node[part]
     if last not in node and not key.startswith("train.grpo.extra."):
         raise KeyError(f"{key} is not in params.yaml")
@@ -92,8 +121,8 @@ def write_params(mode: str, base: str, out: str) -> None:
 
     from ruamel.yaml import YAML
 
-    from rlvr.pipeline.checks import check_run_params
     from rlvr.params.config import load_params
+    from rlvr.pipeline.checks import check_run_params
 
     yaml = YAML()  # round trip: the profile's comments stay
     raw = yaml.load(Path(base).read_text(encoding="utf-8"))
@@ -105,13 +134,15 @@ def write_params(mode: str, base: str, out: str) -> None:
     params = load_params(out)
     check_run_params(params)
     grpo, size = params.train.grpo, params.model.local_llm
-    print(f"gpu_check: params: {params.model.init} {size.num_hidden_layers} layers x "
-          f"{size.hidden_size} (vocab {size.vocab_size}), LoRA "
-          f"{'r' + str(params.model.lora.r) if params.model.lora.enabled else 'off'}, "
-          f"{'bf16' if grpo.bf16 else 'fp32'} on {'cpu' if grpo.use_cpu else 'cuda'}, generation "
-          f"{'vLLM ' + grpo.extra.get('vllm_mode', '') if grpo.use_vllm else 'transformers (no vllm)'}"
-          f", {params.smoke.max_steps} steps of {grpo.per_device_train_batch_size} completions "
-          f"(G={grpo.num_generations}) of <= {grpo.max_completion_length} tokens; checked")
+    print(
+        f"gpu_check: params: {params.model.init} {size.num_hidden_layers} layers x "
+        f"{size.hidden_size} (vocab {size.vocab_size}), LoRA "
+        f"{'r' + str(params.model.lora.r) if params.model.lora.enabled else 'off'}, "
+        f"{'bf16' if grpo.bf16 else 'fp32'} on {'cpu' if grpo.use_cpu else 'cuda'}, generation "
+        f"{'vLLM ' + grpo.extra.get('vllm_mode', '') if grpo.use_vllm else 'transformers (no vllm)'}"
+        f", {params.smoke.max_steps} steps of {grpo.per_device_train_batch_size} completions "
+        f"(G={grpo.num_generations}) of <= {grpo.max_completion_length} tokens; checked"
+    )
 
 
 def check_wheels(requirements: str = "scripts/gpu_wheels.txt") -> int:
@@ -173,7 +204,9 @@ def throughput(history: list[dict], completions_per_step: int) -> dict:
         "seconds": round(seconds, 3),
         "steps_per_s": round(len(steps) / seconds, 3),
         # without the first step (CUDA context, kernel autotuning, allocator warm-up)
-        "steady_steps_per_s": round((len(steps) - 1) / sum(times[1:]), 3) if len(steps) > 1 else None,
+        "steady_steps_per_s": round((len(steps) - 1) / sum(times[1:]), 3)
+        if len(steps) > 1
+        else None,
         "median_step_s": round(statistics.median(times), 3),
         "completion_tokens_per_step": round(completion_tokens / len(steps), 1),
         "completion_tokens_per_s": round(completion_tokens / seconds, 1),
@@ -224,44 +257,70 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
     stage = {"exit_code": code, "seconds": round(seconds, 1), "peak_rss_gib": round(rss, 2)}
     if name == "train" and "trained" in marks:
         stage.update(train_figures(kept["trainer"]))
-        print(f"gpu_check: train: {stage['steps']} steps, {stage['median_step_s']} s per step "
-              f"(median), {stage['weights']} {stage['weights_mib']} MiB in {stage['folder']}")
+        print(
+            f"gpu_check: train: {stage['steps']} steps, {stage['median_step_s']} s per step "
+            f"(median), {stage['weights']} {stage['weights_mib']} MiB in {stage['folder']}"
+        )
     if report:
         record(report, name, stage)
     if name != "smoke":
         return code
     if "trained" not in marks:
-        print(f"gpu_check: smoke stopped before its GRPO run finished (exit {code})", file=sys.stderr)
+        print(
+            f"gpu_check: smoke stopped before its GRPO run finished (exit {code})", file=sys.stderr
+        )
         return code or 1
     trainer = kept["trainer"]
     args = trainer.args
-    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps \
-        * trainer.accelerator.num_processes // args.num_iterations
+    per_step = (
+        args.per_device_train_batch_size
+        * args.gradient_accumulation_steps
+        * trainer.accelerator.num_processes
+        // args.num_iterations
+    )
     figures = throughput(trainer.state.log_history, per_step)
     figures.update(
-        exit_code=code, stage_seconds=round(seconds, 1),
+        exit_code=code,
+        stage_seconds=round(seconds, 1),
         load_and_step0_baseline_seconds=round(marks["trainer"] - marks["start"], 1),
         grpo_run_seconds=round(marks["trained"] - marks["trainer"], 1),
         device=torch.cuda.get_device_name() if cuda else "cpu",
         peak_gpu_memory_allocated_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2)
-        if cuda else None,
+        if cuda
+        else None,
         peak_gpu_memory_reserved_gib=round(torch.cuda.max_memory_reserved() / 2**30, 2)
-        if cuda else None,
-        versions={m: sys.modules[m].__version__ for m in ("torch", "transformers", "trl", "peft")
-                  if m in sys.modules},
-        python=sys.version.split()[0])
-    memory = (f"{figures['peak_gpu_memory_allocated_gib']} GiB allocated, "
-              f"{figures['peak_gpu_memory_reserved_gib']} GiB reserved" if cuda
-              else "n/a (cpu dry run)" if mode == "cpu" else "n/a (CPU: see the peak RSS)")
-    print(f"gpu_check: {figures['steps']} steps in {figures['seconds']} s: "
-          f"{figures['steps_per_s']} steps/s ({figures['steady_steps_per_s']} without the first)")
-    print(f"gpu_check: tokens/s: {figures['completion_tokens_per_s']} completion, "
-          f"{figures['tokens_per_s']} prompt+completion "
-          f"({figures['completion_tokens_per_step']} completion tokens per step)")
+        if cuda
+        else None,
+        versions={
+            m: sys.modules[m].__version__
+            for m in ("torch", "transformers", "trl", "peft")
+            if m in sys.modules
+        },
+        python=sys.version.split()[0],
+    )
+    memory = (
+        f"{figures['peak_gpu_memory_allocated_gib']} GiB allocated, "
+        f"{figures['peak_gpu_memory_reserved_gib']} GiB reserved"
+        if cuda
+        else "n/a (cpu dry run)"
+        if mode == "cpu"
+        else "n/a (CPU: see the peak RSS)"
+    )
+    print(
+        f"gpu_check: {figures['steps']} steps in {figures['seconds']} s: "
+        f"{figures['steps_per_s']} steps/s ({figures['steady_steps_per_s']} without the first)"
+    )
+    print(
+        f"gpu_check: tokens/s: {figures['completion_tokens_per_s']} completion, "
+        f"{figures['tokens_per_s']} prompt+completion "
+        f"({figures['completion_tokens_per_step']} completion tokens per step)"
+    )
     print(f"gpu_check: peak GPU memory of the GRPO run: {memory}")
-    print(f"gpu_check: smoke stage {figures['stage_seconds']} s: model load + step-0 baseline "
-          f"{figures['load_and_step0_baseline_seconds']} s, GRPO run (trainer set-up included) "
-          f"{figures['grpo_run_seconds']} s")
+    print(
+        f"gpu_check: smoke stage {figures['stage_seconds']} s: model load + step-0 baseline "
+        f"{figures['load_and_step0_baseline_seconds']} s, GRPO run (trainer set-up included) "
+        f"{figures['grpo_run_seconds']} s"
+    )
     if report:
         record(report, None, figures)
     return code
@@ -269,19 +328,23 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
 
 def train_figures(trainer) -> dict:
     """Seconds per train step (TRL's step_time) and the size of what train saved."""
-    from rlvr.params.config import load_params
-    from rlvr.grpo.checkpoints import WEIGHT_FILES
     from rlvr.core.metric_keys import LOSS, STEP_TIME
     from rlvr.core.seeds import seed_paths
+    from rlvr.grpo.checkpoints import WEIGHT_FILES
+    from rlvr.params.config import load_params
 
     times = [e[STEP_TIME] for e in trainer.state.log_history if LOSS in e]
     params = load_params("params.yaml")
     # the stage trained the first seed of audit.seeds (the check runs one: rlvr.core.seeds)
     folder = Path(seed_paths(params.paths, params.audit.seeds[0]).trained_model)
     weights = next(folder / name for name in WEIGHT_FILES if (folder / name).exists())
-    return {"steps": len(times), "median_step_s": round(statistics.median(times), 2),
-            "folder": str(folder), "weights": weights.name,
-            "weights_mib": round(weights.stat().st_size / 2**20, 1)}
+    return {
+        "steps": len(times),
+        "median_step_s": round(statistics.median(times), 2),
+        "folder": str(folder),
+        "weights": weights.name,
+        "weights_mib": round(weights.stat().st_size / 2**20, 1),
+    }
 
 
 def record(report: str, stage: str | None, figures: dict) -> None:
@@ -299,10 +362,14 @@ def summary(report: str) -> int:
     """The --cpu-full run's figures in three lines, from the check's JSON."""
     figures = json.loads(Path(report).read_text())
     stages, train = figures["stages"], figures["stages"]["train"]
-    print("gpu_check: peak RSS per stage, GiB: "
-          + ", ".join(f"{name} {stage['peak_rss_gib']}" for name, stage in stages.items()))
-    print(f"gpu_check: seconds per step (median): smoke {figures['median_step_s']}, train "
-          f"{train['median_step_s']}")
+    print(
+        "gpu_check: peak RSS per stage, GiB: "
+        + ", ".join(f"{name} {stage['peak_rss_gib']}" for name, stage in stages.items())
+    )
+    print(
+        f"gpu_check: seconds per step (median): smoke {figures['median_step_s']}, train "
+        f"{train['median_step_s']}"
+    )
     print(f"gpu_check: what train saved: {train['weights']} {train['weights_mib']} MiB")
     return 0
 

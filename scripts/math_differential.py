@@ -29,10 +29,20 @@ from rlvr.rewards.math_values import clean, read_literal, round_sig
 from rlvr.rewards.registry import score_correctness, verifier_problems
 
 # task -> the tolerance its questions state
-TASKS = {"basic_arithmetic": {}, "decimal_arithmetic": {"sig_figs": 12},
-         "fraction_simplification": {}, "simple_equations": {}, "gsm_symbolic": {},
-         "chain_sum": {}, "products": {}, "power_function": {"sig_figs": 3},
-         "decimal_chain_sum": {}, "lcm": {}, "gcd": {}, "prime_factorization": {}}
+TASKS = {
+    "basic_arithmetic": {},
+    "decimal_arithmetic": {"sig_figs": 12},
+    "fraction_simplification": {},
+    "simple_equations": {},
+    "gsm_symbolic": {},
+    "chain_sum": {},
+    "products": {},
+    "power_function": {"sig_figs": 3},
+    "decimal_chain_sum": {},
+    "lcm": {},
+    "gcd": {},
+    "prime_factorization": {},
+}
 
 # kind of candidate -> (what it is, why the project's score is right when reasoning-gym's differs)
 KINDS = {
@@ -59,16 +69,23 @@ KINDS = {
     "rounded_positional": ("the same, in plain digits", "within the row's sig_figs"),
     "off_by_one": ("the value + 1", "another value"),
     "sign_flipped": ("-value", "another value (reasoning-gym's partial credit is not a reward)"),
-    "near_miss": ("the value off in its 7th significant figure", "another value: compared "
-                  "exactly (or to the row's sig_figs)"),
+    "near_miss": (
+        "the value off in its 7th significant figure",
+        "another value: compared exactly (or to the row's sig_figs)",
+    ),
     "mantissa": ("an e-notation value's mantissa alone", "another value"),
     "exponent_flipped": ("the exponent's sign flipped", "another value"),
     "exponent_off": ("the exponent off by one", "another value"),
     "percent_of_value": ("the value with a % sign (30% for 30)", "30% is 0.3, not 30"),
-    "decimal_approximation": ("a fraction's decimal to 6 places", "not the fraction's exact "
-                              "value (a row may state a tolerance)"),
-    "unreduced": ("the fraction times 2/2", "a fraction not in lowest terms is arithmetic left "
-                  "to do (the question's own fraction echoed back is one)"),
+    "decimal_approximation": (
+        "a fraction's decimal to 6 places",
+        "not the fraction's exact value (a row may state a tolerance)",
+    ),
+    "unreduced": (
+        "the fraction times 2/2",
+        "a fraction not in lowest terms is arithmetic left "
+        "to do (the question's own fraction echoed back is one)",
+    ),
     "hedge_last": ("wrong or right (31 or 30)", "several answers earn nothing"),
     "hedge_first": ("right or wrong (30 or 31)", "several answers earn nothing"),
     "list_last": ("wrong, right", "several answers earn nothing"),
@@ -76,8 +93,10 @@ KINDS = {
     "two_boxes": ("\\boxed{wrong} then \\boxed{right}", "several answers earn nothing"),
     "plus_minus": ("right \\pm 1", "several answers earn nothing"),
     "arithmetic": ("(value - 1) + 1", "arithmetic left undone is not a final answer"),
-    "echo": ("the question's expression echoed back", "arithmetic left undone is not a final "
-             "answer"),
+    "echo": (
+        "the question's expression echoed back",
+        "arithmetic left undone is not a final answer",
+    ),
     "words": ("forty-two style words", "not a value"),
     "garbage": ("random characters", "not a value"),
     "empty": ("nothing", "not a value"),
@@ -93,12 +112,35 @@ KINDS = {
 # A disagreement of another kind fails tests/test_math_differential.py until someone looks.
 EXPECTED_DISAGREEMENTS = {
     # same-value forms its scorers do not read (they parse the text as a bare number)
-    "boxed", "tags", "dollars", "sentence", "variable", "period", "positional", "e_notation",
-    "e_upper", "times_ten", "e_dollars", "e_tags", "two_boxes_same", "fraction",
-    "latex_fraction", "percent", "trailing_zero", "thousands",
+    "boxed",
+    "tags",
+    "dollars",
+    "sentence",
+    "variable",
+    "period",
+    "positional",
+    "e_notation",
+    "e_upper",
+    "times_ten",
+    "e_dollars",
+    "e_tags",
+    "two_boxes_same",
+    "fraction",
+    "latex_fraction",
+    "percent",
+    "trailing_zero",
+    "thousands",
     # wrong answers its scorers take (the first number, the absolute value, lenient parsing)
-    "sign_flipped", "percent_of_value", "hedge_first", "list_first", "plus_minus", "nested",
-    "unclosed_box", "exponent_off", "garbage", "tower",
+    "sign_flipped",
+    "percent_of_value",
+    "hedge_first",
+    "list_first",
+    "plus_minus",
+    "nested",
+    "unclosed_box",
+    "exponent_off",
+    "garbage",
+    "tower",
 }
 
 
@@ -132,38 +174,53 @@ def _e_notation(plain: str) -> tuple[str, str, int]:
 
 def _expression(question: str) -> str | None:
     """The longest arithmetic the question writes (for an echo), or None."""
-    runs = [run.strip() for run in re.findall(r"[-\d.(][-\d.+*/() ]*[\d)]", question)
-            if re.search(r"[\d)]\s*[-+*/]\s*[\d(]", run)]
+    runs = [
+        run.strip()
+        for run in re.findall(r"[-\d.(][-\d.+*/() ]*[\d)]", question)
+        if re.search(r"[\d)]\s*[-+*/]\s*[\d(]", run)
+    ]
     return max(runs, key=len) if runs else None
 
 
-def candidates(question: str, target: str, value: Fraction, sig_figs: int | None,
-               rng: random.Random) -> list[Candidate]:
+def candidates(
+    question: str, target: str, value: Fraction, sig_figs: int | None, rng: random.Random
+) -> list[Candidate]:
     """The candidate answers to one item (see KINDS)."""
     plain = _plain(value)
     wrong = 2 * value + 1 if value != -1 else Fraction(3)  # another value at any precision
     right = plain or f"{value.numerator}/{value.denominator}"
     wrong_text = _plain(wrong) or f"{wrong.numerator}/{wrong.denominator}"
     out = [Candidate(target, "as_given", True)]
-    for kind, form in (("boxed", "\\boxed{%s}"), ("tags", "<answer>%s</answer>"),
-                       ("dollars", "$%s$"), ("sentence", "The answer is %s."),
-                       ("variable", "x = %s"), ("period", "%s.")):
+    for kind, form in (
+        ("boxed", "\\boxed{%s}"),
+        ("tags", "<answer>%s</answer>"),
+        ("dollars", "$%s$"),
+        ("sentence", "The answer is %s."),
+        ("variable", "x = %s"),
+        ("period", "%s."),
+    ):
         out.append(Candidate(form % right, kind, True))
     if sig_figs is None:
         out.append(Candidate(_plain(value + 1) or f"{value + 1}", "off_by_one", False))
         near = value * (1 + Fraction(1, 10**6)) if value else Fraction(1, 10**6)
         out.append(Candidate(_plain(near) or str(float(near)), "near_miss", False))
     if value:
-        out.append(Candidate("-" + right if not right.startswith("-") else right[1:],
-                             "sign_flipped", False))
+        out.append(
+            Candidate(
+                "-" + right if not right.startswith("-") else right[1:], "sign_flipped", False
+            )
+        )
         out.append(Candidate(f"{right}%", "percent_of_value", False))
     if plain is not None:
         text, mantissa, exponent = _e_notation(plain)
-        out += [Candidate(plain, "positional", True), Candidate(text, "e_notation", True),
-                Candidate(f"\\boxed{{{mantissa}E{exponent}}}", "e_upper", True),
-                Candidate(f"{mantissa} \\times 10^{{{exponent}}}", "times_ten", True),
-                Candidate(f"${text}$", "e_dollars", True),
-                Candidate(f"<answer>{text}</answer>", "e_tags", True)]
+        out += [
+            Candidate(plain, "positional", True),
+            Candidate(text, "e_notation", True),
+            Candidate(f"\\boxed{{{mantissa}E{exponent}}}", "e_upper", True),
+            Candidate(f"{mantissa} \\times 10^{{{exponent}}}", "times_ten", True),
+            Candidate(f"${text}$", "e_dollars", True),
+            Candidate(f"<answer>{text}</answer>", "e_tags", True),
+        ]
         if exponent and Fraction(Decimal(mantissa)) != value:
             out.append(Candidate(mantissa, "mantissa", False))
             out.append(Candidate(f"{mantissa}e{-exponent:+d}", "exponent_flipped", False))
@@ -175,33 +232,39 @@ def candidates(question: str, target: str, value: Fraction, sig_figs: int | None
         if value.denominator == 1 and abs(value) >= 1000:
             out.append(Candidate(f"{value.numerator:,}", "thousands", True))
     if value.denominator != 1:
-        out += [Candidate(f"{value.numerator}/{value.denominator}", "fraction", True),
-                Candidate(f"\\frac{{{value.numerator}}}{{{value.denominator}}}",
-                          "latex_fraction", True),
-                Candidate(f"{2 * value.numerator}/{2 * value.denominator}", "unreduced", False)]
+        out += [
+            Candidate(f"{value.numerator}/{value.denominator}", "fraction", True),
+            Candidate(
+                f"\\frac{{{value.numerator}}}{{{value.denominator}}}", "latex_fraction", True
+            ),
+            Candidate(f"{2 * value.numerator}/{2 * value.denominator}", "unreduced", False),
+        ]
         if plain is None:
             out.append(Candidate(f"{float(value):.6f}", "decimal_approximation", False))
     if sig_figs is not None:
         rounded = round_sig(value, sig_figs)
         positional = format(rounded, "f")
-        out += [Candidate(format(rounded, "e").replace("E", "e"), "rounded", True),
-                Candidate(positional, "rounded_positional", True)]
-    out += [Candidate(f"{wrong_text} or {right}", "hedge_last", False),
-            Candidate(f"{right} or {wrong_text}", "hedge_first", False),
-            Candidate(f"{wrong_text}, {right}", "list_last", False),
-            Candidate(f"{right}, {wrong_text}", "list_first", False),
-            Candidate(f"\\boxed{{{wrong_text}}} \\boxed{{{right}}}", "two_boxes", False),
-            Candidate(f"\\boxed{{{right}}} so \\boxed{{{right}}}", "two_boxes_same", True),
-            Candidate(f"{right} \\pm 1", "plus_minus", False),
-            Candidate(f"{_plain(value - 1) or f'{value - 1}'} + 1", "arithmetic", False),
-            Candidate("forty-two", "words", False),
-            Candidate("".join(rng.choices("abcxyz0123456789+-*/^{}()\\ ", k=40)), "garbage",
-                      False),
-            Candidate("", "empty", False),
-            Candidate("(" * 8 + right + ")" * 8, "nested", False),
-            Candidate("1e999999", "huge_exponent", False),
-            Candidate("9^{9^{9^{9}}}", "tower", False),
-            Candidate(f"\\boxed{{{right}", "unclosed_box", False)]
+        out += [
+            Candidate(format(rounded, "e").replace("E", "e"), "rounded", True),
+            Candidate(positional, "rounded_positional", True),
+        ]
+    out += [
+        Candidate(f"{wrong_text} or {right}", "hedge_last", False),
+        Candidate(f"{right} or {wrong_text}", "hedge_first", False),
+        Candidate(f"{wrong_text}, {right}", "list_last", False),
+        Candidate(f"{right}, {wrong_text}", "list_first", False),
+        Candidate(f"\\boxed{{{wrong_text}}} \\boxed{{{right}}}", "two_boxes", False),
+        Candidate(f"\\boxed{{{right}}} so \\boxed{{{right}}}", "two_boxes_same", True),
+        Candidate(f"{right} \\pm 1", "plus_minus", False),
+        Candidate(f"{_plain(value - 1) or f'{value - 1}'} + 1", "arithmetic", False),
+        Candidate("forty-two", "words", False),
+        Candidate("".join(rng.choices("abcxyz0123456789+-*/^{}()\\ ", k=40)), "garbage", False),
+        Candidate("", "empty", False),
+        Candidate("(" * 8 + right + ")" * 8, "nested", False),
+        Candidate("1e999999", "huge_exponent", False),
+        Candidate("9^{9^{9^{9}}}", "tower", False),
+        Candidate(f"\\boxed{{{right}", "unclosed_box", False),
+    ]
     echo = _expression(question)
     if echo:
         out.append(Candidate(echo, "echo", False))
@@ -222,8 +285,9 @@ def reasoning_gym_datasets():
     if "reasoning_gym.factory" not in sys.modules:
         spec = importlib.util.find_spec("reasoning_gym")
         if spec is None:
-            raise SystemExit("reasoning-gym is not installed: ./dev installs it "
-                             "(requirements-nodeps.txt)")
+            raise SystemExit(
+                "reasoning-gym is not installed: ./dev installs it (requirements-nodeps.txt)"
+            )
         package = types.ModuleType("reasoning_gym")
         package.__path__, package.__spec__ = list(spec.submodule_search_locations), spec
         sys.modules.setdefault("reasoning_gym", package)
@@ -255,8 +319,9 @@ class Result:
     rg_reads: int = 0
 
 
-def run(items: int, seed: int = 0, tasks=tuple(TASKS),
-        tolerance_fields: bool = True) -> tuple[dict, Counter, list]:
+def run(
+    items: int, seed: int = 0, tasks=tuple(TASKS), tolerance_fields: bool = True
+) -> tuple[dict, Counter, list]:
     """Per task: a Result; the disagreements with reasoning-gym by (kind, project, rg); and the
     answers where the project breaks the rules (bugs: (task, answer, target, kind, score)).
     `tolerance_fields`: False scores the rows without their tolerance (a verifier before Step 14
@@ -269,8 +334,11 @@ def run(items: int, seed: int = 0, tasks=tuple(TASKS),
         result = results[task] = Result()
         for entry in dataset:
             target = entry["answer"]
-            verifier = {"type": "math", "target": target,
-                        **(TASKS[task] if tolerance_fields else {})}
+            verifier = {
+                "type": "math",
+                "target": target,
+                **(TASKS[task] if tolerance_fields else {}),
+            }
             result.rows += 1
             literal = read_literal(clean(target), reduced=False)
             accepted = not verifier_problems(verifier)
@@ -283,8 +351,9 @@ def run(items: int, seed: int = 0, tasks=tuple(TASKS),
                 result.rejected_rows += 1
                 continue
             value = literal.value
-            for candidate in candidates(entry["question"], target, value,
-                                        TASKS[task].get("sig_figs"), rng):
+            for candidate in candidates(
+                entry["question"], target, value, TASKS[task].get("sig_figs"), rng
+            ):
                 ours = score_correctness(candidate.text, verifier) == 1.0
                 theirs = rg_accepts(dataset, entry, candidate.text)
                 result.answers += 1
@@ -302,24 +371,35 @@ def run(items: int, seed: int = 0, tasks=tuple(TASKS),
 
 
 def table(results: dict, classes: Counter, bugs: list) -> str:
-    lines = ["| task | rows (rejected by the contract) | answers | agree with reasoning-gym | "
-             "right by the rules | same-value forms read: project / reasoning-gym |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| task | rows (rejected by the contract) | answers | agree with reasoning-gym | "
+        "right by the rules | same-value forms read: project / reasoning-gym |",
+        "|---|---|---|---|---|---|",
+    ]
     total = Result()
     for task, r in results.items():
         for field in vars(total):
             setattr(total, field, getattr(total, field) + getattr(r, field))
         lines.append(_row(task, r))
     lines.append(_row("**all**", total))
-    lines += ["", "| disagreement: kind (project, reasoning-gym) | count | who is right, and why |",
-              "|---|---|---|"]
+    lines += [
+        "",
+        "| disagreement: kind (project, reasoning-gym) | count | who is right, and why |",
+        "|---|---|---|",
+    ]
     for (kind, ours, theirs), count in sorted(classes.items(), key=lambda kv: -kv[1]):
-        why = f"project: {KINDS[kind][1]}" if kind in EXPECTED_DISAGREEMENTS else \
-            "UNEXPECTED: look at it (the rules or reasoning-gym?)"
+        why = (
+            f"project: {KINDS[kind][1]}"
+            if kind in EXPECTED_DISAGREEMENTS
+            else "UNEXPECTED: look at it (the rules or reasoning-gym?)"
+        )
         lines.append(f"| {kind} ({ours}, {theirs}) | {count} | {why} |")
-    lines += ["", f"rows whose target is several values: {total.several_values}, let through by "
-              f"the contract: {total.several_accepted}, scored 1 for the last factor alone: "
-              f"{total.last_factor_earns}"]
+    lines += [
+        "",
+        f"rows whose target is several values: {total.several_values}, let through by "
+        f"the contract: {total.several_accepted}, scored 1 for the last factor alone: "
+        f"{total.last_factor_earns}",
+    ]
     lines += ["", f"answers where the project breaks its own rules (bugs): {len(bugs)}"]
     lines += [f"  {bug}" for bug in bugs[:20]]
     return "\n".join(lines)
@@ -327,9 +407,11 @@ def table(results: dict, classes: Counter, bugs: list) -> str:
 
 def _row(task: str, r: Result) -> str:
     pct = lambda a, b: f"{100 * a / b:.1f}%" if b else "-"  # noqa: E731
-    return (f"| {task} | {r.rows} ({r.rejected_rows}) | {r.answers} | {pct(r.agree, r.answers)} "
-            f"| {pct(r.right, r.answers)} | {pct(r.project_reads, r.equivalent)} / "
-            f"{pct(r.rg_reads, r.equivalent)} |")
+    return (
+        f"| {task} | {r.rows} ({r.rejected_rows}) | {r.answers} | {pct(r.agree, r.answers)} "
+        f"| {pct(r.right, r.answers)} | {pct(r.project_reads, r.equivalent)} / "
+        f"{pct(r.rg_reads, r.equivalent)} |"
+    )
 
 
 def main() -> None:
@@ -337,17 +419,27 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=150, help="items per task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the figures here")
-    parser.add_argument("--no-tolerance-fields", action="store_true",
-                        help="rows without rel_tol/abs_tol/sig_figs (to measure an older verifier)")
+    parser.add_argument(
+        "--no-tolerance-fields",
+        action="store_true",
+        help="rows without rel_tol/abs_tol/sig_figs (to measure an older verifier)",
+    )
     args = parser.parse_args()
-    results, classes, bugs = run(args.items, args.seed,
-                                 tolerance_fields=not args.no_tolerance_fields)
+    results, classes, bugs = run(
+        args.items, args.seed, tolerance_fields=not args.no_tolerance_fields
+    )
     print(table(results, classes, bugs))
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"tasks": {t: vars(r) for t, r in results.items()},
-                       "disagreements": [[*key, n] for key, n in classes.items()],
-                       "bugs": bugs}, out, indent=1)
+            json.dump(
+                {
+                    "tasks": {t: vars(r) for t, r in results.items()},
+                    "disagreements": [[*key, n] for key, n in classes.items()],
+                    "bugs": bugs,
+                },
+                out,
+                indent=1,
+            )
     sys.exit(1 if bugs else 0)
 
 

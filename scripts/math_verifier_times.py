@@ -16,32 +16,75 @@ import time
 from contextlib import contextmanager
 
 from rlvr.rewards import math_answers
-from rlvr.rewards.math_answers import MATH_TIMEOUT_S, MAX_MATH_NESTING, math_reward, start_math_worker
+from rlvr.rewards.math_answers import (
+    MATH_TIMEOUT_S,
+    MAX_MATH_NESTING,
+    math_reward,
+    start_math_worker,
+)
 
-PIECES = ["\\boxed{", "\\frac{", "}{", "}", "^{", "10", "9", "!", "\\sqrt{", "x", "=", "(", ")",
-          "\\cdot", "\\left(", "\\right)", "e", "\\pi", "%"]
-CRAFTED = ["2^{2^{2^{2^{2^{100}}}}}", "10^{10^{10^{10}}}", "99999999999!", "9" * 999,
-           "(" * 6 + "\\sqrt{2}" + ")" * 6, "\\frac{" * 6 + "\\sqrt{2}" + "}{2}" * 6,
-           "x^{x^{x^{x^{x}}}}=3", "\\boxed{" + "+".join(["\\sqrt{2}"] * 100) + "}",
-           "e^{e^{e^{e^{e}}}}", "\\sqrt{" * 6 + "2" + "}" * 6, "9^{9^{9^{9}}}"]
+PIECES = [
+    "\\boxed{",
+    "\\frac{",
+    "}{",
+    "}",
+    "^{",
+    "10",
+    "9",
+    "!",
+    "\\sqrt{",
+    "x",
+    "=",
+    "(",
+    ")",
+    "\\cdot",
+    "\\left(",
+    "\\right)",
+    "e",
+    "\\pi",
+    "%",
+]
+CRAFTED = [
+    "2^{2^{2^{2^{2^{100}}}}}",
+    "10^{10^{10^{10}}}",
+    "99999999999!",
+    "9" * 999,
+    "(" * 6 + "\\sqrt{2}" + ")" * 6,
+    "\\frac{" * 6 + "\\sqrt{2}" + "}{2}" * 6,
+    "x^{x^{x^{x^{x}}}}=3",
+    "\\boxed{" + "+".join(["\\sqrt{2}"] * 100) + "}",
+    "e^{e^{e^{e^{e}}}}",
+    "\\sqrt{" * 6 + "2" + "}" * 6,
+    "9^{9^{9^{9}}}",
+]
 # (answer, target): every one scores 1; the first three are read in process, the rest by the worker
-HONEST = [("\\boxed{42}", "42"), ("The answer is 3/4.", "0.75"), ("<answer>1.25e+18</answer>",
-          "1250000000000000000"), ("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"),
-          ("\\left(1+\\sqrt{2}\\right)", "1+\\sqrt{2}"), ("2\\pi", "\\pi \\cdot 2"),
-          ("\\sqrt{3} \\text{ cm}", "\\sqrt{3}"), ("((\\sqrt{2}))", "\\sqrt{2}")]
+HONEST = [
+    ("\\boxed{42}", "42"),
+    ("The answer is 3/4.", "0.75"),
+    ("<answer>1.25e+18</answer>", "1250000000000000000"),
+    ("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"),
+    ("\\left(1+\\sqrt{2}\\right)", "1+\\sqrt{2}"),
+    ("2\\pi", "\\pi \\cdot 2"),
+    ("\\sqrt{3} \\text{ cm}", "\\sqrt{3}"),
+    ("((\\sqrt{2}))", "\\sqrt{2}"),
+]
 # Answers nested `depth` deep (nesting depth + 1 with \sqrt{}'s braces), one per kind of bracket
 # (the parser's slow paths).
-NESTED = {"parentheses": lambda d: "(" * d + "\\sqrt{2}" + ")" * d,
-          "braces": lambda d: "{" * d + "\\sqrt{2}" + "}" * d,
-          "fractions": lambda d: "\\frac{" * d + "\\sqrt{2}" + "}{1}" * d,
-          "roots": lambda d: "\\sqrt{" * d + "2" + "}" * d}
+NESTED = {
+    "parentheses": lambda d: "(" * d + "\\sqrt{2}" + ")" * d,
+    "braces": lambda d: "{" * d + "\\sqrt{2}" + "}" * d,
+    "fractions": lambda d: "\\frac{" * d + "\\sqrt{2}" + "}{1}" * d,
+    "roots": lambda d: "\\sqrt{" * d + "2" + "}" * d,
+}
 
 
 @contextmanager
 def load(on: bool):
     cores = len(os.sched_getaffinity(0))
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(2 * cores if on else 0)]
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(2 * cores if on else 0)
+    ]
     try:
         time.sleep(0.3 if on else 0)
         yield
@@ -67,8 +110,10 @@ def main() -> None:
     parser.add_argument("--random", type=int, default=200, help="random LaTeX mixes to score")
     args = parser.parse_args()
     with load(not args.no_load):
-        print(f"load: {'none' if args.no_load else f'{2 * len(os.sched_getaffinity(0))} busy processes'}"
-              f"; bound {MATH_TIMEOUT_S} s per worker answer; nesting cap {MAX_MATH_NESTING}")
+        print(
+            f"load: {'none' if args.no_load else f'{2 * len(os.sched_getaffinity(0))} busy processes'}"
+            f"; bound {MATH_TIMEOUT_S} s per worker answer; nesting cap {MAX_MATH_NESTING}"
+        )
         started = time.perf_counter()
         start_math_worker()
         print(f"worker start (warm-up included): {time.perf_counter() - started:.2f} s")
@@ -76,8 +121,10 @@ def main() -> None:
         for answer, target in HONEST:
             score, seconds = timed(answer, target)
             print(f"  {seconds * 1000:7.1f} ms  score {score}  {answer!r}")
-        print(f"nesting (parse and score with no bound; the cap holds answers to depth "
-              f"{MAX_MATH_NESTING}):")
+        print(
+            f"nesting (parse and score with no bound; the cap holds answers to depth "
+            f"{MAX_MATH_NESTING}):"
+        )
         print("  depth  " + "  ".join(f"{kind:>11}" for kind in NESTED))
         math_answers.MAX_MATH_NESTING = args.max_depth + 1  # measure past the cap
         for depth in range(1, args.max_depth + 1):
@@ -87,9 +134,11 @@ def main() -> None:
         rng = random.Random(0)
         mixes = ["".join(rng.choices(PIECES, k=rng.randint(1, 300))) for _ in range(args.random)]
         times = [timed(answer, "\\sqrt{2}")[1] for answer in CRAFTED + mixes]
-        print(f"adversarial ({len(times)}: crafted and random LaTeX mixes): median "
-              f"{statistics.median(times) * 1000:.1f} ms, max {max(times):.3f} s, "
-              f"{sum(t >= MATH_TIMEOUT_S for t in times)} cut at the bound")
+        print(
+            f"adversarial ({len(times)}: crafted and random LaTeX mixes): median "
+            f"{statistics.median(times) * 1000:.1f} ms, max {max(times):.3f} s, "
+            f"{sum(t >= MATH_TIMEOUT_S for t in times)} cut at the bound"
+        )
         for answer in CRAFTED:
             score, seconds = timed(answer, "\\sqrt{2}")
             print(f"  {seconds * 1000:7.1f} ms  score {score}  {answer[:40]!r}")

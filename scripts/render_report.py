@@ -21,11 +21,22 @@ def render(html: Path, png: Path, width: int = 1280, height: int = 9000) -> Path
     if chromium is None:
         sys.exit("render_report: chromium not found (apt-get install chromium)")
     with tempfile.TemporaryDirectory() as profile:
-        command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                   "--no-first-run", "--disable-background-networking",
-                   "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
-                   "--hide-scrollbars", f"--window-size={width},{height}",
-                   f"--screenshot={png.resolve()}", html.resolve().as_uri()]
+        command = [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--hide-scrollbars",
+            f"--window-size={width},{height}",
+            f"--screenshot={png.resolve()}",
+            html.resolve().as_uri(),
+        ]
         offline = ["unshare", "--net"] if shutil.which("unshare") else []
         run = subprocess.run(offline + command, capture_output=True, text=True, timeout=120)
         if run.returncode != 0 and offline:  # no permission for a namespace: flags only

@@ -39,8 +39,11 @@ def report_top(markdown: str) -> tuple[str, str, list[list[str]], str]:
         if not all(set(cell) <= set("-: ") for cell in cells):
             table.append(cells)
     curves_at = next(i for i, line in enumerate(lines) if line.startswith("## 2."))
-    curves = next(re.search(r"!\[[^\]]*\]\(([^)]+)\)", line).group(1)
-                  for line in lines[curves_at:] if line.startswith("!["))
+    curves = next(
+        re.search(r"!\[[^\]]*\]\(([^)]+)\)", line).group(1)
+        for line in lines[curves_at:]
+        if line.startswith("![")
+    )
     return plain(title), plain(verdict), table, curves
 
 

@@ -24,10 +24,17 @@ from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[1]
 # the pipeline in about a minute: the plumbing, not the learning (tests/conftest.py small_budget)
-SMALL_BUDGET = {"model": {"warm_start": {"steps": 30}}, "smoke": {"max_steps": 3},
-                "train": {"max_steps": 6, "save_steps": 3, "eval_steps": 3,
-                          "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
-                "evaluate": {"samples": 2, "n_resamples": 500}}
+SMALL_BUDGET = {
+    "model": {"warm_start": {"steps": 30}},
+    "smoke": {"max_steps": 3},
+    "train": {
+        "max_steps": 6,
+        "save_steps": 3,
+        "eval_steps": 3,
+        "grpo": {"num_generations": 4, "per_device_train_batch_size": 16},
+    },
+    "evaluate": {"samples": 2, "n_resamples": 500},
+}
 
 
 def _merge(target: dict, changes: dict) -> None:
@@ -39,8 +46,13 @@ def _merge(target: dict, changes: dict) -> None:
 
 
 def _run(cwd: Path, *command: str, env: dict[str, str] | None = None) -> None:
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})})
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})},
+    )
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
 
@@ -60,8 +72,18 @@ def measure(jobs: int, small: bool) -> tuple[int, float]:
             yaml.dump(params, clone / "params.yaml")
         _run(clone, "dvc", "repro")
         _run(clone, "git", "add", "-A")
-        _run(clone, "git", "-c", "user.email=b@b", "-c", "user.name=b", "commit", "-qm", "base",
-             "--allow-empty")  # the default run may rebuild exactly what HEAD holds
+        _run(
+            clone,
+            "git",
+            "-c",
+            "user.email=b@b",
+            "-c",
+            "user.name=b",
+            "commit",
+            "-qm",
+            "base",
+            "--allow-empty",
+        )  # the default run may rebuild exactly what HEAD holds
         grid = load_params(clone / "params.yaml").orchestration
         for args in queue_commands(grid):  # what the experiments flow queues
             _run(clone, "dvc", *args)
@@ -76,12 +98,13 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--budget", choices=["small", "default"], default="small")
     args = parser.parse_args()
-    print(f"sweep_jobs: {os.cpu_count()} CPUs; {args.budget} budget; a fresh clone per "
-          "measurement")
+    print(f"sweep_jobs: {os.cpu_count()} CPUs; {args.budget} budget; a fresh clone per measurement")
     for jobs in args.jobs:
         count, seconds = measure(jobs, small=args.budget == "small")
-        print(f"sweep_jobs: --jobs {jobs}: {count} experiments in {seconds:.1f} s "
-              f"({seconds / count:.1f} s each)")
+        print(
+            f"sweep_jobs: --jobs {jobs}: {count} experiments in {seconds:.1f} s "
+            f"({seconds / count:.1f} s each)"
+        )
     return 0
 
 

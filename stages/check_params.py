@@ -12,9 +12,9 @@ the same for every valid params.yaml, so the stages after it rerun only when the
 change. A bad value exits non-zero with one line naming it.
 """
 
-from rlvr.pipeline.checks import check_params_file
-from rlvr.params.config import PARAMS_FILE, Params
 from rlvr.core.files import write_json
+from rlvr.params.config import PARAMS_FILE, Params
+from rlvr.pipeline.checks import check_params_file
 from rlvr.pipeline.stage import run_stage
 
 

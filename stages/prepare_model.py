@@ -10,11 +10,12 @@ model; model.init: pretrained records model.name_or_path.
 Writes models/base/ and reports/prepare/summary.json.
 """
 
-from rlvr.data.rows import read_rows
 from rlvr.core.files import write_json
 from rlvr.core.numerics import numerics_in_force
-from rlvr.policy.models import describe_base, prepare_base
+from rlvr.data.rows import read_rows
 from rlvr.pipeline.stage import ParamsView, run_stage
+from rlvr.policy.models import describe_base, prepare_base
+
 
 def main(params: ParamsView) -> int:
     rows = read_rows(params.data.train_path)

@@ -9,8 +9,8 @@ key params, the seed's headline figures and verdict beside the recipe's over its
 commit and the code digest. The folder loads with `from_pretrained` as it is (through peft for an adapter).
 """
 
-from rlvr.report.model_card import publish_folder, run_card
 from rlvr.pipeline.stage import ParamsView, run_stage
+from rlvr.report.model_card import publish_folder, run_card
 
 
 def main(params: ParamsView) -> int:

@@ -14,22 +14,27 @@ seeds with results: no recipe verdict, naming the missing seeds and the line eac
 import json
 from pathlib import Path
 
+from rlvr.audit.recipe import recipe_audit, recipe_metrics
 from rlvr.audit.slices import SliceRule
 from rlvr.core.files import write_json
-from rlvr.report.plots import plot_seeds
-from rlvr.audit.recipe import recipe_audit, recipe_metrics
 from rlvr.core.seeds import seed_paths
 from rlvr.pipeline.stage import ParamsView, failure_line, run_stage, stage_label
+from rlvr.report.plots import plot_seeds
 
 
 def seed_results(paths, seed: int) -> dict:
     """One seed's evaluate summary, per-prompt records and train summary (OSError, ValueError:
     missing or unreadable)."""
     run = seed_paths(paths, seed)
-    return {"summary": json.loads(Path(run.eval_summary).read_text()),
-            "records": [json.loads(line) for line in
-                        Path(run.eval_per_prompt).read_text().splitlines() if line.strip()],
-            "train": json.loads(Path(run.train_summary).read_text())}
+    return {
+        "summary": json.loads(Path(run.eval_summary).read_text()),
+        "records": [
+            json.loads(line)
+            for line in Path(run.eval_per_prompt).read_text().splitlines()
+            if line.strip()
+        ],
+        "train": json.loads(Path(run.train_summary).read_text()),
+    }
 
 
 def main(params: ParamsView) -> int:
@@ -39,25 +44,42 @@ def main(params: ParamsView) -> int:
         try:
             evaluated[seed] = seed_results(paths, seed)
         except (OSError, ValueError):
-            stopped = [line for line in (failure_line(paths.timing, stage_label(stage, seed))
-                                         for stage in ("train", "evaluate")) if line]
-            failed[seed] = (f"no results in {seed_paths(paths, seed).eval_summary}"
-                            + (f", it stopped with: {stopped[-1]}" if stopped else "")
-                            + "; `dvc repro` reruns what it lacks")
-    recipe = recipe_audit(params.audit.seeds, evaluated, failed,
-                          SliceRule(report.min_slice_rows, report.slice_drop_from,
-                                    report.slice_drop_to), ev.confidence, ev.n_resamples)
+            stopped = [
+                line
+                for line in (
+                    failure_line(paths.timing, stage_label(stage, seed))
+                    for stage in ("train", "evaluate")
+                )
+                if line
+            ]
+            failed[seed] = (
+                f"no results in {seed_paths(paths, seed).eval_summary}"
+                + (f", it stopped with: {stopped[-1]}" if stopped else "")
+                + "; `dvc repro` reruns what it lacks"
+            )
+    recipe = recipe_audit(
+        params.audit.seeds,
+        evaluated,
+        failed,
+        SliceRule(report.min_slice_rows, report.slice_drop_from, report.slice_drop_to),
+        ev.confidence,
+        ev.n_resamples,
+    )
     write_json(paths.recipe_summary, recipe)
     write_json(paths.recipe_metrics, recipe_metrics(recipe))
     plot_seeds(recipe, paths.seeds_figure)
     for line in recipe["seed_lines"]:
         d = line["delta_mean_reward"]
-        print(f"recipe: seed {line['seed']} (one run): delta {d['value']:+.3f} "
-              f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}], {line['verdict']}")
+        print(
+            f"recipe: seed {line['seed']} (one run): delta {d['value']:+.3f} "
+            f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}], {line['verdict']}"
+        )
     for seed, why in recipe["failed"].items():
         print(f"recipe: seed {seed}: {why}")
-    print(f"recipe: over {len(recipe['evaluated'])} of {len(recipe['seeds'])} seeds: "
-          f"{recipe['verdict_line']}")
+    print(
+        f"recipe: over {len(recipe['evaluated'])} of {len(recipe['seeds'])} seeds: "
+        f"{recipe['verdict_line']}"
+    )
     if "published_seed" in recipe:
         print(f"recipe: publishes seed {recipe['published_seed']}: {recipe['published_reason']}")
     return 0

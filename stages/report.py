@@ -16,18 +16,18 @@ import json
 import os
 from pathlib import Path
 
-from rlvr.params.config import PARAMS_FILE, data_files, test_file_reader
 from rlvr.audit.alarms import AlarmThresholds, check_alarms
-from rlvr.core.files import write_text_atomic
-from rlvr.core.errors import PipelineError
 from rlvr.audit.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost
-from rlvr.report.plots import plot_pass_at_k, plot_per_prompt
+from rlvr.core.errors import PipelineError
+from rlvr.core.files import write_text_atomic
+from rlvr.core.seeds import seed_paths
+from rlvr.params.config import PARAMS_FILE, data_files, test_file_reader
+from rlvr.pipeline.stage import ParamsView, run_stage
 from rlvr.policy.models import policy_path
+from rlvr.report.plots import plot_pass_at_k, plot_per_prompt
 from rlvr.report.provenance import provenance
 from rlvr.report.render import to_html
 from rlvr.report.retrospective import build_report, hyperparameter_table
-from rlvr.core.seeds import seed_paths
-from rlvr.pipeline.stage import ParamsView, run_stage
 
 
 def _json(path: str):
@@ -42,8 +42,9 @@ def main(params: ParamsView) -> int:
     paths = params.paths
     recipe = _json(paths.recipe_summary)
     if "published_seed" not in recipe:
-        raise PipelineError(f"{paths.recipe_summary} names no seed with results: "
-                            f"{recipe['verdict_line']}")
+        raise PipelineError(
+            f"{paths.recipe_summary} names no seed with results: {recipe['verdict_line']}"
+        )
     run = seed_paths(paths, recipe["published_seed"])  # the rest of the page: that one run
     per_prompt = _jsonl(run.eval_per_prompt)
     history = _jsonl(run.train_history)
@@ -52,34 +53,56 @@ def main(params: ParamsView) -> int:
     plot_pass_at_k(evaluation, paths.pass_at_k_figure)
     base = Path(policy_path(paths.base_model))
     config = json.loads((base / "config.json").read_text()) if base.is_dir() else {}
-    cost = ppo_cost(count_parameters(base) or 0, config.get("hidden_size", 0),
-                    params.train.grpo.num_generations)
+    cost = ppo_cost(
+        count_parameters(base) or 0, config.get("hidden_size", 0), params.train.grpo.num_generations
+    )
     train_summary = _json(run.train_summary)
     selection = train_summary.get("selection") or {}
     report = params.report
     kl_thresholds = {f.name: getattr(report, f.name) for f in dataclasses.fields(KLThresholds)}
     report_dir = Path(paths.retrospective_md).parent
-    images = {name: os.path.relpath(path, report_dir) for name, path in
-              (("curves", run.train_curves), ("per_prompt", paths.per_prompt_figure),
-               ("seeds", paths.seeds_figure),
-               ("pass_at_k", paths.pass_at_k_figure))}
-    prov = provenance(data_files(params), [paths.base_model, run.trained_model],
-                      current_stage="report", read_by=test_file_reader(params),
-                      numerics=train_summary.get("numerics"))
+    images = {
+        name: os.path.relpath(path, report_dir)
+        for name, path in (
+            ("curves", run.train_curves),
+            ("per_prompt", paths.per_prompt_figure),
+            ("seeds", paths.seeds_figure),
+            ("pass_at_k", paths.pass_at_k_figure),
+        )
+    }
+    prov = provenance(
+        data_files(params),
+        [paths.base_model, run.trained_model],
+        current_stage="report",
+        read_by=test_file_reader(params),
+        numerics=train_summary.get("numerics"),
+    )
     # publish runs after the report (it depends on it): its dvc.lock entry is the last run's
     prov["code"].pop("publish", None)
     markdown = build_report(
-        evaluation=evaluation, per_prompt=per_prompt, history=history,
+        evaluation=evaluation,
+        per_prompt=per_prompt,
+        history=history,
         diagnosis=diagnose_kl(history, KLThresholds(**kl_thresholds)),
-        alarms=check_alarms(history, selection.get("validation", []),
-                            AlarmThresholds(window=report.window,
-                                            **dataclasses.asdict(report.alarms)), evaluation),
+        alarms=check_alarms(
+            history,
+            selection.get("validation", []),
+            AlarmThresholds(window=report.window, **dataclasses.asdict(report.alarms)),
+            evaluation,
+        ),
         hyperparameters=hyperparameter_table(PARAMS_FILE, params),
-        smoke=_json(paths.smoke_checks), step0=_json(paths.step0),
-        validation=_json(paths.validation_summary), gate=_json(paths.gate_verdict),
-        cost=cost, params=dataclasses.asdict(params),
-        prov=prov, images=images, confidence=params.evaluate.confidence,
-        selection=selection, recipe=recipe)
+        smoke=_json(paths.smoke_checks),
+        step0=_json(paths.step0),
+        validation=_json(paths.validation_summary),
+        gate=_json(paths.gate_verdict),
+        cost=cost,
+        params=dataclasses.asdict(params),
+        prov=prov,
+        images=images,
+        confidence=params.evaluate.confidence,
+        selection=selection,
+        recipe=recipe,
+    )
     write_text_atomic(paths.retrospective_md, markdown)
     # only the report's own figures are read and inlined, never an image named by the data
     write_text_atomic(paths.retrospective_html, to_html(markdown, report_dir, images=images))

@@ -9,8 +9,8 @@ refuses to start unless it says passed; a failure here exits non-zero, naming th
 
 from rlvr.core.files import write_json
 from rlvr.pipeline.gate import run_reward_tests
-from rlvr.report.metrics import gate_metrics
 from rlvr.pipeline.stage import ParamsView, run_stage
+from rlvr.report.metrics import gate_metrics
 
 
 def main(params: ParamsView) -> int:
@@ -18,8 +18,9 @@ def main(params: ParamsView) -> int:
     verdict = run_reward_tests(params.gate.tests, params.paths.gate_verdict)
     write_json(params.paths.gate_metrics, gate_metrics(verdict))
     counts = verdict["counts"]
-    print(f"reward_tests: {counts['passed']}/{counts['tests']} passed -> "
-          f"{params.paths.gate_verdict}")
+    print(
+        f"reward_tests: {counts['passed']}/{counts['tests']} passed -> {params.paths.gate_verdict}"
+    )
     if verdict["passed"]:
         return 0
     for test_id in verdict["failing"]:

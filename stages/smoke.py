@@ -10,9 +10,10 @@ every failed check with its value.
 """
 
 from rlvr.core.files import write_json
-from rlvr.report.metrics import smoke_metrics
-from rlvr.pipeline.training import smoke_run
 from rlvr.pipeline.stage import ParamsView, run_stage
+from rlvr.pipeline.training import smoke_run
+from rlvr.report.metrics import smoke_metrics
+
 
 def main(params: ParamsView) -> int:
     result = smoke_run(params, base_dir=params.paths.base_model)

@@ -13,9 +13,9 @@ rlvr/core/seeds.py).
 """
 
 from rlvr.core.files import write_json
-from rlvr.pipeline.training import train_run
 from rlvr.core.seeds import seed_paths
 from rlvr.pipeline.stage import ParamsView, run_stage
+from rlvr.pipeline.training import train_run
 
 
 def main(params: ParamsView) -> int:

@@ -14,16 +14,23 @@ reports/validation/data_docs/. On any problem it prints one line per problem
 from pathlib import Path
 
 from rlvr.core.files import write_json
-from rlvr.report.metrics import validation_metrics
-from rlvr.pipeline.stage import ParamsView, run_stage
 from rlvr.data.validation import contract_options, summary, validate_files
+from rlvr.pipeline.stage import ParamsView, run_stage
+from rlvr.report.metrics import validation_metrics
+
 
 def main(params: ParamsView) -> int:
     data, paths = params.data, params.paths
     print(f"validate: checking {data.train_path}, {data.val_path} and {data.eval_path}")
-    reports = validate_files(data.train_path, data.eval_path, data.train_rows,
-                             data.max_prompt_chars, docs_dir=paths.data_docs,
-                             val_path=data.val_path, **contract_options(params))
+    reports = validate_files(
+        data.train_path,
+        data.eval_path,
+        data.train_rows,
+        data.max_prompt_chars,
+        docs_dir=paths.data_docs,
+        val_path=data.val_path,
+        **contract_options(params),
+    )
     result = summary(reports)
     write_json(paths.validation_summary, result)
     write_json(paths.validation_metrics, validation_metrics(result))

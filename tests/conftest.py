@@ -19,8 +19,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402,F401
 
 import rlvr  # noqa: E402,F401  (sets the offline / no-analytics environment first)
-from tests.helpers import (OPEN_HOOK, SMALL_RUN, commit_all, dvc, made_once,  # noqa: E402
-                           make_project_copy, project_env)
+from tests.helpers import (  # noqa: E402
+    OPEN_HOOK,
+    SMALL_RUN,
+    commit_all,
+    dvc,
+    made_once,
+    make_project_copy,
+    project_env,
+)
 
 # Prefect must never write to the user's ~/.prefect: a throwaway home for the whole test session,
 # set before anything imports prefect.
@@ -28,8 +35,13 @@ os.environ["PREFECT_HOME"] = __import__("tempfile").mkdtemp(prefix="prefect-home
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 
 # Derandomized so the reward gate gives the same verdict on the same code, every run.
-settings.register_profile("default", derandomize=True, max_examples=300, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "default",
+    derandomize=True,
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
@@ -39,8 +51,9 @@ def tiny_policy_dir(tmp_path_factory):
     from rlvr.policy.models import build_char_tokenizer, build_tiny_model, save_policy
 
     tokenizer = build_char_tokenizer()
-    return save_policy(build_tiny_model(tokenizer), tokenizer,
-                       tmp_path_factory.mktemp("tiny_policy"))
+    return save_policy(
+        build_tiny_model(tokenizer), tokenizer, tmp_path_factory.mktemp("tiny_policy")
+    )
 
 
 @pytest.fixture
@@ -63,6 +76,7 @@ def cold_run(tmp_path_factory):
 
     One for the whole test session: under pytest-xdist the first worker to need it makes it in
     the directory the workers share, the others wait for it and then read it (never write)."""
+
     def make(project: Path) -> None:
         make_project_copy(project, SMALL_RUN)
         (project.parent / "repro.log").write_text(dvc(project, "repro"))  # the console
@@ -85,6 +99,7 @@ def forced_rerun(cold_run, tmp_path_factory):
     a data file (OPEN_HOOK). Made once for the session, like cold_run, and only read: the same-
     commit rerun (tests/test_audit.py) and the test file's isolation (tests/test_test_file_isolation.py)
     are one run. Returns (clone, the hook's log, what `dvc repro` printed)."""
+
     def make(clone: Path) -> None:
         subprocess.run(["git", "clone", "-q", str(cold_run), str(clone)], check=True)
         assert not (clone / "models").exists()
@@ -92,11 +107,15 @@ def forced_rerun(cold_run, tmp_path_factory):
         hook.mkdir()
         (hook / "sitecustomize.py").write_text(OPEN_HOOK)
         files = ["data/grpo_eval.jsonl", "data/grpo_val.jsonl", "data/grpo_train.jsonl"]
-        env = {**project_env(clone), "PYTHONPATH": f"{hook}{os.pathsep}{clone}",
-               "WATCH_LOG": str(clone.parent / "opens.jsonl"),
-               "WATCH_FILES": os.pathsep.join(str(clone / f) for f in files)}
-        run = subprocess.run(["dvc", "repro", "--force"], cwd=clone, env=env,
-                             capture_output=True, text=True)
+        env = {
+            **project_env(clone),
+            "PYTHONPATH": f"{hook}{os.pathsep}{clone}",
+            "WATCH_LOG": str(clone.parent / "opens.jsonl"),
+            "WATCH_FILES": os.pathsep.join(str(clone / f) for f in files),
+        }
+        run = subprocess.run(
+            ["dvc", "repro", "--force"], cwd=clone, env=env, capture_output=True, text=True
+        )
         output = run.stdout + run.stderr
         assert run.returncode == 0, output[-4000:]
         (clone.parent / "repro.log").write_text(output)
@@ -116,12 +135,19 @@ def copy_run(cold_run, tmp_path):
 def small_budget():
     """params.yaml overrides that run the whole pipeline in about a minute (tiny warm start, a
     few GRPO steps, few evaluation samples): for tests of the plumbing, not of learning."""
-    return {"model": {"warm_start": {"steps": 30}},
-            "smoke": {"max_steps": 3},
-            "train": {"max_steps": 6, "save_steps": 3, "eval_steps": 3,
-                      "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
-            "evaluate": {"samples": 2, "n_resamples": 500},
-            "runtime": SMALL_RUN["runtime"], "audit": SMALL_RUN["audit"]}
+    return {
+        "model": {"warm_start": {"steps": 30}},
+        "smoke": {"max_steps": 3},
+        "train": {
+            "max_steps": 6,
+            "save_steps": 3,
+            "eval_steps": 3,
+            "grpo": {"num_generations": 4, "per_device_train_batch_size": 16},
+        },
+        "evaluate": {"samples": 2, "n_resamples": 500},
+        "runtime": SMALL_RUN["runtime"],
+        "audit": SMALL_RUN["audit"],
+    }
 
 
 @pytest.fixture(scope="session")
@@ -141,7 +167,8 @@ def artifact_versions():
 
     def versions(key: str) -> list:
         with get_client(sync_client=True) as client:
-            return client.read_artifacts(artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=[key])))
+            return client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+            )
 
     return versions

@@ -13,17 +13,24 @@ ROOT = Path(__file__).resolve().parents[1]
 # The end-to-end budget: a real run of every stage in about a minute. 24 GRPO steps of 4 prompts
 # cover the 64 training prompts one and a half times (a kill can land inside or at the end of a
 # pass over them), with a checkpoint every 4 steps.
-SMALL_RUN = {"model": {"warm_start": {"steps": 30}},
-             "smoke": {"max_steps": 3},
-             "train": {"max_steps": 24, "save_steps": 4, "eval_steps": 4, "log_every": 8,
-                       "grpo": {"num_generations": 4, "per_device_train_batch_size": 16}},
-             "evaluate": {"samples": 2, "n_resamples": 500},
-             # one thread: the tests run two processes at once on 2 cores (tests/conftest.py);
-             # each machine's own kernels, ~2x faster than the pinned ones (tests/test_numerics.py
-             # covers the pinning, and no test depends on which figures a machine computes)
-             "runtime": {"torch_threads": 1, "reproducible": False},
-             # two RL seeds: the fewest that give a recipe verdict (rlvr.audit.recipe.MIN_SEEDS)
-             "audit": {"seeds": [0, 1]}}
+SMALL_RUN = {
+    "model": {"warm_start": {"steps": 30}},
+    "smoke": {"max_steps": 3},
+    "train": {
+        "max_steps": 24,
+        "save_steps": 4,
+        "eval_steps": 4,
+        "log_every": 8,
+        "grpo": {"num_generations": 4, "per_device_train_batch_size": 16},
+    },
+    "evaluate": {"samples": 2, "n_resamples": 500},
+    # one thread: the tests run two processes at once on 2 cores (tests/conftest.py);
+    # each machine's own kernels, ~2x faster than the pinned ones (tests/test_numerics.py
+    # covers the pinning, and no test depends on which figures a machine computes)
+    "runtime": {"torch_threads": 1, "reproducible": False},
+    # two RL seeds: the fewest that give a recipe verdict (rlvr.audit.recipe.MIN_SEEDS)
+    "audit": {"seeds": [0, 1]},
+}
 
 
 def merge(target, changes) -> None:
@@ -47,17 +54,24 @@ def set_params(project: Path, overrides: dict) -> None:
 
 def commit_all(project: Path, message: str) -> None:
     """git init (if needed), add everything and commit."""
-    for command in (["git", "init", "-q"], ["git", "add", "-A"],
-                    ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm",
-                     message]):
+    for command in (
+        ["git", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", message],
+    ):
         subprocess.run(command, cwd=project, check=True, capture_output=True)
 
 
 def make_project_copy(copy: Path, overrides: dict | None = None) -> Path:
     """Copy the project's tracked files (outputs of earlier runs left out) into a fresh git
     repository at `copy`, optionally with params.yaml overrides, and commit them."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     for file in files:
         if (ROOT / file).is_file() and not file.startswith("reports/"):
             (copy / file).parent.mkdir(parents=True, exist_ok=True)
@@ -95,8 +109,9 @@ def project_env(project: Path) -> dict:
 
 def dvc(project: Path, *args: str, check: bool = True) -> str:
     """Run a dvc command in a copy; its output (a failure shows the output's tail)."""
-    run = subprocess.run(["dvc", *args], cwd=project, env=project_env(project),
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        ["dvc", *args], cwd=project, env=project_env(project), capture_output=True, text=True
+    )
     output = run.stdout + run.stderr
     assert run.returncode == 0 or not check, f"dvc {' '.join(args)}: {output[-4000:]}"
     return output
@@ -105,9 +120,12 @@ def dvc(project: Path, *args: str, check: bool = True) -> str:
 def trainer_hook(patch: str) -> str:
     """A sitecustomize.py that, when a process imports transformers.trainer, runs `patch` (code
     defining `patch(Trainer)`) on its Trainer class: faults injected into a real run."""
-    return '''
+    return (
+        """
 import importlib.abc, importlib.util, os, signal, sys, time
-''' + patch + '''
+"""
+        + patch
+        + """
 
 class _PatchTrainer(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
@@ -126,14 +144,15 @@ class _PatchTrainer(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _PatchTrainer())
-'''
+"""
+    )
 
 
 # Loaded as sitecustomize by every Python process of a run (dvc and the stage it starts): once
 # `transformers.trainer` is imported, the Trainer kills its whole process group (dvc included)
 # with SIGKILL right after it saved checkpoint-$KILL_AFTER_CHECKPOINT: a kill -9 that lands at
 # that exact point, every time.
-KILL_HOOK = trainer_hook('''
+KILL_HOOK = trainer_hook("""
 STEP = int(os.environ["KILL_AFTER_CHECKPOINT"])
 
 
@@ -157,7 +176,7 @@ def patch(Trainer):
         time.sleep(120)
 
     Trainer._save_checkpoint = save_then_die
-''')
+""")
 
 
 def kill_train_after(project: Path, step: int) -> str:
@@ -171,10 +190,18 @@ def kill_train_after(project: Path, step: int) -> str:
     (hook / "sitecustomize.py").write_text(KILL_HOOK)
     env = project_env(project)
     env.update(PYTHONPATH=f"{hook}:{project}", KILL_AFTER_CHECKPOINT=str(step))
-    run = subprocess.run(["dvc", "repro", "--force", "--single-item", "train@0"], cwd=project,
-                         env=env, capture_output=True, text=True, start_new_session=True)
+    run = subprocess.run(
+        ["dvc", "repro", "--force", "--single-item", "train@0"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+    )
     output = run.stdout + run.stderr
-    assert run.returncode == -signal.SIGKILL, f"not killed (exit {run.returncode}): {output[-3000:]}"
+    assert run.returncode == -signal.SIGKILL, (
+        f"not killed (exit {run.returncode}): {output[-3000:]}"
+    )
     return output
 
 
@@ -191,9 +218,14 @@ def run_in_terminal(project: Path, *command: str, columns: int = 200) -> str:
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     # COLUMNS and LINES as the terminal's own: a test worker may carry others (pytest-xdist's
     # workers set 80 x 24), which rich would believe before the terminal's size
-    process = subprocess.Popen(list(command), cwd=project, stdin=child, stdout=child,
-                               stderr=child, env={**project_env(project), "TERM": "xterm",
-                                                  "COLUMNS": str(columns), "LINES": "50"})
+    process = subprocess.Popen(
+        list(command),
+        cwd=project,
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env={**project_env(project), "TERM": "xterm", "COLUMNS": str(columns), "LINES": "50"},
+    )
     os.close(child)
     chunks = []
     while True:
@@ -212,7 +244,7 @@ def run_in_terminal(project: Path, *command: str, columns: int = 200) -> str:
 # Loaded as sitecustomize by every Python process of a run (dvc and each stage it starts):
 # each open() of a watched file appends the opening process's main module to the log
 # (conftest.py's forced_rerun).
-OPEN_HOOK = '''
+OPEN_HOOK = """
 import json, os, sys
 
 _WATCHED = {os.path.realpath(p): p for p in os.environ["WATCH_FILES"].split(os.pathsep)}
@@ -234,4 +266,4 @@ def _hook(event, args):
 
 
 sys.addaudithook(_hook)
-'''
+"""

@@ -12,11 +12,11 @@ import json
 import sys
 
 import stages  # noqa: F401  (pins torch's numerics from ./params.yaml: before torch is imported)
-from rlvr.params.config import load_params
-from rlvr.data.rows import read_rows
 from rlvr.audit.evaluation import generate, rollout_settings
-from rlvr.grpo.run import run_grpo
 from rlvr.core.numerics import numerics_in_force
+from rlvr.data.rows import read_rows
+from rlvr.grpo.run import run_grpo
+from rlvr.params.config import load_params
 from rlvr.policy.models import load_policy, prepare_base
 
 
@@ -31,16 +31,28 @@ def digest(model) -> str:
 def main(out: str) -> None:
     params = load_params()
     rows = read_rows(params.data.train_path)
-    model = dataclasses.replace(params.model, warm_start=dataclasses.replace(
-        params.model.warm_start, steps=20))
+    model = dataclasses.replace(
+        params.model, warm_start=dataclasses.replace(params.model.warm_start, steps=20)
+    )
     prepare_base(model, rows, params.seed, f"{out}/base")
     base, tokenizer = load_policy(f"{out}/base")
     trainer = run_grpo(params, rows, f"{out}/base", f"{out}/grpo", 2)
-    samples = generate(trainer.model, tokenizer, [row.prompt for row in rows[:8]],
-                       rollout_settings(params, n=4, seed=3))
-    print(json.dumps({"numerics": numerics_in_force(), "base": digest(base),
-                      "trained": digest(trainer.model),
-                      "samples": hashlib.md5(json.dumps(samples).encode()).hexdigest()}))
+    samples = generate(
+        trainer.model,
+        tokenizer,
+        [row.prompt for row in rows[:8]],
+        rollout_settings(params, n=4, seed=3),
+    )
+    print(
+        json.dumps(
+            {
+                "numerics": numerics_in_force(),
+                "base": digest(base),
+                "trained": digest(trainer.model),
+                "samples": hashlib.md5(json.dumps(samples).encode()).hexdigest(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

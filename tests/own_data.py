@@ -21,8 +21,9 @@ SPLITS = ("train", "val", "eval")
 TWO_DIGIT = (10, 99)
 
 
-def sums_rows(per_split: int = 64, low: int = 10, high: int = 99, seed: int = 0
-              ) -> dict[str, list[dict]]:
+def sums_rows(
+    per_split: int = 64, low: int = 10, high: int = 99, seed: int = 0
+) -> dict[str, list[dict]]:
     rng = random.Random(seed)
     seen: set[tuple[int, int]] = set()
     out: dict[str, list[dict]] = {split: [] for split in SPLITS}
@@ -32,9 +33,13 @@ def sums_rows(per_split: int = 64, low: int = 10, high: int = 99, seed: int = 0
             if (a, b) in seen:
                 continue
             seen.add((a, b))
-            out[split].append({"id": f"sum-{split}-{len(out[split]) + 1:03d}",
-                               "prompt": f"{a} + {b} = ",
-                               "verifier": {"type": "exact_match", "target": str(a + b)}})
+            out[split].append(
+                {
+                    "id": f"sum-{split}-{len(out[split]) + 1:03d}",
+                    "prompt": f"{a} + {b} = ",
+                    "verifier": {"type": "exact_match", "target": str(a + b)},
+                }
+            )
     return out
 
 

@@ -13,18 +13,25 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from rlvr.params.config import parse_params
 from rlvr.data.rows import read_rows
 from rlvr.grpo.distributed import rank, start_rank, sum_over_ranks
-from rlvr.rewards.registry import RewardFunction, build_reward_funcs
 from rlvr.grpo.run import run_grpo
+from rlvr.params.config import parse_params
+from rlvr.rewards.registry import RewardFunction, build_reward_funcs
 
 ROOT = Path(__file__).resolve().parents[1]
-PARAMS = {"train": {"advantage": "running_mean",
-                    "beta_schedule": {"kind": "adaptive", "beta_start": 0.05, "target_kl": 0.001,
-                                      "horizon": 2},
-                    "grpo": {"num_generations": 4, "per_device_train_batch_size": 8,
-                             "max_completion_length": 6, "learning_rate": 1e-3}}}
+PARAMS = {
+    "train": {
+        "advantage": "running_mean",
+        "beta_schedule": {"kind": "adaptive", "beta_start": 0.05, "target_kl": 0.001, "horizon": 2},
+        "grpo": {
+            "num_generations": 4,
+            "per_device_train_batch_size": 8,
+            "max_completion_length": 6,
+            "learning_rate": 1e-3,
+        },
+    }
+}
 STEPS = 6
 
 
@@ -38,9 +45,14 @@ class Recorder(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer
-        self.steps.append({"step": state.global_step, "beta": float(trainer.beta),
-                           "running_mean": trainer.running_mean.value,
-                           "rewards_seen": len(trainer._last_rewards_per_func)})
+        self.steps.append(
+            {
+                "step": state.global_step,
+                "beta": float(trainer.beta),
+                "running_mean": trainer.running_mean.value,
+                "rewards_seen": len(trainer._last_rewards_per_func),
+            }
+        )
 
 
 def bound(recorder):
@@ -72,14 +84,28 @@ def main(out: str, policy: str) -> None:
     funcs = [*build_reward_funcs(params.rewards), RewardFunction("flaky", flaky)]
     params.rewards.weights = [1.0, 0.2, 1.0]  # one weight per function, the flaky one included
     recorder = bound(Recorder())
-    trainer = run_grpo(params, rows, policy, Path(out) / f"scratch{rank()}", STEPS,
-                       reward_funcs=funcs, callbacks=[recorder])
+    trainer = run_grpo(
+        params,
+        rows,
+        policy,
+        Path(out) / f"scratch{rank()}",
+        STEPS,
+        reward_funcs=funcs,
+        callbacks=[recorder],
+    )
     logged = [e.get("rewards/flaky/failures") for e in trainer.state.log_history if "loss" in e]
     local = funcs[2].failures
-    (Path(out) / f"rank{rank()}.json").write_text(json.dumps({
-        "steps": recorder.steps, "local_failures": local,
-        "summed_failures": sum_over_ranks({"flaky": local})["flaky"],
-        "logged_failures": logged, "num_processes": trainer.accelerator.num_processes}))
+    (Path(out) / f"rank{rank()}.json").write_text(
+        json.dumps(
+            {
+                "steps": recorder.steps,
+                "local_failures": local,
+                "summed_failures": sum_over_ranks({"flaky": local})["flaky"],
+                "logged_failures": logged,
+                "num_processes": trainer.accelerator.num_processes,
+            }
+        )
+    )
 
 
 class DynamicRecorder(TrainerCallback):
@@ -92,16 +118,27 @@ class DynamicRecorder(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         metrics = self.trainer._metrics["train"]
-        self.steps.append({"step": state.global_step,
-                           "rounds": list(metrics["dynamic_sampling/rounds"]),
-                           "kept_share": list(metrics["dynamic_sampling/kept_share"]),
-                           "kl_first_batch": list(metrics["dynamic_sampling/kl_first_batch"])})
+        self.steps.append(
+            {
+                "step": state.global_step,
+                "rounds": list(metrics["dynamic_sampling/rounds"]),
+                "kept_share": list(metrics["dynamic_sampling/kept_share"]),
+                "kl_first_batch": list(metrics["dynamic_sampling/kl_first_batch"]),
+            }
+        )
 
 
 def main_dynamic(out: str, policy: str) -> None:
     start_rank("probe", use_cpu=True)
-    params = parse_params({"train": {"grpo": PARAMS["train"]["grpo"], "dynamic_sampling": True,
-                                     "max_sampling_rounds": 4}})
+    params = parse_params(
+        {
+            "train": {
+                "grpo": PARAMS["train"]["grpo"],
+                "dynamic_sampling": True,
+                "max_sampling_rounds": 4,
+            }
+        }
+    )
     params.rewards.weights = [1.0]
     rows = read_rows(ROOT / "data" / "grpo_train.jsonl")[:16]
     calls = iter(range(10**9))
@@ -111,9 +148,16 @@ def main_dynamic(out: str, policy: str) -> None:
         return float(next(calls) % 2) if rank() == 0 or verifier["target"] % 2 else 0.5
 
     recorder = bound(DynamicRecorder())
-    run_grpo(params, rows, policy, Path(out) / f"scratch{rank()}", STEPS,
-             reward_funcs=[RewardFunction("uneven", uneven)], callbacks=[recorder],
-             dynamic_sampling=True)
+    run_grpo(
+        params,
+        rows,
+        policy,
+        Path(out) / f"scratch{rank()}",
+        STEPS,
+        reward_funcs=[RewardFunction("uneven", uneven)],
+        callbacks=[recorder],
+        dynamic_sampling=True,
+    )
     (Path(out) / f"rank{rank()}.json").write_text(json.dumps({"steps": recorder.steps}))
 
 

@@ -23,9 +23,15 @@ def healthy(step: int) -> dict:
     """A run that learns: correctness and format rise together, stable length and KL, most
     groups keep a reward spread."""
     x = step / STEPS
-    return {"step": step, "reward": 0.2 + 0.5 * x, "rewards/correctness/mean": 0.1 + 0.5 * x,
-            "rewards/format/mean": 0.5 + 0.3 * x, "completions/mean_length": 4.0 + (step % 3) * 0.1,
-            "kl": 0.02 + 0.03 * x + (step % 5) * 0.002, "frac_reward_zero_std": 0.2 + 0.1 * x}
+    return {
+        "step": step,
+        "reward": 0.2 + 0.5 * x,
+        "rewards/correctness/mean": 0.1 + 0.5 * x,
+        "rewards/format/mean": 0.5 + 0.3 * x,
+        "completions/mean_length": 4.0 + (step % 3) * 0.1,
+        "kl": 0.02 + 0.03 * x + (step % 5) * 0.002,
+        "frac_reward_zero_std": 0.2 + 0.1 * x,
+    }
 
 
 def history(change=None) -> list[dict]:
@@ -65,43 +71,56 @@ def _flat_groups(entry, x):
     entry["frac_reward_zero_std"] = 0.2 + 0.6 * x
 
 
-OVERFITTING = [{"step": s, "mean_reward": 0.2 + s / 1000 if s <= 200 else 0.4 - (s - 200) / 1000}
-               for s in range(0, STEPS + 1, 50)]
+OVERFITTING = [
+    {"step": s, "mean_reward": 0.2 + s / 1000 if s <= 200 else 0.4 - (s - 200) / 1000}
+    for s in range(0, STEPS + 1, 50)
+]
 
 
-@pytest.mark.parametrize("alarm,change,validation", [
-    (FORMAT, _format_only, RISING_VALIDATION),
-    (LENGTH, _longer, RISING_VALIDATION),
-    (SPIKE, _spike, RISING_VALIDATION),
-    (OVERFIT, None, OVERFITTING),
-    (NO_SIGNAL, _flat_groups, RISING_VALIDATION),
-])
+@pytest.mark.parametrize(
+    "alarm,change,validation",
+    [
+        (FORMAT, _format_only, RISING_VALIDATION),
+        (LENGTH, _longer, RISING_VALIDATION),
+        (SPIKE, _spike, RISING_VALIDATION),
+        (OVERFIT, None, OVERFITTING),
+        (NO_SIGNAL, _flat_groups, RISING_VALIDATION),
+    ],
+)
 def test_each_alarm_fires_alone_on_the_history_made_to_trip_it(alarm, change, validation):
     assert fired(history(change), validation) == [alarm]
 
 
 def test_near_misses_do_not_fire():
     # format up AND correctness up: learning, not hacking
-    assert FORMAT not in fired(history(lambda e, x: e.update({
-        "rewards/format/mean": 0.2 + 0.7 * x, "rewards/correctness/mean": 0.1 + 0.3 * x})))
+    assert FORMAT not in fired(
+        history(
+            lambda e, x: e.update(
+                {"rewards/format/mean": 0.2 + 0.7 * x, "rewards/correctness/mean": 0.1 + 0.3 * x}
+            )
+        )
+    )
     # 1.4x longer: below 1.5x
-    assert LENGTH not in fired(history(lambda e, x: e.update(
-        {"completions/mean_length": 4.0 + 1.6 * x})))
+    assert LENGTH not in fired(
+        history(lambda e, x: e.update({"completions/mean_length": 4.0 + 1.6 * x}))
+    )
     # a 10x jump of a tiny KL (0.001 -> 0.01) is noise, below kl_spike_min
-    assert SPIKE not in fired(history(lambda e, x: e.update(
-        {"kl": 0.01 if e["step"] == 300 else 0.001})))
+    assert SPIKE not in fired(
+        history(lambda e, x: e.update({"kl": 0.01 if e["step"] == 300 else 0.001}))
+    )
     # validation falls but so does the training reward: a collapse, not overfitting
     falling = history(lambda e, x: e.update({"reward": 0.7 - 0.3 * x}))
     assert OVERFIT not in fired(falling, OVERFITTING)
     # validation dips by 0.03 only
-    small_dip = [{"step": s, "mean_reward": 0.5 - (0.03 if s == STEPS else 0)}
-                 for s in range(0, STEPS + 1, 50)]
+    small_dip = [
+        {"step": s, "mean_reward": 0.5 - (0.03 if s == STEPS else 0)}
+        for s in range(0, STEPS + 1, 50)
+    ]
     assert OVERFIT not in fired(history(), small_dip)
     # no validation scores at all: the rule cannot fire
     assert OVERFIT not in fired(history(), [])
     # zero spread ends at 0.45: below one half
-    assert NO_SIGNAL not in fired(history(lambda e, x: e.update(
-        {"frac_reward_zero_std": 0.45})))
+    assert NO_SIGNAL not in fired(history(lambda e, x: e.update({"frac_reward_zero_std": 0.45})))
 
 
 def test_every_rule_reports_its_value_and_threshold():
@@ -115,18 +134,26 @@ def test_every_rule_reports_its_value_and_threshold():
 
 # --------------------------------------------------------------------------- dynamic sampling
 
-EMPTY_BATCH = ("no learning signal: share of the batch dynamic sampling left empty "
-               "(smoothed, at the end)")
+EMPTY_BATCH = (
+    "no learning signal: share of the batch dynamic sampling left empty (smoothed, at the end)"
+)
 
 
 def _sampled(kept_share, oversampling=3.0):
     """A dynamically sampled run: most generated groups have no spread (they are dropped), TRL's
     KL over the kept groups is high and jumpy, the KL over each step's first batch is not."""
+
     def change(entry, x):
-        entry.update({"frac_reward_zero_std": 0.9, "kl": 5.0 if entry["step"] == 300 else 0.5,
-                      "dynamic_sampling/kl_first_batch": entry["kl"],
-                      "dynamic_sampling/kept_share": kept_share(x),
-                      "dynamic_sampling/oversampling": oversampling})
+        entry.update(
+            {
+                "frac_reward_zero_std": 0.9,
+                "kl": 5.0 if entry["step"] == 300 else 0.5,
+                "dynamic_sampling/kl_first_batch": entry["kl"],
+                "dynamic_sampling/kept_share": kept_share(x),
+                "dynamic_sampling/oversampling": oversampling,
+            }
+        )
+
     return history(change)
 
 

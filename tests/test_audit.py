@@ -31,8 +31,9 @@ def _out_md5(lock: dict, stage: str, path: str) -> str:
 
 
 def _git_status(project) -> str:
-    return subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_a_reward_change_the_tests_accept_reruns_every_stage_that_runs_it(copy_run):
@@ -45,19 +46,36 @@ def test_a_reward_change_the_tests_accept_reruns_every_stage_that_runs_it(copy_r
     changed = original.replace("MAX_EXPRESSION_CHARS = 256", "MAX_EXPRESSION_CHARS = 128")
     assert changed != original
     verifiers.write_text(changed)
-    gate = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "tests/rewards", "rlvr/rewards", "rlvr/rewards/grpo_math.py"], cwd=project,
-                          capture_output=True, text=True)
+    gate = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/rewards",
+            "rlvr/rewards",
+            "rlvr/rewards/grpo_math.py",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
     assert gate.returncode == 0, gate.stdout[-2000:]
-    assert {"smoke", "train@0", "train@1", "evaluate@0", "evaluate@1",
-            "report"} <= _changed_stages(project)  # (SMALL_RUN: seeds 0 and 1)
+    assert {"smoke", "train@0", "train@1", "evaluate@0", "evaluate@1", "report"} <= _changed_stages(
+        project
+    )  # (SMALL_RUN: seeds 0 and 1)
     verifiers.write_text(original)
     assert _changed_stages(project) == set()
 
 
 def _report_rows(project) -> dict[str, str]:
-    rows = re.findall(r"^\| (data|model) md5 (\S+) \| (\S+) \|$",
-                      (project / "reports/retrospective.md").read_text(), flags=re.MULTILINE)
+    rows = re.findall(
+        r"^\| (data|model) md5 (\S+) \| (\S+) \|$",
+        (project / "reports/retrospective.md").read_text(),
+        flags=re.MULTILINE,
+    )
     return {re.sub(r"\\(.)", r"\1", path): md5 for _, path, md5 in rows}  # markdown-escaped
 
 
@@ -74,8 +92,10 @@ def test_the_report_shows_the_hashes_of_the_run_that_made_each_thing(copy_run, c
     lock, before = _lock(project), _lock(cold_run)
     seed = json.loads((project / "reports/recipe/summary.json").read_text())["published_seed"]
     model = f"models/trained/seed-{seed}"  # the published seed's, the one the report shows
-    base, trained = (_out_md5(lock, "prepare_model", "models/base"),
-                     _out_md5(lock, f"train@{seed}", model))
+    base, trained = (
+        _out_md5(lock, "prepare_model", "models/base"),
+        _out_md5(lock, f"train@{seed}", model),
+    )
     assert base != _out_md5(before, "prepare_model", "models/base")
     assert trained != _out_md5(before, f"train@{seed}", model)
     data = {d["path"]: d["md5"] for d in lock["validate"]["deps"] if d["path"].startswith("data/")}
@@ -88,8 +108,9 @@ def test_the_report_shows_the_hashes_of_the_run_that_made_each_thing(copy_run, c
     assert all(f"| {md5} |" in card for md5 in data.values())
 
 
-def test_a_rerun_of_the_same_commit_writes_the_same_lock_and_leaves_git_clean(cold_run,
-                                                                              forced_rerun):
+def test_a_rerun_of_the_same_commit_writes_the_same_lock_and_leaves_git_clean(
+    cold_run, forced_rerun
+):
     """A fresh clone (no models, no cache, no checkpoints) of the commit that holds the cold run's
     results, every stage forced: identical dvc.lock, identical tracked reports."""
     clone, _, output = forced_rerun
@@ -99,8 +120,7 @@ def test_a_rerun_of_the_same_commit_writes_the_same_lock_and_leaves_git_clean(co
     assert _git_status(clone) == ""
 
 
-def test_results_pushed_to_a_remote_pull_into_a_clone_with_nothing_left_to_run(copy_run,
-                                                                               tmp_path):
+def test_results_pushed_to_a_remote_pull_into_a_clone_with_nothing_left_to_run(copy_run, tmp_path):
     project = copy_run("pushed")
     dvc(project, "remote", "add", "-d", "team", str(tmp_path / "remote"))
     commit_all(project, "team remote")

@@ -14,45 +14,69 @@ pytestmark = pytest.mark.slow
 # (params.yaml change, the line the user reads). One per bad-value class; tests/test_config.py has
 # every class of every section offline.
 BAD_PARAMS = [
-    ({"train": {"grpo": {"learning_rate": -0.0001}}},
-     "check_params: params.yaml: train.grpo.learning_rate = -0.0001: must be > 0"),
-    ({"rewards": {"weights": [0, 0]}},
-     "check_params: params.yaml: rewards.weights = [0.0, 0.0]: must sum to more than 0"),
-    ({"train": {"max_steps": float("inf")}},
-     "check_params: params.yaml: train.max_steps = inf: must be an integer"),
-    ({"train": {"grpo": {"temperature": 0}}},
-     "check_params: params.yaml: train.grpo.temperature = 0.0: must be > 0"),
-    ({"train": {"grpo": {"top_p": 5}}},
-     "check_params: params.yaml: train.grpo.top_p = 5.0: must be in (0, 1]"),
-    ({"train": {"grpo": {"max_completion_length": 0}}},
-     "check_params: params.yaml: train.grpo.max_completion_length = 0: must be >= 1"),
-    ({"train": {"grpo": {"loss_type": "nonsense"}}},
-     "check_params: params.yaml: train.grpo.loss_type = 'nonsense': must be one of: grpo, "
-     "dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo"),
-    ({"rewards": {"format_pattern": "(("}},
-     "check_params: params.yaml: rewards.format_pattern = '((': must be a regular expression "
-     "that compiles"),
-    ({"evaluate": {"n_resamples": 0}},
-     "check_params: params.yaml: evaluate.n_resamples = 0: must be >= 1"),
-    ({"train": {"grpo": {"extra": {"generation_batch_size": 100}}}},
-     "check_params: params.yaml: train.grpo: TRL's GRPOConfig rejects it: generation_batch_size "
-     "(100) must be divisible by the global batch size"),
-    ({"orchestration": {"sweep": {"train.grpo.beta": [0.1, -1]}}},
-     "check_params: params.yaml: orchestration.sweep.train.grpo.beta = ['train.grpo.beta=-1']: "
-     "gives a bad params.yaml: train.grpo.beta = -1.0: must be >= 0"),
+    (
+        {"train": {"grpo": {"learning_rate": -0.0001}}},
+        "check_params: params.yaml: train.grpo.learning_rate = -0.0001: must be > 0",
+    ),
+    (
+        {"rewards": {"weights": [0, 0]}},
+        "check_params: params.yaml: rewards.weights = [0.0, 0.0]: must sum to more than 0",
+    ),
+    (
+        {"train": {"max_steps": float("inf")}},
+        "check_params: params.yaml: train.max_steps = inf: must be an integer",
+    ),
+    (
+        {"train": {"grpo": {"temperature": 0}}},
+        "check_params: params.yaml: train.grpo.temperature = 0.0: must be > 0",
+    ),
+    (
+        {"train": {"grpo": {"top_p": 5}}},
+        "check_params: params.yaml: train.grpo.top_p = 5.0: must be in (0, 1]",
+    ),
+    (
+        {"train": {"grpo": {"max_completion_length": 0}}},
+        "check_params: params.yaml: train.grpo.max_completion_length = 0: must be >= 1",
+    ),
+    (
+        {"train": {"grpo": {"loss_type": "nonsense"}}},
+        "check_params: params.yaml: train.grpo.loss_type = 'nonsense': must be one of: grpo, "
+        "dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo",
+    ),
+    (
+        {"rewards": {"format_pattern": "(("}},
+        "check_params: params.yaml: rewards.format_pattern = '((': must be a regular expression "
+        "that compiles",
+    ),
+    (
+        {"evaluate": {"n_resamples": 0}},
+        "check_params: params.yaml: evaluate.n_resamples = 0: must be >= 1",
+    ),
+    (
+        {"train": {"grpo": {"extra": {"generation_batch_size": 100}}}},
+        "check_params: params.yaml: train.grpo: TRL's GRPOConfig rejects it: generation_batch_size "
+        "(100) must be divisible by the global batch size",
+    ),
+    (
+        {"orchestration": {"sweep": {"train.grpo.beta": [0.1, -1]}}},
+        "check_params: params.yaml: orchestration.sweep.train.grpo.beta = ['train.grpo.beta=-1']: "
+        "gives a bad params.yaml: train.grpo.beta = -1.0: must be >= 0",
+    ),
 ]
 
 
 def _git(project, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=project, capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=project, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def _assert_nothing_lost(project, before: dict[str, bytes]) -> None:
     """No tracked file deleted or rewritten but params.yaml and the data the case broke, and no
     DVC output deleted."""
-    deleted = [line for line in _git(project, "status", "--porcelain").splitlines()
-               if "D" in line[:2]]
+    deleted = [
+        line for line in _git(project, "status", "--porcelain").splitlines() if "D" in line[:2]
+    ]
     assert deleted == []
     status = dvc(project, "status", "--json")
     assert "deleted" not in status, status
@@ -73,9 +97,11 @@ def _repro_fails_with(project, stage: str, line: str) -> str:
     assert "Traceback" not in output, output[-3000:]
     lines = output.splitlines()
     command = lines.index(f"> python -m stages.{stage}")
-    failed = next(i for i, text in enumerate(lines) if text.startswith("ERROR: failed to reproduce"))
+    failed = next(
+        i for i, text in enumerate(lines) if text.startswith("ERROR: failed to reproduce")
+    )
     assert f"'{stage}'" in lines[failed]
-    said = [text for text in lines[command + 1:failed] if text.strip()]
+    said = [text for text in lines[command + 1 : failed] if text.strip()]
     assert said[-1].startswith(line), output[-3000:]  # the last thing it said: why it failed
     assert len(said) == 1 or stage != "check_params", output[-3000:]
     return output
@@ -90,7 +116,9 @@ def test_a_bad_value_of_each_class_stops_dvc_repro_before_anything_is_lost(copy_
         output = _repro_fails_with(project, "check_params", line)
         # it stopped at the first stage: no other stage ran (the smoke stage would have rerun)
         assert "Running stage 'check_params'" in output
-        assert "Running stage 'smoke'" not in output and "Running stage 'reward_tests'" not in output
+        assert (
+            "Running stage 'smoke'" not in output and "Running stage 'reward_tests'" not in output
+        )
         _assert_nothing_lost(project, before)
         _git(project, "checkout", "params.yaml")
     assert json.loads(dvc(project, "status", "--json")) == {}
@@ -115,8 +143,10 @@ def test_an_unreadable_data_file_stops_dvc_repro_with_one_line_per_problem(copy_
     train.write_bytes(b"\n".join(lines))
     output = dvc(project, "repro", check=False)
     assert "Traceback" not in output, output[-3000:]
-    assert ("data/grpo_train.jsonl: line 5: is not UTF-8 text: byte" in output
-            and "invalid continuation byte [line_text]" in output), output[-3000:]
+    assert (
+        "data/grpo_train.jsonl: line 5: is not UTF-8 text: byte" in output
+        and "invalid continuation byte [line_text]" in output
+    ), output[-3000:]
     assert "ERROR: failed to reproduce 'validate'" in output
     _assert_nothing_lost(project, unchanged)
     summary = json.loads((project / "reports/validation/summary.json").read_text())

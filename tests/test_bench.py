@@ -26,6 +26,7 @@ def bench_modules():
     import scripts.bench_figures
     import scripts.bench_measure
     import scripts.bench_run
+
     yield [module, scripts.bench_figures, scripts.bench_run, scripts.bench_measure]
     sys.modules.pop(spec.name, None)
 
@@ -64,21 +65,40 @@ def test_the_median_is_held_against_the_target(bench):
 
 
 def test_the_table_has_one_aligned_row_per_figure(bench):
-    figures = [bench.Figure("a", "train stage / bare GRPOTrainer steps/s", "x", [0.96, 0.97],
-                            bench.Target(">=", 0.98)),
-               bench.Figure("b", "reward share", "share", [0.004], bench.Target("<=", 0.02)),
-               bench.Figure("c", "no-op dvc repro", "s", [0.8, 0.9, 0.7]),
-               bench.Figure("d", "not measured", "s/step", [])]
+    figures = [
+        bench.Figure(
+            "a",
+            "train stage / bare GRPOTrainer steps/s",
+            "x",
+            [0.96, 0.97],
+            bench.Target(">=", 0.98),
+        ),
+        bench.Figure("b", "reward share", "share", [0.004], bench.Target("<=", 0.02)),
+        bench.Figure("c", "no-op dvc repro", "s", [0.8, 0.9, 0.7]),
+        bench.Figure("d", "not measured", "s/step", []),
+    ]
     lines = bench.format_table(figures).splitlines()
-    assert [c.strip() for c in lines[0].split(" | ")] == ["figure", "median [95% interval]",
-                                                            "min", "n", "target", "met?"]
+    assert [c.strip() for c in lines[0].split(" | ")] == [
+        "figure",
+        "median [95% interval]",
+        "min",
+        "n",
+        "target",
+        "met?",
+    ]
     assert len(lines) == 2 + len(figures)
     bars = {tuple(m.start() for m in re.finditer(r"\|", line)) for line in lines if "|" in line}
     assert len(bars) == 1  # every column lines up
-    rows = {line.split(" | ")[0].strip(): [c.strip() for c in line.split(" | ")]
-            for line in lines[2:]}
-    assert rows["train stage / bare GRPOTrainer steps/s"][1:] == ["0.965", "0.960", "2",
-                                                                  ">= 0.980", "NO"]
+    rows = {
+        line.split(" | ")[0].strip(): [c.strip() for c in line.split(" | ")] for line in lines[2:]
+    }
+    assert rows["train stage / bare GRPOTrainer steps/s"][1:] == [
+        "0.965",
+        "0.960",
+        "2",
+        ">= 0.980",
+        "NO",
+    ]
     assert rows["reward share"][1:] == ["0.40%", "0.40%", "1", "<= 2.00%", "yes"]
     assert rows["no-op dvc repro"][1:3] == ["0.80 s", "0.70 s"]
     assert rows["not measured"][1:4] == ["-", "-", "0"]
@@ -100,22 +120,57 @@ def test_the_median_s_interval_narrows_with_more_pairs_and_is_shown(bench):
 
 
 def test_the_json_holds_every_figure_with_its_samples_and_no_nan(bench):
-    figures = [bench.Figure("overhead.ratio", "ratio", "x", [0.97, 0.99],
-                            bench.Target(">=", 0.98), note="steps 20..120"),
-               bench.Figure("noop.flow", "flow", "s", [math.nan])]
-    out = bench.bench_json(figures, mode="full", measurements=["overhead", "noop"], seconds=12.34,
-                           machine={"cpus": 2}, details={"noop": {}}, errors={})
+    figures = [
+        bench.Figure(
+            "overhead.ratio",
+            "ratio",
+            "x",
+            [0.97, 0.99],
+            bench.Target(">=", 0.98),
+            note="steps 20..120",
+        ),
+        bench.Figure("noop.flow", "flow", "s", [math.nan]),
+    ]
+    out = bench.bench_json(
+        figures,
+        mode="full",
+        measurements=["overhead", "noop"],
+        seconds=12.34,
+        machine={"cpus": 2},
+        details={"noop": {}},
+        errors={},
+    )
     text = json.dumps(out, allow_nan=False)  # strict JSON: a missing value is null
     assert json.loads(text) == out
-    assert set(out) == {"schema", "command", "mode", "measurements", "complete", "seconds",
-                        "machine", "figures", "targets_missed", "details", "errors"}
+    assert set(out) == {
+        "schema",
+        "command",
+        "mode",
+        "measurements",
+        "complete",
+        "seconds",
+        "machine",
+        "figures",
+        "targets_missed",
+        "details",
+        "errors",
+    }
     assert out["complete"] is True
     assert out["command"] == "./dev bench" and out["seconds"] == 12.3
     ratio, flow = out["figures"]
-    assert ratio == {"key": "overhead.ratio", "label": "ratio", "unit": "x", "median": 0.98,
-                     "min": 0.97, "n": 2, "samples": [0.97, 0.99],
-                     "target": {"op": ">=", "value": 0.98}, "met": True, "note": "steps 20..120",
-                     "median_interval_95": None}
+    assert ratio == {
+        "key": "overhead.ratio",
+        "label": "ratio",
+        "unit": "x",
+        "median": 0.98,
+        "min": 0.97,
+        "n": 2,
+        "samples": [0.97, 0.99],
+        "target": {"op": ">=", "value": 0.98},
+        "met": True,
+        "note": "steps 20..120",
+        "median_interval_95": None,
+    }
     assert flow["median"] is None and flow["samples"] == [None] and flow["met"] is None
     assert out["targets_missed"] == []
 
@@ -129,13 +184,15 @@ def test_steady_rate_times_whole_steps_between_two_step_ends(bench):
 
 
 def test_the_flow_breakdown_adds_up_to_the_wall_time(bench):
-    spans = [{"kind": "dvc status", "stage": None, "start": 4.5, "end": 5.0},
-             {"kind": "dvc", "stage": "a", "start": 5.0, "end": 5.7},
-             {"kind": "provenance", "stage": None, "start": 5.8, "end": 6.0},
-             {"kind": "git", "stage": None, "start": 6.0, "end": 6.1},
-             {"kind": "artifacts", "stage": "a", "start": 5.75, "end": 6.2},
-             {"kind": "dvc", "stage": "b", "start": 6.3, "end": 7.0},
-             {"kind": "artifacts", "stage": "b", "start": 7.05, "end": 7.1}]
+    spans = [
+        {"kind": "dvc status", "stage": None, "start": 4.5, "end": 5.0},
+        {"kind": "dvc", "stage": "a", "start": 5.0, "end": 5.7},
+        {"kind": "provenance", "stage": None, "start": 5.8, "end": 6.0},
+        {"kind": "git", "stage": None, "start": 6.0, "end": 6.1},
+        {"kind": "artifacts", "stage": "a", "start": 5.75, "end": 6.2},
+        {"kind": "dvc", "stage": "b", "start": 6.3, "end": 7.0},
+        {"kind": "artifacts", "stage": "b", "start": 7.05, "end": 7.1},
+    ]
     marks = {"started": 0.3, "imported": 1.0, "flow_called": 1.0, "flow_returned": 8.0}
     breakdown = bench.flow_breakdown({"marks": marks, "spans": spans}, spawned=0.0, ended=9.5)
     parts = breakdown["parts"]
@@ -164,7 +221,8 @@ def test_the_cold_table_names_each_seeded_run_as_its_timing_file_is_named():
 
 
 def test_a_run_prints_the_table_writes_the_json_and_reports_a_failed_measurement(
-        bench, monkeypatch, tmp_path, capsys):
+    bench, monkeypatch, tmp_path, capsys
+):
     def fine(run):
         run.add(bench.Figure("fake.ratio", "a ratio", "x", [0.9, 1.0], bench.Target(">=", 0.98)))
         run.details["fake"] = {"what": "a stand-in"}
@@ -182,8 +240,14 @@ def test_a_run_prints_the_table_writes_the_json_and_reports_a_failed_measurement
     assert (partial["complete"], partial["measurements"]) == (False, ["cold"])
     printed = capsys.readouterr().out
     row = next(line for line in printed.splitlines() if line.startswith("a ratio"))
-    assert [c.strip() for c in row.split(" | ")] == ["a ratio", "0.950", "0.900", "2",
-                                                     ">= 0.980", "NO"]
+    assert [c.strip() for c in row.split(" | ")] == [
+        "a ratio",
+        "0.950",
+        "0.900",
+        "2",
+        ">= 0.980",
+        "NO",
+    ]
     assert "noop: FAILED: BenchError: `dvc repro` exited 1" in printed
     saved = json.loads(out.read_text())
     assert saved["mode"] == "quick" and saved["measurements"] == ["cold", "noop"]
@@ -197,7 +261,7 @@ def test_dev_bench_runs_the_script_and_its_usage_says_so():
     dev = (ROOT / "dev").read_text().splitlines()
     assert '  bench) exec python scripts/bench.py "$@" ;;' in dev
     first, last = map(int, re.search(r"sed -n '(\d+),(\d+)p'", "\n".join(dev)).groups())
-    usage = dev[first - 1:last]
+    usage = dev[first - 1 : last]
     assert all(line.startswith("#") for line in usage)  # the usage is the header comment, whole
     assert dev[last].startswith("set ") and any("./dev bench" in line for line in usage)
 
@@ -205,9 +269,21 @@ def test_dev_bench_runs_the_script_and_its_usage_says_so():
 @pytest.mark.slow
 def test_a_quick_validation_run_writes_its_figures(tmp_path):
     out = tmp_path / "bench.json"
-    run = subprocess.run([sys.executable, str(ROOT / "scripts/bench.py"), "--quick", "--only",
-                          "validation", "--out", str(out)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts/bench.py"),
+            "--quick",
+            "--only",
+            "validation",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "validate 6,400 training rows" in run.stdout
     saved = json.loads(out.read_text())
@@ -219,11 +295,15 @@ def test_a_quick_validation_run_writes_its_figures(tmp_path):
 
 def test_every_figure_the_script_makes_has_a_unit_the_table_can_show(bench):
     # a unit the table does not know crashed a full run at its very end, after 13 minutes
-    units = [call.args[2].value for path in bench.MODULES
-             for call in ast.walk(ast.parse((ROOT / path).read_text()))
-             if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Figure"]
-    assert sorted(bench.MODULES) == sorted(f"scripts/{p.name}" for p in
-                                           (ROOT / "scripts").glob("bench*.py"))
+    units = [
+        call.args[2].value
+        for path in bench.MODULES
+        for call in ast.walk(ast.parse((ROOT / path).read_text()))
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Figure"
+    ]
+    assert sorted(bench.MODULES) == sorted(
+        f"scripts/{p.name}" for p in (ROOT / "scripts").glob("bench*.py")
+    )
     assert len(units) >= 15 and set(units) <= set(bench.UNITS), set(units) - set(bench.UNITS)
     with pytest.raises(ValueError, match=r"figure k: unit '%' is not one of"):
         bench.Figure("k", "label", "%", [1.0])

@@ -9,15 +9,18 @@ from pathlib import Path
 import pytest
 
 from rlvr.data.rows import DataError, read_lines, read_rows, to_hf_dataset
-from rlvr.rewards import countdown_solution
 from rlvr.data.tasks.countdown import CountdownSpec, generate_rows, generate_splits
+from rlvr.rewards import countdown_solution
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_committed_files_are_what_the_generator_writes(tmp_path):
-    subprocess.run([sys.executable, str(ROOT / "data" / "make_countdown.py"), "--out-dir",
-                    str(tmp_path)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "data" / "make_countdown.py"), "--out-dir", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
     for name in ("grpo_train.jsonl", "grpo_eval.jsonl", "grpo_val.jsonl"):
         assert (tmp_path / name).read_bytes() == (ROOT / "data" / name).read_bytes(), name
 
@@ -45,20 +48,28 @@ def test_the_validation_split_shares_no_problem_and_leaves_train_and_test_unchan
 
 
 def test_each_row_is_tagged_with_every_operator_that_makes_its_target():
-    names = {"add": lambda a, b: [a + b], "sub": lambda a, b: [a - b, b - a],
-             "mul": lambda a, b: [a * b]}
+    names = {
+        "add": lambda a, b: [a + b],
+        "sub": lambda a, b: [a - b, b - a],
+        "mul": lambda a, b: [a * b],
+    }
     for name in ("grpo_train.jsonl", "grpo_eval.jsonl", "grpo_val.jsonl"):
-        for line, row in zip((ROOT / "data" / name).read_text().splitlines(),
-                             read_rows(ROOT / "data" / name)):
+        for line, row in zip(
+            (ROOT / "data" / name).read_text().splitlines(), read_rows(ROOT / "data" / name)
+        ):
             (a, b), target = row.verifier["numbers"], row.verifier["target"]
-            assert list(row.tags) == [tag for tag, make in names.items()
-                                      if target in make(a, b)], (name, row.id)
+            assert list(row.tags) == [tag for tag, make in names.items() if target in make(a, b)], (
+                name,
+                row.id,
+            )
             # tags come last: the prompt, numbers and target are the bytes of a row without them
-            untagged = json.dumps({"id": row.id, "prompt": row.prompt,
-                                   "verifier": dict(row.verifier)})
+            untagged = json.dumps(
+                {"id": row.id, "prompt": row.prompt, "verifier": dict(row.verifier)}
+            )
             assert line == untagged[:-1] + ', "tags": ' + json.dumps(list(row.tags)) + "}"
-    three = generate_splits({"train": 4}, CountdownSpec(n_numbers=3, ops=("+", "-", "*", "/")),
-                            seed=2)["train"]
+    three = generate_splits(
+        {"train": 4}, CountdownSpec(n_numbers=3, ops=("+", "-", "*", "/")), seed=2
+    )["train"]
     assert all(set(row["tags"]) <= {"add", "sub", "mul", "div"} and row["tags"] for row in three)
 
 
@@ -76,18 +87,27 @@ def test_hf_dataset_keeps_mixed_verifier_types_as_json():
     assert isinstance(dataset[0]["verifier"], str)
 
 
-@pytest.mark.parametrize("bad,message", [
-    (b'{"id": "b", "prompt": "\xff"}',
-     "line 2: not UTF-8 text: byte 24 (0xff): invalid start byte"),
-    (b'{"id": "b", "n": NaN}', "line 2: not valid JSON (NaN is not a JSON number)"),
-    (b'{"id": "b", "n": ' + b"1" * 5000 + b"}",
-     "line 2: not valid JSON (an integer of 5000 digits; at most 4300)"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (
+            b'{"id": "b", "prompt": "\xff"}',
+            "line 2: not UTF-8 text: byte 24 (0xff): invalid start byte",
+        ),
+        (b'{"id": "b", "n": NaN}', "line 2: not valid JSON (NaN is not a JSON number)"),
+        (
+            b'{"id": "b", "n": ' + b"1" * 5000 + b"}",
+            "line 2: not valid JSON (an integer of 5000 digits; at most 4300)",
+        ),
+    ],
+)
 def test_read_rows_reports_an_unreadable_line_as_one_data_error(tmp_path, bad, message):
     """The stages that read rows themselves (prepare_model, evaluate, train) get one line too."""
     path = tmp_path / "rows.jsonl"
-    path.write_bytes(b'{"id": "a", "prompt": "p", "verifier": {"type": "exact_match", '
-                     b'"target": "1"}}\n' + bad + b"\n")
+    path.write_bytes(
+        b'{"id": "a", "prompt": "p", "verifier": {"type": "exact_match", '
+        b'"target": "1"}}\n' + bad + b"\n"
+    )
     with pytest.raises(DataError) as raised:
         read_rows(path)
     assert str(raised.value) == f"{path}: {message}"
@@ -108,17 +128,19 @@ def test_lines_end_with_newline_and_crlf_files_read_the_same(tmp_path):
     assert all(line.obj is not None for line in lf)
 
 
-@pytest.mark.parametrize("umask,file_mode,dir_mode", [(0o022, 0o644, 0o755),
-                                                     (0o027, 0o640, 0o750)])
+@pytest.mark.parametrize("umask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750)])
 def test_outputs_get_the_usual_permissions_not_the_temporary_files_private_ones(
-        tmp_path, monkeypatch, umask, file_mode, dir_mode):
+    tmp_path, monkeypatch, umask, file_mode, dir_mode
+):
     import os
     import stat
     import tempfile
 
     from rlvr.core.files import share_with_umask, write_json
 
-    monkeypatch.setattr("rlvr.core.files._UMASK", umask)  # read once, when rlvr.core.files is imported
+    monkeypatch.setattr(
+        "rlvr.core.files._UMASK", umask
+    )  # read once, when rlvr.core.files is imported
     write_json(tmp_path / "m.json", {"a": 1})
     staging = Path(tempfile.mkdtemp(dir=tmp_path))  # 0700, as a model folder is staged
     (staging / "sub").mkdir()
@@ -127,5 +149,8 @@ def test_outputs_get_the_usual_permissions_not_the_temporary_files_private_ones(
     share_with_umask(staging)
     mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
     assert mode(tmp_path / "m.json") == file_mode
-    assert (mode(staging), mode(staging / "sub"), mode(Path(name))) == (dir_mode, dir_mode,
-                                                                        file_mode)
+    assert (mode(staging), mode(staging / "sub"), mode(Path(name))) == (
+        dir_mode,
+        dir_mode,
+        file_mode,
+    )

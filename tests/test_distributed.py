@@ -25,22 +25,32 @@ def test_accelerate_launch_accepts_the_command_the_stage_builds(name):
     from accelerate.commands.launch import launch_command_parser
 
     args = launch_command_parser().parse_args(
-        distributed.launch_args("stages.train", 4, use_cpu=not name, config_name=name, port=1234))
+        distributed.launch_args("stages.train", 4, use_cpu=not name, config_name=name, port=1234)
+    )
     assert (args.num_processes, args.main_process_port, args.module) == (4, 1234, True)
     assert args.training_script == "stages.train"
     assert args.config_file == (str(distributed.accelerate_config_file(name)) if name else None)
 
 
-@pytest.mark.parametrize("raw, message", [
-    ({"train": {"processes": 0}}, "train.processes = 0: must be >= 1"),
-    ({"train": {"accelerate_config": "horovod"}},
-     "train.accelerate_config = 'horovod': must be one of: '', ddp, fsdp, deepspeed_zero2, "
-     "deepspeed_zero3"),
-    ({"train": {"accelerate_config": "fsdp", "processes": 1}},
-     "train.processes = 1: must be above 1 with train.accelerate_config = 'fsdp'"),
-    ({"train": {"accelerate_config": "ddp", "processes": 8}},
-     "train.grpo.use_cpu = True: must be false with train.accelerate_config = 'ddp'"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"train": {"processes": 0}}, "train.processes = 0: must be >= 1"),
+        (
+            {"train": {"accelerate_config": "horovod"}},
+            "train.accelerate_config = 'horovod': must be one of: '', ddp, fsdp, deepspeed_zero2, "
+            "deepspeed_zero3",
+        ),
+        (
+            {"train": {"accelerate_config": "fsdp", "processes": 1}},
+            "train.processes = 1: must be above 1 with train.accelerate_config = 'fsdp'",
+        ),
+        (
+            {"train": {"accelerate_config": "ddp", "processes": 8}},
+            "train.grpo.use_cpu = True: must be false with train.accelerate_config = 'ddp'",
+        ),
+    ],
+)
 def test_bad_multi_process_params_name_the_key(raw, message):
     with pytest.raises(ParamsError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_params(raw)
@@ -65,18 +75,20 @@ def test_one_process_needs_no_process_group():
 def test_several_gpu_processes_without_the_gpus_stop_with_one_line(monkeypatch):
     """Without them accelerate starts every process anyway, each training alone (measured with
     the fsdp config on this CPU machine: distributed type NO in both)."""
+    import accelerate.commands.launch
     import torch
 
-    from rlvr.grpo.distributed import launch
     from rlvr.core.errors import PipelineError
-
-    import accelerate.commands.launch
+    from rlvr.grpo.distributed import launch
 
     launched = []
     monkeypatch.setattr(accelerate.commands.launch, "launch_command", launched.append)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    with pytest.raises(PipelineError, match=r"^train.processes = 2 with train.grpo.use_cpu false "
-                       r"needs 2 GPUs; this machine has 1: each process would train alone"):
+    with pytest.raises(
+        PipelineError,
+        match=r"^train.processes = 2 with train.grpo.use_cpu false "
+        r"needs 2 GPUs; this machine has 1: each process would train alone",
+    ):
         launch("train", "stages.train", 2, use_cpu=False, config_name="fsdp")
     assert launched == []
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # enough: it launches
@@ -85,9 +97,8 @@ def test_several_gpu_processes_without_the_gpus_stop_with_one_line(monkeypatch):
     assert launch("train", "stages.train", 2, use_cpu=True) == 0  # CPU: DDP over gloo
 
 
-
 # A Trainer that says, in each rank, what accelerate made of the launch.
-FSDP_PROBE = trainer_hook('''
+FSDP_PROBE = trainer_hook("""
 def patch(Trainer):
     train = Trainer.train
 
@@ -102,7 +113,7 @@ def patch(Trainer):
         return out
 
     Trainer.train = probed
-''')
+""")
 
 
 @pytest.mark.slow
@@ -116,19 +127,35 @@ def test_accelerate_runs_no_fsdp_on_cpu_but_ddp_over_gloo(copy_run):
     project = copy_run("fsdp-on-cpu")
     config = distributed.accelerate_config_file("fsdp").read_text()
     config = config.replace("use_cpu: false", "use_cpu: true").replace(
-        "mixed_precision: bf16", "mixed_precision: 'no'")
+        "mixed_precision: bf16", "mixed_precision: 'no'"
+    )
     (project.parent / "fsdp_cpu.yaml").write_text(config)
     hook = project.parent / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(FSDP_PROBE)
     run = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-         str(project.parent / "fsdp_cpu.yaml"), "--num_processes", "2", "--main_process_port",
-         str(distributed.free_port()), "-m", "stages.smoke"],
-        cwd=project, env={**project_env(project), "PYTHONPATH": f"{hook}:{project}"},
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(project.parent / "fsdp_cpu.yaml"),
+            "--num_processes",
+            "2",
+            "--main_process_port",
+            str(distributed.free_port()),
+            "-m",
+            "stages.smoke",
+        ],
+        cwd=project,
+        env={**project_env(project), "PYTHONPATH": f"{hook}:{project}"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-3000:]
     assert sorted(line for line in output.splitlines() if line.startswith("probe: ")) == [
         "probe: rank 0 of 2: MULTI_CPU, fsdp False, DistributedDataParallel",
-        "probe: rank 1 of 2: MULTI_CPU, fsdp False, DistributedDataParallel"], output[-3000:]
+        "probe: rank 1 of 2: MULTI_CPU, fsdp False, DistributedDataParallel",
+    ], output[-3000:]

@@ -51,11 +51,11 @@ def test_readme_is_short_and_in_order():
     assert lines[0].startswith("# ")
     what_it_is = text.index("\n\n") + 2
     picture = text.index("![", what_it_is)
-    assert "(docs/report.png)" in text[picture:text.index("\n", picture)]
+    assert "(docs/report.png)" in text[picture : text.index("\n", picture)]
     assert text[what_it_is:picture].strip().count("\n\n") == 0  # one short paragraph, no heading
     places = [picture, text.index(TWO_COMMANDS), *(text.index(f"\n{s}\n") for s in SECTIONS)]
     assert places == sorted(places), "README sections out of order"
-    assert not re.search(r"^## ", text[:places[1]], flags=re.M)  # the commands come first
+    assert not re.search(r"^## ", text[: places[1]], flags=re.M)  # the commands come first
 
 
 def test_ci_runs_the_readme_commands():
@@ -86,7 +86,7 @@ def test_local_links_resolve(path):
 def test_params_yaml_points_into_the_experiment_log():
     """Each knob's comment is one line; the evidence for a value lives in docs/experiments.md."""
     text = (ROOT / "params.yaml").read_text()
-    body = text[re.search(r"^\w", text, flags=re.M).start():]  # after the header comment
+    body = text[re.search(r"^\w", text, flags=re.M).start() :]  # after the header comment
     assert not re.search(r"^\s*#", body, flags=re.M), "a comment block: put the evidence in the log"
     log = anchors((ROOT / "docs/experiments.md").read_text())
     pointers = re.findall(r"docs/experiments\.md#([\w-]+)", text)
@@ -103,8 +103,9 @@ def tree_paths() -> list[str]:
         assert match, line
         depth = len(match.group(1)) // 4
         stack[depth:] = [match.group(2)]
-        paths.append("".join(part if part.endswith("/") else part + "/" for part in stack)
-                     .rstrip("/"))
+        paths.append(
+            "".join(part if part.endswith("/") else part + "/" for part in stack).rstrip("/")
+        )
     return paths
 
 
@@ -112,13 +113,20 @@ def test_every_module_is_in_the_file_tree():
     """A new module must get its line in the README's tree (a package's __init__.py is named by
     its folder's line)."""
     named = set(tree_paths())
-    modules = {p.relative_to(ROOT).as_posix() for folder in ("rlvr", "stages", "flows", "scripts")
-               for p in (ROOT / folder).rglob("*.py")
-               if p.name != "__init__.py" and "__pycache__" not in p.parts}
+    modules = {
+        p.relative_to(ROOT).as_posix()
+        for folder in ("rlvr", "stages", "flows", "scripts")
+        for p in (ROOT / folder).rglob("*.py")
+        if p.name != "__init__.py" and "__pycache__" not in p.parts
+    }
     missing = modules - named
     assert not missing, f"modules missing from the README's tree: {sorted(missing)}"
-    packages = {p.parent.relative_to(ROOT).as_posix() + "/" for folder in ("rlvr", "stages", "flows")
-                for p in (ROOT / folder).rglob("__init__.py") if "__pycache__" not in p.parts}
+    packages = {
+        p.parent.relative_to(ROOT).as_posix() + "/"
+        for folder in ("rlvr", "stages", "flows")
+        for p in (ROOT / folder).rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
     assert {p.rstrip("/") for p in packages} <= {p.rstrip("/") for p in named}
 
 
@@ -128,8 +136,9 @@ def test_everything_the_file_tree_names_exists():
 
 
 def test_report_picture_reads_the_top_of_the_retrospective():
-    spec = importlib.util.spec_from_file_location("report_picture",
-                                                  ROOT / "scripts/report_picture.py")
+    spec = importlib.util.spec_from_file_location(
+        "report_picture", ROOT / "scripts/report_picture.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     markdown = (ROOT / "reports/retrospective.md").read_text()
@@ -148,8 +157,12 @@ def test_dev_test_runs_on_both_cores_with_one_torch_thread_each():
     each."""
     dev = (ROOT / "dev").read_text()
     assert 'exec python -m pytest -n auto --maxprocesses=2 --dist loadfile "$@"' in dev
-    assert 'os.environ.setdefault("OMP_NUM_THREADS", "1")' in (ROOT / "tests/conftest.py").read_text()
-    assert "up to 2 cores (pytest-xdist, one torch thread each)" in " ".join(README.read_text().split())
+    assert (
+        'os.environ.setdefault("OMP_NUM_THREADS", "1")' in (ROOT / "tests/conftest.py").read_text()
+    )
+    assert "up to 2 cores (pytest-xdist, one torch thread each)" in " ".join(
+        README.read_text().split()
+    )
 
 
 def test_what_the_readme_says_the_default_run_shows_is_what_the_committed_run_shows():
@@ -158,9 +171,11 @@ def test_what_the_readme_says_the_default_run_shows_is_what_the_committed_run_sh
     `mixed`', read from the committed run's outputs (a rerun that changes them must change the
     README too)."""
     text = " ".join(README.read_text().split())
-    assert ("over three seeds the held-out mean reward rises (interval above 0), yet the final "
-            "models solve fewer prompts in 32 tries than the base and regress on subtraction: the "
-            "verdict is `mixed`") in text
+    assert (
+        "over three seeds the held-out mean reward rises (interval above 0), yet the final "
+        "models solve fewer prompts in 32 tries than the base and regress on subtraction: the "
+        "verdict is `mixed`"
+    ) in text
     recipe = json.loads((ROOT / "metrics/recipe.json").read_text())
     assert recipe["seeds"] == [0, 1, 2] and recipe["verdict"] == "mixed"
     assert recipe["delta_mean_reward"]["ci_low"] > 0

@@ -7,9 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.pipeline.codedeps import (code_closure, covered, dvc_stage_deps, stage_code_files,
-                                    uncovered, unneeded)
 from rlvr.params.config import STAGES, Params, PathsParams, load_params
+from rlvr.pipeline.codedeps import (
+    code_closure,
+    covered,
+    dvc_stage_deps,
+    stage_code_files,
+    uncovered,
+    unneeded,
+)
 from rlvr.pipeline.stage import ParamsView, UndeclaredParam, declared_params, stage_view
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +34,10 @@ def test_every_stage_in_dvc_yaml_has_a_stage_module(deps):
 @pytest.mark.parametrize("stage", STAGES)
 def test_each_stage_depends_on_every_file_it_runs(stage, deps):
     missing = uncovered(ROOT, deps, load_params(ROOT / "params.yaml").gate.tests)[stage]
-    assert not missing, (f"dvc.yaml stage {stage} runs {missing} but does not list them in its "
-                         f"deps (./dev run python -m rlvr.pipeline.codedeps)")
+    assert not missing, (
+        f"dvc.yaml stage {stage} runs {missing} but does not list them in its "
+        f"deps (./dev run python -m rlvr.pipeline.codedeps)"
+    )
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -42,7 +50,8 @@ def test_no_stage_lists_code_it_does_not_run(stage, deps):
 def test_a_folder_a_stage_does_not_run_is_named(deps):
     gate_tests = load_params(ROOT / "params.yaml").gate.tests
     assert unneeded(ROOT, {"validate": [*deps["validate"], "rlvr/audit"]}, gate_tests) == {
-        "validate": ["rlvr/audit"]}
+        "validate": ["rlvr/audit"]
+    }
 
 
 def test_the_report_follows_all_the_code_and_the_comments_in_params_yaml(deps):
@@ -71,8 +80,13 @@ def test_the_derivation_follows_every_kind_of_import(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert code_closure(tmp_path, ["stages/s.py"]) == {
-        "stages/s.py", "pkg/__init__.py", "pkg/a.py", "pkg/lazy.py", "pkg/sub/__init__.py",
-        "pkg/sub/deep.py"}
+        "stages/s.py",
+        "pkg/__init__.py",
+        "pkg/a.py",
+        "pkg/lazy.py",
+        "pkg/sub/__init__.py",
+        "pkg/sub/deep.py",
+    }
 
 
 def test_a_missing_dep_is_named_with_its_stage(deps):
@@ -81,7 +95,8 @@ def test_a_missing_dep_is_named_with_its_stage(deps):
     runs = stage_code_files(ROOT, "train", [])
     without = [d for d in deps["train"] if d != "rlvr/pipeline"]
     assert uncovered(ROOT, {"train": without}) == {
-        "train": sorted(f for f in runs if f.startswith("rlvr/pipeline/"))}
+        "train": sorted(f for f in runs if f.startswith("rlvr/pipeline/"))
+    }
     assert "rlvr/pipeline/training.py" in uncovered(ROOT, {"train": without})["train"]
     without = [d for d in deps["train"] if d != "rlvr/rewards"]
     assert "rlvr/rewards/verifiers.py" in uncovered(ROOT, {"train": without})["train"]
@@ -91,8 +106,14 @@ def test_a_missing_dep_is_named_with_its_stage(deps):
 
 def test_the_gate_covers_its_tests_their_conftest_and_what_they_import():
     files = stage_code_files(ROOT, "reward_tests", ["tests/rewards"])
-    assert {"tests/conftest.py", "tests/rewards/test_verifiers.py", "rlvr/params/config.py",
-            "rlvr/rewards/verifiers.py", "pyproject.toml", "requirements.lock"} <= files
+    assert {
+        "tests/conftest.py",
+        "tests/rewards/test_verifiers.py",
+        "rlvr/params/config.py",
+        "rlvr/rewards/verifiers.py",
+        "pyproject.toml",
+        "requirements.lock",
+    } <= files
 
 
 def test_every_code_change_reaches_the_stages_that_run_it(deps):
@@ -146,11 +167,18 @@ def test_which_params_training_reads_never_depends_on_their_values(tmp_path):
 
     params = parse_params({"train": {"dynamic_sampling": False}})
     unread = {"train.max_sampling_rounds", "train.resample_unsolved"}
-    view = ParamsView(params, {f"train.{name}" for name in
-                               params.train.__dataclass_fields__} - unread, "train")
+    view = ParamsView(
+        params, {f"train.{name}" for name in params.train.__dataclass_fields__} - unread, "train"
+    )
     with pytest.raises(UndeclaredParam, match=r"train\.max_sampling_rounds"):
-        grpo_config(view.train, output_dir=tmp_path, max_steps=1, seed=0, reward_weights=[1.0],
-                    dynamic_sampling=True)
+        grpo_config(
+            view.train,
+            output_dir=tmp_path,
+            max_steps=1,
+            seed=0,
+            reward_weights=[1.0],
+            dynamic_sampling=True,
+        )
     # the smoke run's config (no dynamic sampling: the caller's argument, not a value) reads neither
     grpo_config(view.train, output_dir=tmp_path, max_steps=1, seed=0, reward_weights=[1.0])
 
@@ -165,23 +193,40 @@ def test_a_partly_declared_section_never_prints_its_values():
 
 def _string_constants(file: Path) -> list[str]:
     tree = ast.parse(file.read_text())
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
-                  and node.body and isinstance(node.body[0], ast.Expr)
-                  and isinstance(node.body[0].value, ast.Constant)}
-    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-            and isinstance(node.value, str) and id(node) not in docstrings]
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+    ]
 
 
 def test_output_paths_have_one_home():
     """No stage, flow or orchestration module spells an output path: they read params.paths."""
     outputs = set(vars(PathsParams()).values())
-    code = [*ROOT.glob("stages/*.py"), *ROOT.glob("flows/*.py"),
-            *(ROOT / "rlvr/pipeline" / f"{name}.py" for name in (
-                "orchestration", "experiments", "comparison", "training", "stage", "gate"))]
+    code = [
+        *ROOT.glob("stages/*.py"),
+        *ROOT.glob("flows/*.py"),
+        *(
+            ROOT / "rlvr/pipeline" / f"{name}.py"
+            for name in ("orchestration", "experiments", "comparison", "training", "stage", "gate")
+        ),
+    ]
     for file in code:
-        spelled = [s for s in _string_constants(file)
-                   if s in outputs or s.startswith(("reports/", "models/"))]
+        spelled = [
+            s
+            for s in _string_constants(file)
+            if s in outputs or s.startswith(("reports/", "models/"))
+        ]
         assert not spelled, f"{file.relative_to(ROOT)} spells {spelled}: use params.paths"
 
 
@@ -208,15 +253,22 @@ def test_each_seed_stage_writes_where_rlvr_seeds_says_it_does():
 
     paths = load_params(ROOT / "params.yaml").paths
     with Repo(str(ROOT)) as repo:
-        outs = {stage.name: {str(out.def_path) for out in stage.outs}
-                for stage in repo.index.stages}
+        outs = {
+            stage.name: {str(out.def_path) for out in stage.outs} for stage in repo.index.stages
+        }
     seeds = load_params(ROOT / "params.yaml").audit.seeds
     assert {name for name in outs if "@" in name} == {
-        f"{stage}@{seed}" for stage in ("train", "evaluate") for seed in seeds}
+        f"{stage}@{seed}" for stage in ("train", "evaluate") for seed in seeds
+    }
     for seed in seeds:
         run = seed_paths(paths, seed)
-        assert outs[f"train@{seed}"] == {run.trained_model, run.train_curves, run.train_history,
-                                         run.train_summary, f"{run.train_live}/plots/metrics"}
+        assert outs[f"train@{seed}"] == {
+            run.trained_model,
+            run.train_curves,
+            run.train_history,
+            run.train_summary,
+            f"{run.train_live}/plots/metrics",
+        }
         assert outs[f"evaluate@{seed}"] == {run.eval_summary, run.eval_per_prompt}
 
 
@@ -239,12 +291,16 @@ def test_dvc_plots_name_metric_keys_the_trainer_logs():
 
     names = {v for v in vars(metric_keys).values() if isinstance(v, str)}
     plots = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
-    files = {file: column for plot in plots for spec in plot.values()
-             for file, column in spec["y"].items()}
+    files = {
+        file: column
+        for plot in plots
+        for spec in plot.values()
+        for file, column in spec["y"].items()
+    }
     assert len(files) >= 5
     prefix = "${paths.train_runs}/seed-${audit.seeds[0]}/live/plots/metrics/"  # the first seed's
     for file, column in files.items():
         assert file.startswith(prefix) and file.endswith(".tsv"), file
-        key = file[len(prefix):-len(".tsv")]
+        key = file[len(prefix) : -len(".tsv")]
         assert key in names, f"dvc.yaml plots {file}: {key} is not in rlvr.core.metric_keys"
         assert column == key.rsplit("/", 1)[-1]

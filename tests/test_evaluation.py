@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.audit.slices import overall_verdict as verdict
-from rlvr.params.config import RewardsParams
-from rlvr.data.rows import read_rows
 from rlvr.audit.evaluation import SampleSettings, audit, policy_kl, score_rows, summarize
+from rlvr.audit.slices import overall_verdict as verdict
+from rlvr.core.stats import paired_ci
+from rlvr.data.rows import read_rows
+from rlvr.params.config import RewardsParams
 from rlvr.policy.models import load_policy
 from rlvr.rewards import build_reward_funcs
-from rlvr.core.stats import paired_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,8 +23,10 @@ def test_paired_ci_brackets_the_mean_and_decides_the_verdict():
     assert ci["ci_low"] < ci["value"] < ci["ci_high"] and ci["ci_low"] > 0
     assert verdict(ci) == "improved"
     assert verdict(paired_ci([-g for g in gains], n_resamples=2000)) == "regressed"
-    assert verdict(paired_ci([0.2, -0.2, 0.1, -0.1, 0.05, -0.05] * 4, n_resamples=2000)) == \
-        "no significant change"
+    assert (
+        verdict(paired_ci([0.2, -0.2, 0.1, -0.1, 0.05, -0.05] * 4, n_resamples=2000))
+        == "no significant change"
+    )
     assert paired_ci([0.0] * 10) == {"value": 0.0, "ci_low": 0.0, "ci_high": 0.0}
 
 
@@ -52,8 +54,14 @@ def test_same_seed_same_samples(policies):
 def test_policy_kl_is_zero_against_itself_and_positive_after_a_change(policies):
     (base, tokenizer), (moved, _) = policies["step0"], policies["final"]
     rows = read_rows(ROOT / "data" / "grpo_train.jsonl")[:3]
-    scored = score_rows(moved, tokenizer, rows, build_reward_funcs(RewardsParams()), [0.8, 0.2],
-                        SampleSettings(n=2, seed=0, max_new_tokens=5))
+    scored = score_rows(
+        moved,
+        tokenizer,
+        rows,
+        build_reward_funcs(RewardsParams()),
+        [0.8, 0.2],
+        SampleSettings(n=2, seed=0, max_new_tokens=5),
+    )
     assert policy_kl(moved, moved, tokenizer, scored) == pytest.approx(0.0, abs=1e-6)
     assert policy_kl(moved, base, tokenizer, scored) > 1e-4
 
@@ -61,20 +69,31 @@ def test_policy_kl_is_zero_against_itself_and_positive_after_a_change(policies):
 def test_audit_has_the_documented_shape(policies):
     train = read_rows(ROOT / "data" / "grpo_train.jsonl")[:4]
     held = read_rows(ROOT / "data" / "grpo_eval.jsonl")[:4]
-    metrics, per_prompt = audit(policies, {"train": train, "heldout": held},
-                                build_reward_funcs(RewardsParams()), [0.8, 0.2],
-                                SampleSettings(n=2, seed=3, max_new_tokens=5),
-                                RewardsParams().format_pattern, n_resamples=500)
+    metrics, per_prompt = audit(
+        policies,
+        {"train": train, "heldout": held},
+        build_reward_funcs(RewardsParams()),
+        [0.8, 0.2],
+        SampleSettings(n=2, seed=3, max_new_tokens=5),
+        RewardsParams().format_pattern,
+        n_resamples=500,
+    )
     for split in ("train", "heldout"):
         m = metrics[split]
         for policy in ("step0", "final"):
-            assert {"greedy_success", "mean_reward", "mean_length", "malformed_share",
-                    "rewards"} <= set(m[policy])
+            assert {
+                "greedy_success",
+                "mean_reward",
+                "mean_length",
+                "malformed_share",
+                "rewards",
+            } <= set(m[policy])
         assert set(m["delta_mean_reward"]) == {"value", "ci_low", "ci_high"}
         assert m["kl_final_vs_step0"] > 0
         assert list(m["pass_at_k"]["step0"]) == ["1", "2"] and "delta_pass@2" in m
-        assert {s["tag"] for s in m["slices"]} == {t for r in (train if split == "train"
-                                                               else held) for t in r.tags}
+        assert {s["tag"] for s in m["slices"]} == {
+            t for r in (train if split == "train" else held) for t in r.tags
+        }
         assert {"lost", "new", "kept"} <= set(m["solutions"])
         for policy in ("step0", "final"):  # a random policy is far from certain
             assert m["diversity"][policy]["entropy"] > 0.1

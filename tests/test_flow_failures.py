@@ -21,8 +21,10 @@ from tests.helpers import project_env, trainer_hook
 
 pytestmark = pytest.mark.slow
 
-PUBLISHED = ("reward-tests, data-validation, smoke-checks, training-summary, evaluation-audit, "
-             "retrospective, retrospective-html, model-card")
+PUBLISHED = (
+    "reward-tests, data-validation, smoke-checks, training-summary, evaluation-audit, "
+    "retrospective, retrospective-html, model-card"
+)
 
 
 @pytest.fixture
@@ -33,15 +35,26 @@ def api_url(prefect_harness):
     return PREFECT_API_URL.value()
 
 
-def _run(project: Path, api_url: str, *command: str, env: dict | None = None
-         ) -> tuple[int, str, float]:
+def _run(
+    project: Path, api_url: str, *command: str, env: dict | None = None
+) -> tuple[int, str, float]:
     """A command in a copy (as a person runs it: the console is what they see), on the harness
     server: exit code, console (stdout and stderr), seconds."""
     started = time.monotonic()
-    run = subprocess.run(list(command), cwd=project, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, timeout=900,
-                         env={**project_env(project), "PREFECT_API_URL": api_url,
-                              "PYTHONUNBUFFERED": "1", **(env or {})})  # in order, as it is seen
+    run = subprocess.run(
+        list(command),
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=900,
+        env={
+            **project_env(project),
+            "PREFECT_API_URL": api_url,
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        },
+    )  # in order, as it is seen
     return run.returncode, run.stdout, time.monotonic() - started
 
 
@@ -75,8 +88,9 @@ print("ENDED " + json.dumps({"calls": len(calls), "type": state.type.value,
 
 
 def _drive(project: Path, api_url: str, body: str) -> tuple[dict, str]:
-    code, console, _ = _run(project, api_url, sys.executable, "-c",
-                            DRIVER.replace("{body}", body), str(project))
+    code, console, _ = _run(
+        project, api_url, sys.executable, "-c", DRIVER.replace("{body}", body), str(project)
+    )
     assert code == 0, console[-3000:]
     ended = [line for line in console.splitlines() if line.startswith("ENDED ")]
     return json.loads(ended[-1].removeprefix("ENDED ")), console
@@ -92,7 +106,8 @@ def _verdict(project: Path):
 
 
 def test_bad_params_end_the_flow_failed_with_the_stages_line_and_no_traceback(
-        project_copy, api_url):
+    project_copy, api_url
+):
     from flows.pipeline import pipeline
     from rlvr.pipeline.orchestration import StageFailed
 
@@ -100,19 +115,24 @@ def test_bad_params_end_the_flow_failed_with_the_stages_line_and_no_traceback(
     project = project_copy("bad-type", {"train": {"max_steps": float("inf")}})
     code, console, _ = _cli(project, api_url, "flows.pipeline")
     assert code == 1, console[-3000:]
-    assert re.fullmatch(r"pipeline: stage check_params failed \(dvc repro exit \d+\): "
-                        r"check_params: params\.yaml: train\.max_steps = inf: must be an integer",
-                        _last_line(console)), console[-3000:]
+    assert re.fullmatch(
+        r"pipeline: stage check_params failed \(dvc repro exit \d+\): "
+        r"check_params: params\.yaml: train\.max_steps = inf: must be an integer",
+        _last_line(console),
+    ), console[-3000:]
     assert re.search(r"Finished in state Failed\(.stage check_params failed", console)
     assert "Traceback" not in console and "NoneType: None" not in console, console[-3000:]
     assert not (project / "reports/gate").exists()  # nothing after check_params ran
 
     # a value only check_params catches (TRL's GRPOConfig rejects it)
-    project = project_copy("bad-value", {"train": {"grpo": {"extra": {
-        "generation_batch_size": 100}}}})
-    said = (r"stage check_params failed \(dvc repro exit \d+\): check_params: params\.yaml: "
-            r"train\.grpo: TRL's GRPOConfig rejects it: generation_batch_size \(100\) must be "
-            r"divisible by the global batch size[^\n]*")
+    project = project_copy(
+        "bad-value", {"train": {"grpo": {"extra": {"generation_batch_size": 100}}}}
+    )
+    said = (
+        r"stage check_params failed \(dvc repro exit \d+\): check_params: params\.yaml: "
+        r"train\.grpo: TRL's GRPOConfig rejects it: generation_batch_size \(100\) must be "
+        r"divisible by the global batch size[^\n]*"
+    )
     code, console, _ = _cli(project, api_url, "flows.pipeline")
     assert code == 1 and re.fullmatch("pipeline: " + said, _last_line(console)), console[-3000:]
     assert "Traceback" not in console and "NoneType: None" not in console, console[-3000:]
@@ -132,17 +152,28 @@ def test_a_bug_keeps_its_traceback(project_copy, api_url):
     assert "Traceback (most recent call last)" in console and "in run" in console, console
 
 
-def test_a_stage_that_fails_is_retried_and_ends_failed_without_a_traceback(
-        project_copy, api_url):
+def test_a_stage_that_fails_is_retried_and_ends_failed_without_a_traceback(project_copy, api_url):
     """The stage task returns a Failed state instead of raising: Prefect still retries it."""
-    project = project_copy("retried", {"orchestration": {
-        "retries": 2, "retry_delay_seconds": 0, "retried_stages": ["check_params"]}})
+    project = project_copy(
+        "retried",
+        {
+            "orchestration": {
+                "retries": 2,
+                "retry_delay_seconds": 0,
+                "retried_stages": ["check_params"],
+            }
+        },
+    )
     line = "stage check_params failed (dvc repro exit 255): check_params: killed (injected)"
-    ended, console = _drive(project, api_url, f"""\
+    ended, console = _drive(
+        project,
+        api_url,
+        f"""\
     if len(calls) == 1:
         raise StageFailed({line!r})
     return "check_params: done"
-""")
+""",
+    )
     assert ended["calls"] == 2 and ended["type"] == "COMPLETED", console[-3000:]
     assert ended["result"] == {"artifacts": {"check_params": []}, "verdict": _verdict(project)}
     assert "Retry 1/2 will start immediately" in console
@@ -162,13 +193,14 @@ def test_a_stage_past_its_timeout_ends_the_flow_failed_with_one_line(project_cop
     ended, console = _drive(project, api_url, "    import time; time.sleep(60)")
     assert ended["type"] == "FAILED" and ended["message"] == (
         "stage check_params failed: Task run exceeded timeout of 1.0 second(s) "
-        "(params.yaml orchestration.timeouts)"), console[-3000:]
+        "(params.yaml orchestration.timeouts)"
+    ), console[-3000:]
     assert "Encountered exception during execution" not in console, console[-3000:]
 
 
 # Kills the training process (SIGKILL, no cleanup) right after it saved checkpoint-$STEP, once:
 # the marker file tells the retried run to go on.
-KILL_ONCE = trainer_hook('''
+KILL_ONCE = trainer_hook("""
 STEP = int(os.environ["KILL_AFTER_CHECKPOINT"])
 MARK = os.environ["KILL_MARK"]
 
@@ -183,7 +215,7 @@ def patch(Trainer):
             os.kill(os.getpid(), signal.SIGKILL)
 
     Trainer._save_checkpoint = save_then_die
-''')
+""")
 
 
 def test_a_killed_training_run_is_retried_by_the_flow_and_resumes(copy_run, api_url):
@@ -195,21 +227,32 @@ def test_a_killed_training_run_is_retried_by_the_flow_and_resumes(copy_run, api_
     hook = project.parent / "kill-once"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(KILL_ONCE)
-    code, console, _ = _cli(project, api_url, "flows.pipeline", env={
-        "PYTHONPATH": f"{hook}{os.pathsep}{project}", "KILL_AFTER_CHECKPOINT": "8",
-        "KILL_MARK": str(hook / "killed")})
+    code, console, _ = _cli(
+        project,
+        api_url,
+        "flows.pipeline",
+        env={
+            "PYTHONPATH": f"{hook}{os.pathsep}{project}",
+            "KILL_AFTER_CHECKPOINT": "8",
+            "KILL_MARK": str(hook / "killed"),
+        },
+    )
     assert code == 0, console[-4000:]
     assert (hook / "killed").exists()  # it was killed once ...
-    assert re.search(r"Task run failed with state: Failed\(message=.stage train failed "
-                     r"\(dvc repro exit \d+\).*Retry 1/2", console), console[-4000:]
+    assert re.search(
+        r"Task run failed with state: Failed\(message=.stage train failed "
+        r"\(dvc repro exit \d+\).*Retry 1/2",
+        console,
+    ), console[-4000:]
     assert "train@0: resuming from models/checkpoints/seed-0/checkpoint-8" in console  # resumed
     assert "Traceback" not in console, console[-4000:]
-    assert _last_line(console) == (f"pipeline: artifacts {PUBLISHED}; audit verdict: "
-                                   f"{_verdict(project)}")
+    assert _last_line(console) == (
+        f"pipeline: artifacts {PUBLISHED}; audit verdict: {_verdict(project)}"
+    )
 
 
 # The training of one RL seed ($FAIL_SEED) stops on a full disk as it starts, every time.
-FULL_DISK_FOR_ONE_SEED = trainer_hook('''
+FULL_DISK_FOR_ONE_SEED = trainer_hook("""
 import errno
 
 
@@ -224,11 +267,12 @@ def patch(Trainer):
         return train(trainer, *args, **kwargs)
 
     Trainer.train = train_or_fill_the_disk
-''')
+""")
 
 
-def test_a_failed_seed_leaves_the_others_and_the_recipe_of_those_that_ran(copy_run, api_url,
-                                                                           artifact_versions):
+def test_a_failed_seed_leaves_the_others_and_the_recipe_of_those_that_ran(
+    copy_run, api_url, artifact_versions
+):
     """A third seed added to the cold run's two fails in training: the flow still evaluates the
     other two, pools them (a verdict over 2 of 3, naming seed 2 and its line) and publishes that,
     then ends Failed; DVC then holds the two as done, so `dvc repro` reruns only seed 2's
@@ -240,29 +284,48 @@ def test_a_failed_seed_leaves_the_others_and_the_recipe_of_those_that_ran(copy_r
     hook = project.parent / "full-disk"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(FULL_DISK_FOR_ONE_SEED)
-    code, console, _ = _cli(project, api_url, "flows.pipeline", env={
-        "PYTHONPATH": f"{hook}{os.pathsep}{project}", "FAIL_SEED": "2"})
+    code, console, _ = _cli(
+        project,
+        api_url,
+        "flows.pipeline",
+        env={"PYTHONPATH": f"{hook}{os.pathsep}{project}", "FAIL_SEED": "2"},
+    )
     assert code == 1, console[-4000:]
     recipe = json.loads((project / "reports/recipe/summary.json").read_text())
     assert recipe["evaluated"] == [0, 1] and list(recipe["failed"]) == ["2"], recipe["failed"]
-    assert "train@2: the disk is full: writing in models/checkpoints/seed-2/checkpoint-3 " in \
-        recipe["failed"]["2"]
+    assert (
+        "train@2: the disk is full: writing in models/checkpoints/seed-2/checkpoint-3 "
+        in recipe["failed"]["2"]
+    )
     assert recipe["verdict"] in ("improved", "no significant change", "regressed", "mixed")
-    assert re.match(r"pipeline: stage train failed \(dvc repro exit \d+\): train@2: the disk is "
-                    r"full: ", _last_line(console)), console[-4000:]
-    assert _last_line(console).endswith(f"; the recipe over 2 of 3 seeds: "
-                                        f"{recipe['verdict_line']}"), console[-4000:]
+    assert re.match(
+        r"pipeline: stage train failed \(dvc repro exit \d+\): train@2: the disk is "
+        r"full: ",
+        _last_line(console),
+    ), console[-4000:]
+    assert _last_line(console).endswith(
+        f"; the recipe over 2 of 3 seeds: {recipe['verdict_line']}"
+    ), console[-4000:]
     assert "dvc repro --keep-going evaluate" in console  # past the failed seed, to the others
     assert "Traceback" not in console, console[-4000:]
     audit = max(artifact_versions("evaluation-audit"), key=lambda a: a.created)  # this run's
-    assert audit.description.startswith(f"Step 0 vs final, per RL seed and pooled; "
-                                        f"{recipe['verdict_line']}. Seed 2 has no results: "
-                                        f"{recipe['failed']['2']}")
+    assert audit.description.startswith(
+        f"Step 0 vs final, per RL seed and pooled; "
+        f"{recipe['verdict_line']}. Seed 2 has no results: "
+        f"{recipe['failed']['2']}"
+    )
     rows = json.loads(audit.data) if isinstance(audit.data, str) else audit.data
     assert [row["seed"] for row in rows] == ["0", "0", "1", "1", "pooled over 2"], rows
-    stale = json.loads(subprocess.run(["dvc", "status", "--json"], cwd=project,
-                                      env=project_env(project), capture_output=True, text=True,
-                                      check=True).stdout)
+    stale = json.loads(
+        subprocess.run(
+            ["dvc", "status", "--json"],
+            cwd=project,
+            env=project_env(project),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert {name for name in stale if "@" in name} == {"train@2", "evaluate@2"}, stale
     assert {"recipe", "report", "publish"} <= set(stale), stale
 
@@ -294,16 +357,20 @@ hold(sys.argv[1])
 """
 
 
-def test_a_second_run_stops_at_once_naming_the_run_that_holds_the_workspace(
-        project_copy, api_url):
+def test_a_second_run_stops_at_once_naming_the_run_that_holds_the_workspace(project_copy, api_url):
     from flows.pipeline import pipeline
     from rlvr.pipeline.orchestration import WorkspaceBusy, busy_line
 
     project = project_copy("held")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(project)], cwd=project,
-                              env={**project_env(project), "PREFECT_API_URL": api_url},
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              start_new_session=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(project)],
+        cwd=project,
+        env={**project_env(project), "PREFECT_API_URL": api_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         said = next((line for line in holder.stdout if line.startswith("HOLDING ")), None)
         assert said, f"the holder exited ({holder.wait(timeout=10)}) before taking the workspace"
@@ -343,14 +410,17 @@ def test_a_prefect_server_takes_the_deployments_concurrency_limit(project_copy, 
     project = project_copy("deploy")
     prefect = str(Path(sys.executable).parent / "prefect")
     env = {"RLVR_ROOT": str(project)}
-    for command in (["work-pool", "create", "rlvr-process", "--type", "process", "--overwrite"],
-                    ["--no-prompt", "deploy", "--name", "nightly"]):
+    for command in (
+        ["work-pool", "create", "rlvr-process", "--type", "process", "--overwrite"],
+        ["--no-prompt", "deploy", "--name", "nightly"],
+    ):
         code, console, _ = _run(project, api_url, prefect, *command, env=env)
         assert code == 0, console[-3000:]
-    code, console, _ = _run(project, api_url, prefect, "api", "GET",
-                            "/deployments/name/grpo-pipeline/nightly", env=env)
+    code, console, _ = _run(
+        project, api_url, prefect, "api", "GET", "/deployments/name/grpo-pipeline/nightly", env=env
+    )
     assert code == 0, console[-3000:]
-    deployment = json.loads(console[console.index("{"):])
+    deployment = json.loads(console[console.index("{") :])
     # Prefect 3.9.1 keeps a deployment's limit as a global concurrency limit of its own
     # (DeploymentResponse.global_concurrency_limit; `concurrency_limit` is always None there)
     limit = deployment["global_concurrency_limit"]

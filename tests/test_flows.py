@@ -8,10 +8,18 @@ import pytest
 
 from tests.helpers import set_params
 
-STAGE_KEYS = {"check_params": [], "reward_tests": ["reward-tests"],
-              "validate": ["data-validation"], "prepare_model": [], "smoke": ["smoke-checks"],
-              "train": ["training-summary"], "evaluate": [], "recipe": ["evaluation-audit"],
-              "report": ["retrospective", "retrospective-html"], "publish": ["model-card"]}
+STAGE_KEYS = {
+    "check_params": [],
+    "reward_tests": ["reward-tests"],
+    "validate": ["data-validation"],
+    "prepare_model": [],
+    "smoke": ["smoke-checks"],
+    "train": ["training-summary"],
+    "evaluate": [],
+    "recipe": ["evaluation-audit"],
+    "report": ["retrospective", "retrospective-html"],
+    "publish": ["model-card"],
+}
 
 
 def _mtime(path):
@@ -20,7 +28,8 @@ def _mtime(path):
 
 @pytest.mark.slow
 def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
-        small_budget, copy_run, prefect_harness, artifact_versions):
+    small_budget, copy_run, prefect_harness, artifact_versions
+):
     from flows.pipeline import pipeline
 
     project = copy_run("flow")  # its gate and base model hold; a new budget from train on
@@ -44,19 +53,25 @@ def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
     # (other projects, other verdicts) share it
     audit = max(artifact_versions("evaluation-audit"), key=lambda a: a.created)
     assert "heldout" in json.dumps(audit.data) and "pooled over 2" in json.dumps(audit.data)
-    assert json.loads((project / "reports/recipe/summary.json").read_text())[
-        "verdict_line"] in audit.description
+    assert (
+        json.loads((project / "reports/recipe/summary.json").read_text())["verdict_line"]
+        in audit.description
+    )
 
 
 @pytest.mark.slow
 def test_a_failing_reward_test_fails_the_flow_at_once_naming_it(
-        small_budget, project_copy, prefect_harness):
+    small_budget, project_copy, prefect_harness
+):
     from flows.pipeline import pipeline
 
     project = project_copy("broken-gate", small_budget)
     verifiers = project / "rlvr/rewards/verifiers.py"
-    verifiers.write_text(verifiers.read_text().replace("            return left * right\n",
-                                                      "            return left + right\n"))
+    verifiers.write_text(
+        verifiers.read_text().replace(
+            "            return left * right\n", "            return left + right\n"
+        )
+    )
     state = pipeline(root=str(project), return_state=True)
     assert state.is_failed()
     assert state.message.startswith("stage reward_tests failed (dvc repro exit ")
@@ -85,25 +100,33 @@ def test_invalid_rows_fail_the_flow_naming_them(copy_run, prefect_harness):
 
 @pytest.mark.slow
 def test_a_stage_failing_midway_keeps_earlier_outputs_and_a_rerun_skips_them(
-        small_budget, copy_run, prefect_harness):
+    small_budget, copy_run, prefect_harness
+):
     from flows.pipeline import pipeline
 
     project = copy_run("midway")  # stages before train hold; train and after rerun
     set_params(project, {**small_budget, "orchestration": {"retries": 0}})
     script = project / "stages/train.py"
     original = script.read_text()
-    broken = original.replace("def main(params: ParamsView) -> int:\n",
-                              "def main(params: ParamsView) -> int:\n"
-                              "    raise SystemExit('train: disk full (injected)')\n")
+    broken = original.replace(
+        "def main(params: ParamsView) -> int:\n",
+        "def main(params: ParamsView) -> int:\n"
+        "    raise SystemExit('train: disk full (injected)')\n",
+    )
     assert broken != original  # the fault is in
     script.write_text(broken)
     state = pipeline(root=str(project), return_state=True)
     assert state.is_failed() and "stage train failed" in state.message
     assert "disk full (injected)" in state.message
-    kept = {p: _mtime(project / p) for p in ("models/base/config.json",
-                                              "reports/smoke/checks.json",
-                                              "reports/timing/prepare_model.json",
-                                              "reports/timing/smoke.json")}
+    kept = {
+        p: _mtime(project / p)
+        for p in (
+            "models/base/config.json",
+            "reports/smoke/checks.json",
+            "reports/timing/prepare_model.json",
+            "reports/timing/smoke.json",
+        )
+    }
     assert all(kept.values())
     assert not (project / "models/trained/seed-0").exists()
 

@@ -9,6 +9,7 @@ import pytest
 
 from rlvr.pipeline.gate import GateClosed, require_gate, run_reward_tests
 
+
 def _write_tests(folder: Path, body: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "test_sample.py").write_text(body)
@@ -16,8 +17,10 @@ def _write_tests(folder: Path, body: str) -> Path:
 
 
 def test_verdict_counts_and_names_failing_tests(tmp_path):
-    tests = _write_tests(tmp_path / "t", "def test_ok():\n    assert True\n\n"
-                                         "def test_broken():\n    assert 1 + 1 == 3\n")
+    tests = _write_tests(
+        tmp_path / "t",
+        "def test_ok():\n    assert True\n\ndef test_broken():\n    assert 1 + 1 == 3\n",
+    )
     verdict = run_reward_tests([str(tests)], tmp_path / "gate.json")
     assert verdict["passed"] is False
     assert verdict["counts"] == {"tests": 2, "passed": 1, "failed": 1, "errors": 0, "skipped": 0}
@@ -49,8 +52,9 @@ def test_a_stage_refuses_to_start_when_the_gate_failed(project_copy):
     gate = project / "reports" / "gate" / "reward_tests.json"
     gate.parent.mkdir(parents=True, exist_ok=True)
     gate.write_text(json.dumps({"passed": False, "failing": ["tests/rewards/t.py::test_z"]}))
-    run = subprocess.run([sys.executable, "-m", "stages.validate"], cwd=project,
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "stages.validate"], cwd=project, capture_output=True, text=True
+    )
     assert run.returncode == 1
     assert "the reward tests did not pass" in run.stderr and "test_z" in run.stderr
     assert not (project / "reports" / "validation").exists()
@@ -63,10 +67,12 @@ def test_dvc_repro_stops_at_the_gate_naming_the_broken_reward_test(project_copy,
     verifiers = project / "rlvr" / "rewards" / "verifiers.py"
     source = verifiers.read_text()
     assert "            return left * right\n" in source
-    verifiers.write_text(source.replace("            return left * right\n",
-                                        "            return left + right\n"))
-    run = subprocess.run(["dvc", "repro"], cwd=project, env=dvc_env(project),
-                         capture_output=True, text=True)
+    verifiers.write_text(
+        source.replace("            return left * right\n", "            return left + right\n")
+    )
+    run = subprocess.run(
+        ["dvc", "repro"], cwd=project, env=dvc_env(project), capture_output=True, text=True
+    )
     output = run.stdout + run.stderr
     assert run.returncode != 0
     assert "FAILED tests/rewards/test_verifiers.py::test_countdown" in output

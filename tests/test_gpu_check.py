@@ -13,9 +13,14 @@ from tests.helpers import ROOT
 
 
 def _run(*args, env=None, timeout=300):
-    return subprocess.run(["bash", str(ROOT / "scripts/gpu_check.sh"), *args], cwd=ROOT,
-                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts/gpu_check.sh"), *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
@@ -31,7 +36,10 @@ def test_the_gpu_check_runs_end_to_end_on_cpu(tmp_path):
     assert run.stdout.rstrip().splitlines()[-1].startswith("gpu_check: PASSED in ")
     figures = json.loads((tmp_path / "gpu_check.json").read_text())
     assert figures["steps"] == 2 and figures["exit_code"] == 0
-    assert figures["steps_per_s"] > 0 and figures["tokens_per_s"] > figures["completion_tokens_per_s"] > 0
+    assert (
+        figures["steps_per_s"] > 0
+        and figures["tokens_per_s"] > figures["completion_tokens_per_s"] > 0
+    )
     assert figures["completion_tokens_per_step"] <= 16 * 8  # 16 completions of <= 8 tokens
     assert not (ROOT / "gpu_check.json").exists()
 

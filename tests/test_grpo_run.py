@@ -8,15 +8,18 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from rlvr.params.config import parse_params
 from rlvr.data.rows import read_rows
-from rlvr.rewards.registry import RewardFunction, build_reward_funcs, score_correctness
 from rlvr.grpo.callbacks import NonFiniteMetric
 from rlvr.grpo.run import run_grpo
+from rlvr.params.config import parse_params
+from rlvr.rewards.registry import RewardFunction, build_reward_funcs, score_correctness
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = {"train": {"grpo": {"num_generations": 4, "per_device_train_batch_size": 8,
-                            "max_completion_length": 6}}}
+SMALL = {
+    "train": {
+        "grpo": {"num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 6}
+    }
+}
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +27,9 @@ def rows():
     return read_rows(ROOT / "data" / "grpo_train.jsonl")[:8]
 
 
-def test_a_raising_reward_scores_none_counts_it_and_training_goes_on(tiny_policy_dir, rows,
-                                                                     tmp_path):
+def test_a_raising_reward_scores_none_counts_it_and_training_goes_on(
+    tiny_policy_dir, rows, tmp_path
+):
     params = parse_params(SMALL)
 
     def flaky(text, verifier, n_tokens):
@@ -35,8 +39,9 @@ def test_a_raising_reward_scores_none_counts_it_and_training_goes_on(tiny_policy
 
     funcs = [*build_reward_funcs(params.rewards), RewardFunction("flaky", flaky)]
     params.rewards.weights = [1.0, 0.2, 1.0]  # one weight per function, the flaky one included
-    trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=3,
-                       reward_funcs=funcs)
+    trainer = run_grpo(
+        params, rows, str(tiny_policy_dir), tmp_path, max_steps=3, reward_funcs=funcs
+    )
     steps = [e for e in trainer.state.log_history if "loss" in e]
     assert len(steps) == 3
     assert funcs[2].failures > 0
@@ -62,8 +67,15 @@ class PoisonGradients(TrainerCallback):
 def test_nan_stops_the_run_at_once_naming_step_and_metric(tiny_policy_dir, rows, tmp_path):
     params = parse_params(SMALL)
     with pytest.raises(NonFiniteMetric, match=r"step 3: grad_norm = nan is not finite") as error:
-        run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=6, save_steps=2,
-                 callbacks=[PoisonGradients(at=3)])
+        run_grpo(
+            params,
+            rows,
+            str(tiny_policy_dir),
+            tmp_path,
+            max_steps=6,
+            save_steps=2,
+            callbacks=[PoisonGradients(at=3)],
+        )
     assert "checkpoint-2" in str(error.value)
     assert (tmp_path / "checkpoint-2").is_dir()
     assert not (tmp_path / "checkpoint-3").exists() and not (tmp_path / "checkpoint-4").exists()
@@ -74,9 +86,14 @@ def test_nan_stops_the_run_at_once_naming_step_and_metric(tiny_policy_dir, rows,
 
 
 def test_beta_in_force_is_logged_every_step(tiny_policy_dir, rows, tmp_path):
-    params = parse_params({"train": {
-        "grpo": {**SMALL["train"]["grpo"], "beta": 0.02},
-        "beta_schedule": {"kind": "warmup", "beta_start": 0.01, "warmup_steps": 2}}})
+    params = parse_params(
+        {
+            "train": {
+                "grpo": {**SMALL["train"]["grpo"], "beta": 0.02},
+                "beta_schedule": {"kind": "warmup", "beta_start": 0.01, "warmup_steps": 2},
+            }
+        }
+    )
     trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=3)
     betas = [e["beta"] for e in trainer.state.log_history if "loss" in e]
     assert betas == pytest.approx([0.01, 0.015, 0.02])
@@ -89,9 +106,17 @@ def test_a_pretrained_folder_with_chat_prompts_and_lora(tiny_policy_dir, rows, t
 
     from rlvr.policy.models import load_policy
 
-    params = parse_params({**SMALL, "model": {
-        "init": "pretrained", "name_or_path": str(tiny_policy_dir), "chat_template": True,
-        "lora": {"enabled": True, "r": 4, "alpha": 8}}})
+    params = parse_params(
+        {
+            **SMALL,
+            "model": {
+                "init": "pretrained",
+                "name_or_path": str(tiny_policy_dir),
+                "chat_template": True,
+                "lora": {"enabled": True, "r": 4, "alpha": 8},
+            },
+        }
+    )
     trainer = run_grpo(params, rows, params.model.name_or_path, tmp_path / "run", max_steps=2)
     assert isinstance(trainer.model, PeftModel)
     assert isinstance(trainer.train_dataset[0]["prompt"], list)  # chat messages
@@ -104,12 +129,24 @@ def test_a_pretrained_folder_with_chat_prompts_and_lora(tiny_policy_dir, rows, t
 
 
 def test_no_group_norm_ablation_uses_one_running_mean_baseline(tiny_policy_dir, rows, tmp_path):
-    params = parse_params({**SMALL, "train": {**SMALL["train"], "advantage": "running_mean"},
-                           "rewards": {"funcs": ["correctness"], "weights": [1.0]}})
+    params = parse_params(
+        {
+            **SMALL,
+            "train": {**SMALL["train"], "advantage": "running_mean"},
+            "rewards": {"funcs": ["correctness"], "weights": [1.0]},
+        }
+    )
     # the untrained policy never hits a target: reward something that varies in its random text
     varied = RewardFunction("odd_text", lambda text, verifier, n: float(sum(map(ord, text)) % 2))
-    trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=3, save_steps=2,
-                       reward_funcs=[varied])
+    trainer = run_grpo(
+        params,
+        rows,
+        str(tiny_policy_dir),
+        tmp_path,
+        max_steps=3,
+        save_steps=2,
+        reward_funcs=[varied],
+    )
     steps = [e for e in trainer.state.log_history if "loss" in e]
     assert all("running_mean_baseline" in e for e in steps)
     assert trainer.running_mean.value == pytest.approx(steps[-1]["running_mean_baseline"])
@@ -126,16 +163,22 @@ def test_no_group_norm_ablation_uses_one_running_mean_baseline(tiny_policy_dir, 
     assert max(b["max_abs_group_mean"] for b in trainer.batch_checks) > 1e-3
 
 
-def test_the_console_shows_one_compact_line_every_log_every_steps(tiny_policy_dir, rows, tmp_path,
-                                                                  capsys):
+def test_the_console_shows_one_compact_line_every_log_every_steps(
+    tiny_policy_dir, rows, tmp_path, capsys
+):
     params = parse_params({"train": {**SMALL["train"], "log_every": 2}})
     trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=5, label="smoke")
     captured = capsys.readouterr()
     text = captured.out + captured.err
     lines = [line for line in text.splitlines() if line.startswith("smoke: step")]
-    assert [line.split(" | ")[0] for line in lines] == ["smoke: step 2/5", "smoke: step 4/5",
-                                                        "smoke: step 5/5"]
-    assert all(" | reward " in line and " | correctness " in line and line.endswith(" s/step")
-               for line in lines)
+    assert [line.split(" | ")[0] for line in lines] == [
+        "smoke: step 2/5",
+        "smoke: step 4/5",
+        "smoke: step 5/5",
+    ]
+    assert all(
+        " | reward " in line and " | correctness " in line and line.endswith(" s/step")
+        for line in lines
+    )
     assert "{'loss'" not in text and "'train_runtime'" not in text  # no log dicts
     assert sum("loss" in e for e in trainer.state.log_history) == 5  # every step still logged

@@ -23,21 +23,33 @@ def import_graph(root: Path, package: str = "rlvr") -> dict[Path, set[Path]]:
     module's own packages is left out: Python has run it before the module, so importing it is
     no dependency (a package's __init__ may gather its modules' names)."""
     files = sorted(p for p in (root / package).rglob("*.py") if "__pycache__" not in p.parts)
-    return {f: {d for d in project_imports(root, f) if d != f and d.is_relative_to(root / package)
-                and not (d.name == "__init__.py" and f.is_relative_to(d.parent))}
-            for f in files if f != root / package / "__init__.py"}
+    return {
+        f: {
+            d
+            for d in project_imports(root, f)
+            if d != f
+            and d.is_relative_to(root / package)
+            and not (d.name == "__init__.py" and f.is_relative_to(d.parent))
+        }
+        for f in files
+        if f != root / package / "__init__.py"
+    }
 
 
 def upward_imports(root: Path, layers: list[str], package: str = "rlvr") -> list[str]:
     """`a.py -> b.py` for each import from a layer to one above it (or into a module at the
     package's root, which no layer may hold)."""
+
     def layer(file: Path) -> int:
         parts = file.relative_to(root / package).parts
         return layers.index(parts[0]) if len(parts) > 1 and parts[0] in layers else len(layers)
 
-    return sorted(f"{a.relative_to(root)} -> {b.relative_to(root)}"
-                  for a, deps in import_graph(root, package).items() for b in deps
-                  if layer(b) > layer(a))
+    return sorted(
+        f"{a.relative_to(root)} -> {b.relative_to(root)}"
+        for a, deps in import_graph(root, package).items()
+        for b in deps
+        if layer(b) > layer(a)
+    )
 
 
 def cycles(graph: dict[Path, set[Path]]) -> list[list[Path]]:
@@ -95,9 +107,14 @@ def test_no_modules_import_each_other():
 @pytest.fixture
 def house(tmp_path):
     """A small library: low <- high, with a module at the root."""
-    files = {"lib/__init__.py": "", "lib/low/__init__.py": "", "lib/high/__init__.py": "",
-             "lib/low/a.py": "", "lib/low/b.py": "from lib.low import a\n",
-             "lib/high/c.py": "def f():\n    from lib.low.b import x\n"}
+    files = {
+        "lib/__init__.py": "",
+        "lib/low/__init__.py": "",
+        "lib/high/__init__.py": "",
+        "lib/low/a.py": "",
+        "lib/low/b.py": "from lib.low import a\n",
+        "lib/high/c.py": "def f():\n    from lib.low.b import x\n",
+    }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -108,7 +125,9 @@ def test_an_upward_import_is_named_even_inside_a_function(house):
     assert upward_imports(house, ["low", "high"], "lib") == []
     (house / "lib/low/a.py").write_text("def g():\n    import lib.high.c\n")
     assert upward_imports(house, ["low", "high"], "lib") == [
-        "lib/low/a.py -> lib/high/__init__.py", "lib/low/a.py -> lib/high/c.py"]
+        "lib/low/a.py -> lib/high/__init__.py",
+        "lib/low/a.py -> lib/high/c.py",
+    ]
 
 
 def test_a_cycle_is_named_with_its_modules(house):
@@ -118,17 +137,26 @@ def test_a_cycle_is_named_with_its_modules(house):
 
 
 def test_the_order_is_read_from_the_tree():
-    tree = ("├── rlvr/   the library\n│   ├── top/   x\n│   │   └── m.py  y\n"
-            "│   └── bottom/   z\n├── stages/\n")
+    tree = (
+        "├── rlvr/   the library\n│   ├── top/   x\n│   │   └── m.py  y\n"
+        "│   └── bottom/   z\n├── stages/\n"
+    )
     assert readme_layers(tree) == ["bottom", "top"]
 
 
-def test_the_linter_passes_and_dev_test_runs_it_first():
+def test_the_linter_and_formatter_pass_and_dev_test_runs_them_first():
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "ruff", "check", "--quiet", "."], cwd=ROOT,
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout + run.stderr
+    for check in (["check"], ["format", "--check"]):
+        run = subprocess.run(
+            [sys.executable, "-m", "ruff", *check, "--quiet", "."],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 0, f"ruff {' '.join(check)}: {run.stdout}{run.stderr}"
     branch = re.search(r"^  test\)(.*?);;", (ROOT / "dev").read_text(), flags=re.M | re.S).group(1)
-    assert branch.index("ruff check") < branch.index("pytest") and "exit 1" in branch
+    assert branch.index("ruff check") < branch.index("pytest")
+    assert branch.index("ruff format --check") < branch.index("pytest")
+    assert branch.count("exit 1") == 2

@@ -12,12 +12,18 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from rlvr.data.rows import Row, read_rows
+from rlvr.data.tasks.countdown import CountdownSpec, generate_rows
 from rlvr.params.config import ParamsError, parse_params
 from rlvr.params.training_params import LocalLLMParams
-from rlvr.data.rows import Row, read_rows
-from rlvr.policy.local_llm import (ENDOFTEXT, IM_END, IM_START, build_local_llm, build_local_llm_model,
-                            train_bpe_tokenizer)
-from rlvr.data.tasks.countdown import CountdownSpec, generate_rows
+from rlvr.policy.local_llm import (
+    ENDOFTEXT,
+    IM_END,
+    IM_START,
+    build_local_llm,
+    build_local_llm_model,
+    train_bpe_tokenizer,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = LocalLLMParams()  # the defaults of params.yaml model.local_llm
@@ -50,8 +56,9 @@ def saved(rows, tmp_path_factory):
 
 def test_the_tokenizer_round_trips_the_task_text(built, rows):
     _, tokenizer = built
-    held_out = [r["prompt"] for r in generate_rows(64, 64, CountdownSpec(style="instruct"),
-                                                   seed=0)[1]]
+    held_out = [
+        r["prompt"] for r in generate_rows(64, 64, CountdownSpec(style="instruct"), seed=0)[1]
+    ]
     compact = [row.prompt for row in read_rows(ROOT / "data" / "grpo_train.jsonl")]
     for text in [row.prompt for row in rows] + held_out + compact + ["<answer>(3+5)*2</answer>"]:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -71,15 +78,21 @@ def test_the_chat_template_renders_chatml_with_a_generation_prompt(built):
     _, tokenizer = built
     user = [{"role": "user", "content": "2 + 3?"}]
     assert tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True) == (
-        "<|im_start|>user\n2 + 3?<|im_end|>\n<|im_start|>assistant\n")
-    turns = [{"role": "system", "content": "Be brief."}, *user,
-             {"role": "assistant", "content": "5"}]
+        "<|im_start|>user\n2 + 3?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    turns = [
+        {"role": "system", "content": "Be brief."},
+        *user,
+        {"role": "assistant", "content": "5"},
+    ]
     assert tokenizer.apply_chat_template(turns, tokenize=False) == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2 + 3?<|im_end|>\n"
-        "<|im_start|>assistant\n5<|im_end|>\n")
+        "<|im_start|>assistant\n5<|im_end|>\n"
+    )
     # each special token is one token, never split into bytes
     ids = tokenizer.apply_chat_template(user, add_generation_prompt=True, return_dict=True)[
-        "input_ids"]
+        "input_ids"
+    ]
     assert ids[0] == tokenizer.convert_tokens_to_ids(IM_START)
     assert tokenizer.convert_tokens_to_ids(IM_END) in ids
 
@@ -103,16 +116,26 @@ def test_the_model_has_the_params_shape_padded_to_vocab_size(built):
     model, tokenizer = built
     config = model.config
     assert type(model).__name__ == "Qwen3ForCausalLM"
-    for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                 "num_attention_heads", "num_key_value_heads", "head_dim",
-                 "max_position_embeddings"):
+    for name in (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+    ):
         assert getattr(config, name) == getattr(SIZE, name), name
     assert len(tokenizer) <= SIZE.vocab_size  # the tokenizer, trained to at most vocab_size
     assert model.get_input_embeddings().weight.shape == (SIZE.vocab_size, SIZE.hidden_size)
     assert model.lm_head.weight is model.get_input_embeddings().weight  # tied, as small Qwen3s
-    h, i, q, kv = (SIZE.hidden_size, SIZE.intermediate_size,
-                   SIZE.num_attention_heads * SIZE.head_dim,
-                   SIZE.num_key_value_heads * SIZE.head_dim)
+    h, i, q, kv = (
+        SIZE.hidden_size,
+        SIZE.intermediate_size,
+        SIZE.num_attention_heads * SIZE.head_dim,
+        SIZE.num_key_value_heads * SIZE.head_dim,
+    )
     per_layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + 2 * SIZE.head_dim
     expected = SIZE.vocab_size * h + SIZE.num_hidden_layers * per_layer + h
     assert sum(p.numel() for p in model.parameters()) == expected
@@ -129,7 +152,10 @@ def test_few_texts_give_a_small_tokenizer_and_a_padded_model():
     tokenizer = train_bpe_tokenizer(["7 + 5", "7 * 5"], 400)
     assert 256 + 3 <= len(tokenizer) < 300
     assert tokenizer.convert_ids_to_tokens(list(range(len(tokenizer) - 3, len(tokenizer)))) == [
-        ENDOFTEXT, IM_START, IM_END]  # after the learned tokens, in Qwen's order
+        ENDOFTEXT,
+        IM_START,
+        IM_END,
+    ]  # after the learned tokens, in Qwen's order
 
 
 _PREPARE = """
@@ -144,8 +170,13 @@ prepare_base(parse_params({"model": {"init": "local_llm"}}).model, _instruct_row
 def test_the_same_rows_and_seed_give_the_same_folder_bytes(saved, tmp_path):
     """Another process (another hash seed) writes the same tokenizer and weights, byte for byte."""
     base, _ = saved
-    subprocess.run([sys.executable, "-c", _PREPARE, str(tmp_path / "again")], cwd=ROOT,
-                   check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": "123"})
+    subprocess.run(
+        [sys.executable, "-c", _PREPARE, str(tmp_path / "again")],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHONHASHSEED": "123"},
+    )
     files = sorted(p.name for p in base.iterdir())
     assert files == sorted(p.name for p in (tmp_path / "again").iterdir())
     assert {"tokenizer.json", "model.safetensors", "chat_template.jinja"} <= set(files)
@@ -173,10 +204,14 @@ def test_the_saved_folder_loads_like_a_hub_model(saved, built):
     with torch.no_grad():
         assert torch.equal(model(ids).logits, loaded(ids).logits)
     assert type(load_policy(base)[0]).__name__ == "Qwen3ForCausalLM"
-    assert summary == {"init": "local_llm", "parameters": sum(p.numel() for p in
-                                                              model.parameters()),
-                       "tokenizer_vocab_size": len(tokenizer), "vocab_size": SIZE.vocab_size,
-                       "warm_start": None, "seconds": summary["seconds"]}
+    assert summary == {
+        "init": "local_llm",
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "tokenizer_vocab_size": len(tokenizer),
+        "vocab_size": SIZE.vocab_size,
+        "warm_start": None,
+        "seconds": summary["seconds"],
+    }
     assert "no warm start" in describe_base(summary)
     assert json.loads((base / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
 
@@ -193,10 +228,13 @@ def test_chat_template_variables_reach_evaluation_and_trl_alike(built, tmp_path)
 
     tokenizer = copy.deepcopy(built[1])
     # Qwen3's template closes an empty think block when enable_thinking is false
-    tokenizer.chat_template += ("{% if add_generation_prompt and enable_thinking is defined and "
-                                "enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}")
-    params = parse_params({"model": {"chat_template": True,
-                                     "chat_template_kwargs": {"enable_thinking": False}}})
+    tokenizer.chat_template += (
+        "{% if add_generation_prompt and enable_thinking is defined and "
+        "enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+    )
+    params = parse_params(
+        {"model": {"chat_template": True, "chat_template_kwargs": {"enable_thinking": False}}}
+    )
     assert prompt_template(params.model) == {"enable_thinking": False}
     assert prompt_template(parse_params({}).model) is None
     prompt = "3 5 -> 15"
@@ -204,12 +242,18 @@ def test_chat_template_variables_reach_evaluation_and_trl_alike(built, tmp_path)
     assert ours.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert render_prompt(tokenizer, prompt, {}).endswith("<|im_start|>assistant\n")
     assert render_prompt(tokenizer, prompt, None) == prompt
-    config = grpo_config(params.train, output_dir=tmp_path, max_steps=1, seed=0,
-                         reward_weights=params.rewards.weights,
-                         chat_template_kwargs=params.model.chat_template_kwargs)
+    config = grpo_config(
+        params.train,
+        output_dir=tmp_path,
+        max_steps=1,
+        seed=0,
+        reward_weights=params.rewards.weights,
+        chat_template_kwargs=params.model.chat_template_kwargs,
+    )
     assert config.chat_template_kwargs == {"enable_thinking": False}
-    trl_text = apply_chat_template({"prompt": [{"role": "user", "content": prompt}]}, tokenizer,
-                                   **config.chat_template_kwargs)["prompt"]
+    trl_text = apply_chat_template(
+        {"prompt": [{"role": "user", "content": prompt}]}, tokenizer, **config.chat_template_kwargs
+    )["prompt"]
     assert trl_text == ours
 
 
@@ -219,21 +263,33 @@ def test_greedy_evaluation_runs_on_chat_prompts(built, rows):
 
     model, tokenizer = built
     params = parse_params({})
-    scored = score_rows(model, tokenizer, rows[:2], build_reward_funcs(params.rewards), [0.8, 0.2],
-                        SampleSettings(n=1, do_sample=False, max_new_tokens=6), template={})
+    scored = score_rows(
+        model,
+        tokenizer,
+        rows[:2],
+        build_reward_funcs(params.rewards),
+        [0.8, 0.2],
+        SampleSettings(n=1, do_sample=False, max_new_tokens=6),
+        template={},
+    )
     assert scored[0].prompt_text.endswith("<|im_start|>assistant\n")
     assert all(1 <= n <= 6 for s in scored for n in s.lengths)
     assert math.isfinite(summarize(scored)["mean_reward"])
 
 
-@pytest.mark.parametrize("values,message", [
-    ({"num_attention_heads": 4, "num_key_value_heads": 3},
-     "model.local_llm.num_key_value_heads = 3: must divide num_attention_heads (4)"),
-    ({"head_dim": 33}, "model.local_llm.head_dim = 33: must be even"),
-    ({"vocab_size": 256}, "model.local_llm.vocab_size = 256: must be >= 300"),
-    ({"hidden_size": 0}, "model.local_llm.hidden_size = 0: must be >= 1"),
-    ({"layers": 2}, "unknown key(s) ['layers'] in model.local_llm"),
-])
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        (
+            {"num_attention_heads": 4, "num_key_value_heads": 3},
+            "model.local_llm.num_key_value_heads = 3: must divide num_attention_heads (4)",
+        ),
+        ({"head_dim": 33}, "model.local_llm.head_dim = 33: must be even"),
+        ({"vocab_size": 256}, "model.local_llm.vocab_size = 256: must be >= 300"),
+        ({"hidden_size": 0}, "model.local_llm.hidden_size = 0: must be >= 1"),
+        ({"layers": 2}, "unknown key(s) ['layers'] in model.local_llm"),
+    ],
+)
 def test_bad_local_llm_params_are_named(values, message):
     with pytest.raises(ParamsError) as error:
         parse_params({"model": {"init": "local_llm", "local_llm": values}})

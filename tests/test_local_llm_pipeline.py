@@ -18,17 +18,28 @@ from tests.helpers import dvc, project_env, set_params
 pytestmark = pytest.mark.slow
 
 LOCAL_LLM_RUN = {
-    "model": {"init": "local_llm", "chat_template": True,
-              "lora": {"enabled": True, "r": 8, "alpha": 16}},
+    "model": {
+        "init": "local_llm",
+        "chat_template": True,
+        "lora": {"enabled": True, "r": 8, "alpha": 16},
+    },
     # A random-init model is never correct: the length term (a completion that stops early is
     # penalised less) gives some groups reward spread, so the adapter really moves away from zero
     # and the evaluation of the final policy can be told from the base's.
     "rewards": {"funcs": ["correctness", "format", "length"], "weights": [1.0, 0.2, 1.0]},
     # still, most groups have no spread, which the smoke run would otherwise (rightly) stop on
     "smoke": {"max_steps": 3, "min_spread_share": 0.0},
-    "train": {"max_steps": 6, "save_steps": 3, "eval_steps": 3, "log_every": 3,
-              "grpo": {"num_generations": 4, "per_device_train_batch_size": 16,
-                       "max_completion_length": 16}},
+    "train": {
+        "max_steps": 6,
+        "save_steps": 3,
+        "eval_steps": 3,
+        "log_every": 3,
+        "grpo": {
+            "num_generations": 4,
+            "per_device_train_batch_size": 16,
+            "max_completion_length": 16,
+        },
+    },
     "evaluate": {"samples": 2, "n_resamples": 500},
     "audit": {"seeds": [0]},  # one RL seed: the model and its audit, not the recipe's statistics
     "runtime": {"torch_threads": 1, "reproducible": False},
@@ -51,16 +62,22 @@ def _numbers(value, where=""):
 
 def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(copy_run, monkeypatch):
     project = copy_run("local-llm")  # the cold run's: its reward gate holds, the rest reruns
-    subprocess.run([sys.executable, "data/make_countdown.py", "--style", "instruct"], cwd=project,
-                   env=project_env(project), check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "data/make_countdown.py", "--style", "instruct"],
+        cwd=project,
+        env=project_env(project),
+        check=True,
+        capture_output=True,
+    )
     set_params(project, LOCAL_LLM_RUN)  # instruct prompts fit data.max_prompt_chars (169 <= 200)
 
     started = time.perf_counter()
     output = dvc(project, "repro")
     seconds = time.perf_counter() - started
 
-    timing = {stage: json.loads((project / f"reports/timing/{stage}.json").read_text())
-              for stage in RUN}
+    timing = {
+        stage: json.loads((project / f"reports/timing/{stage}.json").read_text()) for stage in RUN
+    }
     assert all(t["exit_code"] == 0 for t in timing.values()), timing
     for stage in RUN:
         assert f"Running stage '{stage}'" in output or stage == "reward_tests", stage
@@ -70,8 +87,12 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(copy_run, monk
     assert prepared["init"] == "local_llm" and prepared["warm_start"] is None
     assert prepared["tokenizer_vocab_size"] <= prepared["vocab_size"] == 512
     base = project / "models/base"
-    assert {"model.safetensors", "tokenizer.json", "chat_template.jinja",
-            "generation_config.json"} <= {p.name for p in base.iterdir()}
+    assert {
+        "model.safetensors",
+        "tokenizer.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    } <= {p.name for p in base.iterdir()}
 
     # train saved the LoRA adapter (and the tokenizer), not a full model
     trained = project / "models/trained/seed-0"
@@ -97,15 +118,32 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(copy_run, monk
     metrics = eval_metrics(summary)  # the card's headline
     for split in ("train", "heldout"):
         for policy in ("step0", "final"):
-            assert set(summary[split][policy]) >= {"greedy_success", "mean_reward",
-                                                   "sampled_success", "mean_length",
-                                                   "malformed_share", "rewards"}
+            assert set(summary[split][policy]) >= {
+                "greedy_success",
+                "mean_reward",
+                "sampled_success",
+                "mean_length",
+                "malformed_share",
+                "rewards",
+            }
         assert summary[split]["prompts"] == 64
-    bad = [(path, v) for path, v in [*_numbers(summary), *_numbers(metrics)]
-           if not math.isfinite(v)]
+    bad = [
+        (path, v) for path, v in [*_numbers(summary), *_numbers(metrics)] if not math.isfinite(v)
+    ]
     assert not bad, bad
-    assert set(metrics) == {"verdict", "reward0", "reward", "ci_low", "ci_high", "greedy0",
-                            "greedy", "pass1_0", "pass1", "passn_0", "passn"}
+    assert set(metrics) == {
+        "verdict",
+        "reward0",
+        "reward",
+        "ci_low",
+        "ci_high",
+        "greedy0",
+        "greedy",
+        "pass1_0",
+        "pass1",
+        "passn_0",
+        "passn",
+    }
     per_prompt = (project / "reports/eval/seed-0/per_prompt.jsonl").read_text().splitlines()
     assert len(per_prompt) == 128
     assert "evaluate@0: this seed's verdict on heldout:" in output
@@ -113,26 +151,35 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(copy_run, monk
     assert max(summary[split]["kl_final_vs_step0"] for split in ("train", "heldout")) > 0
 
     # train logged every step, KL against the adapter-free base included
-    history = [json.loads(line) for line in
-               (project / "reports/train/seed-0/history.jsonl").read_text().splitlines()]
+    history = [
+        json.loads(line)
+        for line in (project / "reports/train/seed-0/history.jsonl").read_text().splitlines()
+    ]
     steps = [h for h in history if "loss" in h]
-    assert len(steps) == 6 and all(math.isfinite(h["loss"]) and math.isfinite(h["kl"])
-                                   for h in steps)
+    assert len(steps) == 6 and all(
+        math.isfinite(h["loss"]) and math.isfinite(h["kl"]) for h in steps
+    )
     assert any(h["grad_norm"] > 0 for h in steps)
 
     markdown = (project / "reports/retrospective.md").read_text()
     html = (project / "reports/retrospective.html").read_text()
-    for text in ("## 8. Provenance", r"| model.local\_llm.vocab\_size | `512` |",
-                 "| model.lora.enabled | `True` |", r"| model.chat\_template | `True` |",
-                 "model md5 models/trained/seed-0"):
+    for text in (
+        "## 8. Provenance",
+        r"| model.local\_llm.vocab\_size | `512` |",
+        "| model.lora.enabled | `True` |",
+        r"| model.chat\_template | `True` |",
+        "model md5 models/trained/seed-0",
+    ):
         assert text in markdown, text
     assert not re.search(r"\bnan\b", markdown)  # every figure was computed (Python's nan)
     assert "data:image/png;base64," in html and "Provenance" in html
 
     figures = {stage: timing[stage]["seconds"] for stage in RUN}
-    print(f"\nlocal_llm pipeline: dvc repro {seconds:.1f} s; stages {figures}; "
-          f"{prepared['parameters']:,} parameters; tokenizer {prepared['tokenizer_vocab_size']} "
-          f"tokens (model vocab_size {prepared['vocab_size']})")
+    print(
+        f"\nlocal_llm pipeline: dvc repro {seconds:.1f} s; stages {figures}; "
+        f"{prepared['parameters']:,} parameters; tokenizer {prepared['tokenizer_vocab_size']} "
+        f"tokens (model vocab_size {prepared['vocab_size']})"
+    )
 
 
 def _assert_peft_loads_the_published_folder(project, monkeypatch):
@@ -162,8 +209,11 @@ def _assert_the_adapter_loads_on_the_base_and_moved_it(project, monkeypatch):
     final, tokenizer = load_policy("models/trained/seed-0")
     base, _ = load_policy("models/base")
     assert any("lora_B" in name for name, _ in final.named_parameters())
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "3 5 -> 15"}],
-                                        add_generation_prompt=True, return_tensors="pt",
-                                        return_dict=True)["input_ids"]
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "3 5 -> 15"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     with torch.no_grad():
         assert not torch.equal(final(ids).logits, base(ids).logits)

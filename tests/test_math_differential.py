@@ -18,5 +18,6 @@ def test_the_math_verifier_keeps_its_rules_where_reasoning_gym_does_not():
     factorizations = results["prime_factorization"]
     assert factorizations.several_values > 0 and factorizations.several_accepted == 0
     # the same-value forms the project reads: all of them (reasoning-gym reads far fewer)
-    assert sum(r.project_reads for r in results.values()) == \
-        sum(r.equivalent for r in results.values())
+    assert sum(r.project_reads for r in results.values()) == sum(
+        r.equivalent for r in results.values()
+    )

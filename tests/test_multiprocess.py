@@ -55,20 +55,30 @@ def two_process_run(cold_run, tmp_path_factory):
     """The cold run's copy rerun with train.processes: 2 on one RL seed (smoke, train, evaluate
     and report rerun; the base model and the gates are reused; a second seed would show nothing
     more of the ranks), committed; and what `dvc repro` printed."""
-    project = Path(shutil.copytree(cold_run, tmp_path_factory.mktemp("ranks") / "project",
-                                   symlinks=True))
+    project = Path(
+        shutil.copytree(cold_run, tmp_path_factory.mktemp("ranks") / "project", symlinks=True)
+    )
     set_params(project, {"train": {"processes": 2}, "audit": {"seeds": [0]}})
     output = dvc(project, "repro")
     subprocess.run(["git", "add", "-A"], cwd=project, check=True)
-    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "2 ranks"],
-                   cwd=project, check=True)
+    subprocess.run(
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "2 ranks"],
+        cwd=project,
+        check=True,
+    )
     return project, output
 
 
 def test_what_steers_training_is_global_and_identical_on_every_rank(tiny_policy_dir, tmp_path):
-    command = [sys.executable, "-m", "accelerate.commands.launch",
-               *launch_args("x", 2, use_cpu=True, port=0)[:-2],
-               str(ROOT / "tests/rank_probe.py"), str(tmp_path), str(tiny_policy_dir)]
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *launch_args("x", 2, use_cpu=True, port=0)[:-2],
+        str(ROOT / "tests/rank_probe.py"),
+        str(tmp_path),
+        str(tiny_policy_dir),
+    ]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -90,9 +100,16 @@ def test_what_steers_training_is_global_and_identical_on_every_rank(tiny_policy_
 def test_dynamic_sampling_runs_the_same_rounds_on_every_rank(tiny_policy_dir, tmp_path):
     """Generation gathers rewards across ranks, so a rank that stopped resampling while another
     went on would hang both: every rank runs the rounds the shortest-served rank needs."""
-    command = [sys.executable, "-m", "accelerate.commands.launch",
-               *launch_args("x", 2, use_cpu=True, port=0)[:-2],
-               str(ROOT / "tests/rank_probe.py"), str(tmp_path), str(tiny_policy_dir), "dynamic"]
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *launch_args("x", 2, use_cpu=True, port=0)[:-2],
+        str(ROOT / "tests/rank_probe.py"),
+        str(tmp_path),
+        str(tiny_policy_dir),
+        "dynamic",
+    ]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text())["steps"] for r in (0, 1)]
@@ -127,8 +144,13 @@ def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_
         assert [int(row.split("\t")[0]) for row in rows[1:]] == expected, curve
     # the 4 scores, pass@1 and pass@2 (SMALL_RUN draws 2 samples), the success on each tag's rows
     assert sorted(c.stem for c in curves if c.parent.name == "val") == [
-        "greedy_success", "mean_length", "mean_reward", "pass_at_1", "pass_at_2",
-        "sampled_success"]
+        "greedy_success",
+        "mean_length",
+        "mean_reward",
+        "pass_at_1",
+        "pass_at_2",
+        "sampled_success",
+    ]
     assert sorted(c.stem for c in curves if c.parent.name == "success") == ["add", "mul", "sub"]
     # The logged keys are a single-process run's.
     assert set(_history(project)[-1]) == set(_history(cold_run)[-1])
@@ -136,14 +158,13 @@ def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_
     summary = json.loads((project / "reports/train/seed-0/summary.json").read_text())
     assert summary["steps"] == 24
     checkpoint = sorted((project / CHECKPOINTS).glob("checkpoint-*"))[-1]
-    assert {p.name for p in checkpoint.glob("rng_state*")} == {"rng_state_0.pth",
-                                                                "rng_state_1.pth"}
+    assert {p.name for p in checkpoint.glob("rng_state*")} == {"rng_state_0.pth", "rng_state_1.pth"}
     assert (project / "models/final/model.safetensors").is_file()
     assert not list((project / "models").glob(".*staging*"))
     assert dvc(project, "status", "--json").strip() == "{}"
 
 
-NAN_HOOK = trainer_hook('''
+NAN_HOOK = trainer_hook("""
 AT = int(os.environ["NAN_AT_STEP"])
 
 
@@ -157,7 +178,7 @@ def patch(Trainer):
         return loss
 
     Trainer.training_step = nan_on_rank_one
-''')
+""")
 
 
 def test_a_nan_on_one_rank_stops_every_rank_with_the_usual_line(two_process_run, tmp_path):
@@ -167,30 +188,35 @@ def test_a_nan_on_one_rank_stops_every_rank_with_the_usual_line(two_process_run,
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(NAN_HOOK)
     env = {**project_env(project), "PYTHONPATH": f"{hook}:{project}", "NAN_AT_STEP": "6"}
-    run = subprocess.run(["dvc", "repro", "--force", "--single-item", "train@0"], cwd=project,
-                         env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        ["dvc", "repro", "--force", "--single-item", "train@0"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     output = run.stdout + run.stderr
     assert run.returncode != 0
     lines = [line for line in output.splitlines() if "is not finite" in line]
     assert len(lines) == 1, output[-3000:]
-    assert lines[0].startswith("train@0: step 6: loss = nan is not finite; training stopped. "
-                               f"Last good checkpoint: {CHECKPOINTS}/checkpoint-4")
+    assert lines[0].startswith(
+        "train@0: step 6: loss = nan is not finite; training stopped. "
+        f"Last good checkpoint: {CHECKPOINTS}/checkpoint-4"
+    )
     assert "Traceback" not in output and "ChildFailedError" not in output
     assert not _none_left_in(project)
     assert not (project / f"{CHECKPOINTS}/checkpoint-8").exists()
 
 
 @pytest.mark.parametrize("step", [8, 20])
-def test_kill_9_of_the_whole_run_resumes_to_the_uninterrupted_end(step, two_process_run,
-                                                                  tmp_path):
+def test_kill_9_of_the_whole_run_resumes_to_the_uninterrupted_end(step, two_process_run, tmp_path):
     reference = two_process_run[0]
     project = Path(shutil.copytree(reference, tmp_path / f"killed-at-{step}", symlinks=True))
     kill_train_after(project, step)
     left = _none_left_in(project)
     assert not left, f"processes outlived the kill: {[p.cmdline() for p in left]}"
     checkpoint = project / CHECKPOINTS / f"checkpoint-{step}"
-    assert {p.name for p in checkpoint.glob("rng_state*")} == {"rng_state_0.pth",
-                                                                "rng_state_1.pth"}
+    assert {p.name for p in checkpoint.glob("rng_state*")} == {"rng_state_0.pth", "rng_state_1.pth"}
     assert not (project / CHECKPOINTS / f"checkpoint-{step + 4}").exists()
     output = dvc(project, "repro")
     assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-{step}" in output

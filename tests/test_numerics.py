@@ -15,23 +15,34 @@ from tests.helpers import ROOT, set_params
 def in_stage_process(project, code: str, env: dict | None = None, prefix=()) -> str:
     """Run `code` in a fresh Python that imports `stages` first (as `python -m stages.X` does),
     in `project`, with extra `env`; its stdout."""
-    done = subprocess.run([*prefix, sys.executable, "-c", f"import stages\n{code}"], cwd=project,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*prefix, sys.executable, "-c", f"import stages\n{code}"],
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
 
-NUMERICS = ("import json, torch\nfrom rlvr.core.numerics import numerics_in_force\n"
-            "print(json.dumps(numerics_in_force()))")
+NUMERICS = (
+    "import json, torch\nfrom rlvr.core.numerics import numerics_in_force\n"
+    "print(json.dumps(numerics_in_force()))"
+)
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-def test_a_stage_computes_with_the_pinned_numerics_whatever_the_environment_says(tmp_path,
-                                                                                  threads):
+def test_a_stage_computes_with_the_pinned_numerics_whatever_the_environment_says(tmp_path, threads):
     (tmp_path / "params.yaml").write_text(f"runtime: {{torch_threads: {threads}}}\n")
-    numerics = json.loads(in_stage_process(tmp_path, NUMERICS, env={
-        "OMP_NUM_THREADS": "7", "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO"}))
+    numerics = json.loads(
+        in_stage_process(
+            tmp_path,
+            NUMERICS,
+            env={"OMP_NUM_THREADS": "7", "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO"},
+        )
+    )
     assert numerics["torch_threads"] == threads
     if numerics["machine"] in ("x86_64", "AMD64"):
         assert numerics["pinned"] and numerics["aten_cpu_capability"] == "AVX2", numerics
@@ -40,16 +51,26 @@ def test_a_stage_computes_with_the_pinned_numerics_whatever_the_environment_says
 
 def test_reproducible_false_leaves_the_kernels_to_the_machine(tmp_path):
     (tmp_path / "params.yaml").write_text("runtime: {torch_threads: 1, reproducible: false}\n")
-    numerics = json.loads(in_stage_process(tmp_path, NUMERICS, env={
-        name: "" for name in PINNED_ISA} | {"ATEN_CPU_CAPABILITY": "default"}))
+    numerics = json.loads(
+        in_stage_process(
+            tmp_path,
+            NUMERICS,
+            env={name: "" for name in PINNED_ISA} | {"ATEN_CPU_CAPABILITY": "default"},
+        )
+    )
     assert not numerics["pinned"] and numerics["torch_threads"] == 1
     assert numerics["mkl_cbwr"] in ("off", "")
 
 
 def test_pinning_after_torch_is_imported_is_refused_not_silently_late(tmp_path):
     code = "import torch\nfrom rlvr.core.numerics import pin\npin(1, True)"
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode != 0 and "torch is already imported" in done.stderr
 
 
@@ -75,25 +96,35 @@ def probes(tmp_path_factory):
 
     project = make_project_copy(tmp_path_factory.mktemp("numerics") / "p")
     level = _other_level()
-    variants = {"this CPU": ({}, ()), "ATen avx2": ({"ATEN_CPU_CAPABILITY": "avx2"}, ()),
-                **({f"ATen {level}": ({"ATEN_CPU_CAPABILITY": level}, ())} if level else {}),
-                "1 visible core": ({}, ("taskset", "-c", "0"))}
+    variants = {
+        "this CPU": ({}, ()),
+        "ATen avx2": ({"ATEN_CPU_CAPABILITY": "avx2"}, ()),
+        **({f"ATen {level}": ({"ATEN_CPU_CAPABILITY": level}, ())} if level else {}),
+        "1 visible core": ({}, ("taskset", "-c", "0")),
+    }
     results = {}
     for reproducible in (True, False):
         set_params(project, {"runtime": {"torch_threads": 2, "reproducible": reproducible}})
         for name, (env, prefix) in variants.items():
             if not reproducible and prefix:
                 continue  # (the thread count is pinned in both modes)
-            out = in_stage_process(project, "import runpy, sys\nsys.argv = ['p', 'out']\n"
-                                   "runpy.run_module('tests.numerics_probe', run_name='__main__')",
-                                   env=env, prefix=prefix)
+            out = in_stage_process(
+                project,
+                "import runpy, sys\nsys.argv = ['p', 'out']\n"
+                "runpy.run_module('tests.numerics_probe', run_name='__main__')",
+                env=env,
+                prefix=prefix,
+            )
             results[reproducible, name] = json.loads(out.strip().splitlines()[-1])
     return results
 
 
 def _digests(results, reproducible):
-    return {name: (r["base"], r["trained"], r["samples"])
-            for (mode, name), r in results.items() if mode is reproducible}
+    return {
+        name: (r["base"], r["trained"], r["samples"])
+        for (mode, name), r in results.items()
+        if mode is reproducible
+    }
 
 
 @pytest.mark.slow

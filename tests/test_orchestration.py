@@ -13,17 +13,31 @@ from pathlib import Path
 import pytest
 
 from rlvr.params.config import load_params
-from rlvr.pipeline.orchestration import (RECIPE_STAGE, dvc_stages, failure_detail, seeded_stages,
-                                stage_artifacts)
+from rlvr.pipeline.orchestration import (
+    RECIPE_STAGE,
+    dvc_stages,
+    failure_detail,
+    seeded_stages,
+    stage_artifacts,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = re.compile(r"^[a-z0-9-]+$")
 
 
 def test_stage_order_is_dvc_yamls():
-    assert dvc_stages(ROOT / "dvc.yaml") == ["check_params", "reward_tests", "validate",
-                                             "prepare_model", "smoke", "train", "evaluate",
-                                             "recipe", "report", "publish"]
+    assert dvc_stages(ROOT / "dvc.yaml") == [
+        "check_params",
+        "reward_tests",
+        "validate",
+        "prepare_model",
+        "smoke",
+        "train",
+        "evaluate",
+        "recipe",
+        "report",
+        "publish",
+    ]
     # one stage per RL seed before the one that pools them (the flow keeps going past a seed)
     assert seeded_stages(ROOT / "dvc.yaml") == {"train", "evaluate"}
     assert RECIPE_STAGE in dvc_stages(ROOT / "dvc.yaml")
@@ -34,41 +48,62 @@ def test_failure_details_name_what_broke(tmp_path):
     gate = tmp_path / "reports/gate/reward_tests.json"
     gate.parent.mkdir(parents=True)
     gate.write_text(json.dumps({"passed": False, "failing": ["tests/rewards/x.py::test_y"]}))
-    assert failure_detail("reward_tests", tmp_path, "reward_tests: running tests/rewards\n") == \
-        "failing reward tests: tests/rewards/x.py::test_y"
+    assert (
+        failure_detail("reward_tests", tmp_path, "reward_tests: running tests/rewards\n")
+        == "failing reward tests: tests/rewards/x.py::test_y"
+    )
     # a stage that never ran (DVC itself failed) gets DVC's own message, not a stale verdict
     locked = "ERROR: Unable to acquire lock. Most likely another DVC process is running"
     assert failure_detail("reward_tests", tmp_path, locked) == locked
-    output = ("validate: checking a and b\n"
-              "data/grpo_train.jsonl: line 5: is not a JSON object: not valid JSON [json_object]\n"
-              "validate: FAILED in 3.0 s\nERROR: failed to reproduce 'validate'\n")
+    output = (
+        "validate: checking a and b\n"
+        "data/grpo_train.jsonl: line 5: is not a JSON object: not valid JSON [json_object]\n"
+        "validate: FAILED in 3.0 s\nERROR: failed to reproduce 'validate'\n"
+    )
     assert failure_detail("validate", tmp_path, output) == (
         "invalid rows:\ndata/grpo_train.jsonl: line 5: is not a JSON object: not valid JSON "
-        "[json_object]")
+        "[json_object]"
+    )
     smoke = "smoke: FAILED\nsmoke check failed: rows_loaded: got 63, expected 64\n"
-    assert failure_detail("smoke", tmp_path, smoke) == \
-        "smoke check failed: rows_loaded: got 63, expected 64"
-    assert failure_detail("train", tmp_path, "a\nb\ntrain: step 3: loss = nan") .endswith("nan")
+    assert (
+        failure_detail("smoke", tmp_path, smoke)
+        == "smoke check failed: rows_loaded: got 63, expected 64"
+    )
+    assert failure_detail("train", tmp_path, "a\nb\ntrain: step 3: loss = nan").endswith("nan")
     # a stage that stopped on a PipelineError (rlvr.pipeline.stage.run_stage): its own line, nothing else
-    bad = ("Running stage 'check_params':\n> python -m stages.check_params\n"
-           "check_params: params.yaml: train.max_steps = inf: must be an integer\n"
-           "ERROR: failed to reproduce 'check_params': failed to run: python -m "
-           "stages.check_params, exited with 1\n")
-    assert failure_detail("check_params", tmp_path, bad) == \
-        "check_params: params.yaml: train.max_steps = inf: must be an integer"
+    bad = (
+        "Running stage 'check_params':\n> python -m stages.check_params\n"
+        "check_params: params.yaml: train.max_steps = inf: must be an integer\n"
+        "ERROR: failed to reproduce 'check_params': failed to run: python -m "
+        "stages.check_params, exited with 1\n"
+    )
+    assert (
+        failure_detail("check_params", tmp_path, bad)
+        == "check_params: params.yaml: train.max_steps = inf: must be an integer"
+    )
     # a bug: its traceback stays in the tail, not the progress line before it
-    bug = ("train: resuming from x\nTraceback (most recent call last):\nKeyError: 'a'\n"
-           "train: FAILED on an unexpected error: this is a bug in the pipeline\n"
-           "ERROR: failed to reproduce 'train': failed to run: python -m stages.train\n")
+    bug = (
+        "train: resuming from x\nTraceback (most recent call last):\nKeyError: 'a'\n"
+        "train: FAILED on an unexpected error: this is a bug in the pipeline\n"
+        "ERROR: failed to reproduce 'train': failed to run: python -m stages.train\n"
+    )
     assert "Traceback" in failure_detail("train", tmp_path, bug)
 
 
-@pytest.mark.parametrize("stage,keys", [
-    ("reward_tests", ["reward-tests"]), ("validate", ["data-validation"]),
-    ("smoke", ["smoke-checks"]), ("train", ["training-summary"]),
-    ("recipe", ["evaluation-audit"]), ("report", ["retrospective", "retrospective-html"]),
-    ("publish", ["model-card"]), ("prepare_model", []), ("evaluate", []),
-])
+@pytest.mark.parametrize(
+    "stage,keys",
+    [
+        ("reward_tests", ["reward-tests"]),
+        ("validate", ["data-validation"]),
+        ("smoke", ["smoke-checks"]),
+        ("train", ["training-summary"]),
+        ("recipe", ["evaluation-audit"]),
+        ("report", ["retrospective", "retrospective-html"]),
+        ("publish", ["model-card"]),
+        ("prepare_model", []),
+        ("evaluate", []),
+    ],
+)
 def test_artifacts_of_each_stage(stage, keys):
     artifacts = stage_artifacts(stage, ROOT)
     assert [a.key for a in artifacts] == keys
@@ -118,7 +153,9 @@ def test_evaluation_artifact_carries_each_seeds_line_and_the_recipes_verdict():
     params = load_params(ROOT / "params.yaml")
     seeds = params.audit.seeds
     assert [row["seed"] for row in artifact.table if row["split"] == "heldout"] == [
-        *map(str, seeds), f"pooled over {len(seeds)}"]
+        *map(str, seeds),
+        f"pooled over {len(seeds)}",
+    ]
     recipe = json.loads((ROOT / params.paths.recipe_summary).read_text())
     for seed, row in zip(seeds, [r for r in artifact.table if r["split"] == "heldout"]):
         summary = json.loads((ROOT / seed_paths(params.paths, seed).eval_summary).read_text())
@@ -136,6 +173,7 @@ def test_evaluation_artifact_carries_each_seeds_line_and_the_recipes_verdict():
 
 # ------------------------------------------------------------------ how a flow run ends
 
+
 def test_an_expected_failure_becomes_a_failed_state_that_still_raises_for_callers():
     from prefect.states import Completed, Failed
 
@@ -148,15 +186,18 @@ def test_an_expected_failure_becomes_a_failed_state_that_still_raises_for_caller
         state.result()
     # a stage task's states: expected grounds end the flow Failed with the stage's line ...
     assert stage_failure("validate", state).message == str(error)
-    timed_out = Failed(name="TimedOut", message="Task run exceeded timeout of 5 second(s)",
-                       data=TimeoutError())
+    timed_out = Failed(
+        name="TimedOut", message="Task run exceeded timeout of 5 second(s)", data=TimeoutError()
+    )
     assert stage_failure("train", timed_out).message == (
         "stage train failed: Task run exceeded timeout of 5 second(s) "
-        "(params.yaml orchestration.timeouts)")
+        "(params.yaml orchestration.timeouts)"
+    )
     # ... a bug raises its own exception (the flow run then logs its traceback)
     with pytest.raises(KeyError, match="bug"):
-        stage_failure("train", Failed(message="Task run encountered an exception",
-                                      data=KeyError("bug")))
+        stage_failure(
+            "train", Failed(message="Task run encountered an exception", data=KeyError("bug"))
+        )
     assert stage_failure("train", Completed(data="ok")).is_completed()
 
 
@@ -174,8 +215,15 @@ def test_a_returned_failure_logs_no_empty_exception():
     formatter = logging.Formatter("%(message)s")
 
     def record():  # what logger.error(..., exc_info=True) makes outside any `except`
-        return logger.makeRecord(logger.name, logging.ERROR, __file__, 1,
-                                 "Task run failed with state: Failed()", (), sys.exc_info())
+        return logger.makeRecord(
+            logger.name,
+            logging.ERROR,
+            __file__,
+            1,
+            "Task run failed with state: Failed()",
+            (),
+            sys.exc_info(),
+        )
 
     assert formatter.format(record()) == "Task run failed with state: Failed()\nNoneType: None"
     filtered = record()
@@ -184,16 +232,19 @@ def test_a_returned_failure_logs_no_empty_exception():
     try:
         raise KeyError("bug")
     except KeyError:
-        real = logger.makeRecord(logger.name, logging.ERROR, __file__, 1, "x", (),
-                                 sys.exc_info())
+        real = logger.makeRecord(logger.name, logging.ERROR, __file__, 1, "x", (), sys.exc_info())
     assert all(f.filter(real) for f in logger.filters)
     assert "Traceback" in formatter.format(real)
 
 
 # ------------------------------------------------------------------ one flow run per workspace
 
-HOLDER = {"flow_run": "calm-fox", "flow_run_id": "0e6b2c1a-0000-4000-8000-000000000001",
-          "flow": "grpo-pipeline", "started": "2026-12-01T02:00:00+00:00"}
+HOLDER = {
+    "flow_run": "calm-fox",
+    "flow_run_id": "0e6b2c1a-0000-4000-8000-000000000001",
+    "flow": "grpo-pipeline",
+    "started": "2026-12-01T02:00:00+00:00",
+}
 
 # Holds the workspace given as argv[1] (with HOLDER and its own pid) and starts a child that
 # outlives it (as a `dvc repro` outlives a killed flow); says so on stdout, then waits.
@@ -214,14 +265,17 @@ def workspace(tmp_path):
 
 
 def _hold(workspace):
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(workspace), json.dumps(HOLDER)],
-                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(workspace), json.dumps(HOLDER)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[1],
+    )
     said = json.loads(holder.stdout.readline())
     return holder, said
 
 
-def test_a_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_blocks_nothing(
-        workspace):
+def test_a_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_blocks_nothing(workspace):
     from rlvr.pipeline.orchestration import WORKSPACE_LOCK, WorkspaceBusy, busy_line, workspace_lock
 
     holder, said = _hold(workspace)
@@ -280,8 +334,9 @@ def test_the_lock_file_is_ignored_by_git_and_is_not_dvcs_own(tmp_path):
     assert subprocess.run(["git", "check-ignore", "-q", WORKSPACE_LOCK], cwd=root).returncode == 0
     assert WORKSPACE_LOCK != ".dvc/tmp/lock"
     assert run_dvc(tmp_path, "init", "--no-scm", "-q").returncode == 0
-    (tmp_path / "dvc.yaml").write_text("stages:\n  hello:\n    cmd: echo hi > out.txt\n"
-                                       "    outs: [out.txt]\n")
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n  hello:\n    cmd: echo hi > out.txt\n    outs: [out.txt]\n"
+    )
     with workspace_lock(tmp_path, holder={"flow_run": "t", "pid": os.getpid()}):
         run = run_dvc(tmp_path, "repro")
     assert run.returncode == 0, run.stdout + run.stderr

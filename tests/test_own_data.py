@@ -24,13 +24,21 @@ def _own_data_project(copy_run, terms):
     for path in paths.values():
         (project / "data" / path.name).write_text(path.read_text())
     shutil.copy(ROOT / "params.yaml", project / "params.yaml")
-    set_params(project, {
-        "data": {"train_path": "data/sums_train.jsonl", "val_path": "data/sums_val.jsonl",
-                 "eval_path": "data/sums_eval.jsonl"},
-        "rewards": {"format_pattern": FORMAT_PATTERN},
-        # one RL seed, each machine's own kernels, one thread (tests run two at once): the
-        # tiny default's recipe on these rows, not its statistics over seeds
-        "audit": {"seeds": [0]}, "runtime": {"torch_threads": 1, "reproducible": False}})
+    set_params(
+        project,
+        {
+            "data": {
+                "train_path": "data/sums_train.jsonl",
+                "val_path": "data/sums_val.jsonl",
+                "eval_path": "data/sums_eval.jsonl",
+            },
+            "rewards": {"format_pattern": FORMAT_PATTERN},
+            # one RL seed, each machine's own kernels, one thread (tests run two at once): the
+            # tiny default's recipe on these rows, not its statistics over seeds
+            "audit": {"seeds": [0]},
+            "runtime": {"torch_threads": 1, "reproducible": False},
+        },
+    )
     return project
 
 
@@ -57,17 +65,30 @@ def test_own_exact_match_rows_train_end_to_end_on_the_tiny_default(copy_run):
 def test_rows_never_right_by_chance_stop_at_smoke_naming_the_knob(copy_run):
     project = _own_data_project(copy_run, TWO_DIGIT)
     set_params(project, {"model": {"warm_start": {"steps": 0}}})
-    run = subprocess.run(["dvc", "repro", "smoke"], cwd=project, env=project_env(project),
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        ["dvc", "repro", "smoke"],
+        cwd=project,
+        env=project_env(project),
+        capture_output=True,
+        text=True,
+    )
     output = run.stdout + run.stderr
     assert run.returncode != 0, output[-3000:]
     assert "Traceback" not in output
-    assert "smoke: step-0 baseline on 64 prompts x 8 samples: mean reward 0.000, success 0.000" \
+    assert (
+        "smoke: step-0 baseline on 64 prompts x 8 samples: mean reward 0.000, success 0.000"
         in output
+    )
     failed = [line for line in output.splitlines() if line.startswith("smoke check failed: ")]
-    assert any(line.startswith("smoke check failed: step0_groups_with_a_correct_and_a_wrong_"
-                               "answer: got 0.0") for line in failed), failed
-    knob = ("no step-0 sample was correct (0 of 512): no group size helps; warm-start the policy "
-            "on answers of your rows' form (model.warm_start) or start from a model that can "
-            "answer some (model.init: pretrained)")
+    assert any(
+        line.startswith(
+            "smoke check failed: step0_groups_with_a_correct_and_a_wrong_answer: got 0.0"
+        )
+        for line in failed
+    ), failed
+    knob = (
+        "no step-0 sample was correct (0 of 512): no group size helps; warm-start the policy "
+        "on answers of your rows' form (model.warm_start) or start from a model that can "
+        "answer some (model.init: pretrained)"
+    )
     assert sum(knob in line for line in failed) == 1, failed

@@ -15,23 +15,30 @@ pytestmark = pytest.mark.slow
 CHECKPOINTS = "models/checkpoints/seed-0"  # the killed run is seed 0's (kill_train_after)
 # Outputs that must be byte-identical between an interrupted and an uninterrupted run (git status
 # then also says the tracked ones, and dvc.lock, are unchanged).
-DETERMINISTIC = ["reports/train/seed-0/summary.json", "reports/train/seed-0/history.jsonl",
-                 "reports/train/seed-0/live/plots/metrics/reward.tsv",
-                 "reports/train/seed-0/live/plots/metrics/kl.tsv",
-                 "reports/train/seed-0/live/metrics.json"]
+DETERMINISTIC = [
+    "reports/train/seed-0/summary.json",
+    "reports/train/seed-0/history.jsonl",
+    "reports/train/seed-0/live/plots/metrics/reward.tsv",
+    "reports/train/seed-0/live/plots/metrics/kl.tsv",
+    "reports/train/seed-0/live/metrics.json",
+]
 
 
 def _results(project) -> dict:
     lock = YAML(typ="safe").load((project / "dvc.lock").read_text())["stages"]
-    weights = next(o["md5"] for o in lock["train@0"]["outs"]
-                   if o["path"] == "models/trained/seed-0")
-    return {"models/trained/seed-0": weights, **{name: (project / name).read_text()
-                                        for name in DETERMINISTIC}}
+    weights = next(
+        o["md5"] for o in lock["train@0"]["outs"] if o["path"] == "models/trained/seed-0"
+    )
+    return {
+        "models/trained/seed-0": weights,
+        **{name: (project / name).read_text() for name in DETERMINISTIC},
+    }
 
 
 def _git_status(project) -> str:
-    return subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True, check=True
+    ).stdout
 
 
 # 16 steps make one pass over the 64 prompts: inside the first pass, at its end, inside the second.
@@ -41,8 +48,9 @@ def test_a_run_killed_at_any_checkpoint_resumes_to_the_same_end(step, copy_run, 
     kill_train_after(project, step)
     checkpoints = sorted(p.name for p in (project / CHECKPOINTS).glob("checkpoint-*"))
     # the Trainer keeps the newest two, and the best by validation if that one is older
-    state = json.loads((project / CHECKPOINTS / f"checkpoint-{step}" / "trainer_state.json")
-                       .read_text())
+    state = json.loads(
+        (project / CHECKPOINTS / f"checkpoint-{step}" / "trainer_state.json").read_text()
+    )
     best = Path(state["best_model_checkpoint"] or f"checkpoint-{step}").name
     earlier = best if best != f"checkpoint-{step}" else f"checkpoint-{step - 4}"
     assert checkpoints == sorted([earlier, f"checkpoint-{step}"])  # nothing later
@@ -72,8 +80,10 @@ def test_a_damaged_checkpoint_is_skipped_for_the_newest_whole_one(copy_run, cold
     weights = project / CHECKPOINTS / "checkpoint-16" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1000])  # cut short, as by a full disk
     output = dvc(project, "repro")
-    assert (f"train: skipping damaged checkpoint {CHECKPOINTS}/checkpoint-16: model.safetensors "
-            "is truncated") in output
+    assert (
+        f"train: skipping damaged checkpoint {CHECKPOINTS}/checkpoint-16: model.safetensors "
+        "is truncated"
+    ) in output
     assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-12" in output
     assert _results(project) == _results(cold_run)
 

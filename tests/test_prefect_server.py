@@ -16,8 +16,16 @@ import pytest
 
 from tests.helpers import set_params
 
-KEYS = ["reward-tests", "data-validation", "smoke-checks", "training-summary", "evaluation-audit",
-        "retrospective", "retrospective-html", "model-card"]
+KEYS = [
+    "reward-tests",
+    "data-validation",
+    "smoke-checks",
+    "training-summary",
+    "evaluation-audit",
+    "retrospective",
+    "retrospective-html",
+    "model-card",
+]
 
 
 def _free_port() -> int:
@@ -62,23 +70,35 @@ def test_nightly_deployment_runs_on_a_real_server_and_worker(copy_run, tmp_path)
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
     # as the README says, on any port: the UI's own API address too (it would assume port 4200)
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": api,
-           "PREFECT_UI_API_URL": api,
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "RLVR_ROOT": str(project),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PREFECT_API_URL": api,
+        "PREFECT_UI_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "RLVR_ROOT": str(project),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     logs = tmp_path / "logs"
     logs.mkdir()
     started: list[subprocess.Popen] = []
 
     def background(name, *command):
-        process = subprocess.Popen(list(command), cwd=project, env=env, start_new_session=True,
-                                   stdout=open(logs / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            list(command),
+            cwd=project,
+            env=env,
+            start_new_session=True,
+            stdout=open(logs / f"{name}.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
         started.append(process)
         return process
 
     def cli(*args):
-        run = subprocess.run([prefect, *args], cwd=project, env=env, capture_output=True,
-                             text=True, timeout=300)
+        run = subprocess.run(
+            [prefect, *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
+        )
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         return run.stdout + run.stderr
 
@@ -89,12 +109,15 @@ def test_nightly_deployment_runs_on_a_real_server_and_worker(copy_run, tmp_path)
             if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
                 return state
             time.sleep(2)
-        raise TimeoutError(f"flow run {flow_run_id} still running; worker log:\n"
-                           + (logs / "worker.log").read_text()[-3000:])
+        raise TimeoutError(
+            f"flow run {flow_run_id} still running; worker log:\n"
+            + (logs / "worker.log").read_text()[-3000:]
+        )
 
     try:
-        server = background("server", prefect, "server", "start", "--host", "127.0.0.1",
-                            "--port", str(port))
+        server = background(
+            "server", prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)
+        )
         _wait_healthy(f"{api}/health", 180, server)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui-settings", timeout=10) as ui:
             assert json.loads(ui.read())["api_url"] == api  # the UI in a browser finds the API
@@ -110,11 +133,20 @@ def test_nightly_deployment_runs_on_a_real_server_and_worker(copy_run, tmp_path)
         for attempt in (1, 2):
             triggered = cli("deployment", "run", "grpo-pipeline/nightly")
             flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", triggered).group(1)
-            assert wait_completed(flow_run_id) == "COMPLETED", (logs / "worker.log").read_text()[-4000:]
+            assert wait_completed(flow_run_id) == "COMPLETED", (logs / "worker.log").read_text()[
+                -4000:
+            ]
 
         for key in KEYS:
-            found = json.loads(cli("api", "POST", "/artifacts/filter", "--data",
-                                   json.dumps({"artifacts": {"key": {"any_": [key]}}})))
+            found = json.loads(
+                cli(
+                    "api",
+                    "POST",
+                    "/artifacts/filter",
+                    "--data",
+                    json.dumps({"artifacts": {"key": {"any_": [key]}}}),
+                )
+            )
             assert len(found) >= 2, key  # one version per run, under the same key
         assert (project / "reports/retrospective.html").exists()
         assert (project / "metrics/recipe.json").stat().st_mtime_ns > evaluated  # a stage ran

@@ -21,8 +21,9 @@ def deployments():
     from rich.console import Console
 
     printed = io.StringIO()
-    configs, actions = _load_deploy_configs_and_actions(ROOT / "prefect.yaml",
-                                                       console=Console(file=printed))
+    configs, actions = _load_deploy_configs_and_actions(
+        ROOT / "prefect.yaml", console=Console(file=printed)
+    )
     return {c["name"]: c for c in configs}, actions, printed.getvalue()
 
 
@@ -38,8 +39,9 @@ def test_every_deployment_passes_prefects_own_model(deployments):
         assert config["work_pool"]["name"], name
         path, function = config["entrypoint"].split(":")
         tree = ast.parse((ROOT / path).read_text())
-        assert function in {node.name for node in tree.body
-                            if isinstance(node, ast.FunctionDef)}, name
+        assert function in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}, (
+            name
+        )
         for schedule in config.get("schedules") or []:
             raw = RawScheduleConfig.model_validate(schedule)
             CronSchedule(cron=raw.cron, timezone=raw.timezone)  # a valid cron and timezone
@@ -51,8 +53,11 @@ def test_a_deployment_runs_one_flow_run_at_a_time_and_queues_the_next(deployment
     (Prefect 3.9.1 turns the mapping into concurrency_limit + concurrency_options as in
     prefect/cli/deploy/_core.py; its models check the values)."""
     from prefect.cli.deploy._models import ConcurrencyLimitSpec, DeploymentConfig
-    from prefect.client.schemas.objects import (ConcurrencyLimitConfig,
-                                                ConcurrencyLimitStrategy, ConcurrencyOptions)
+    from prefect.client.schemas.objects import (
+        ConcurrencyLimitConfig,
+        ConcurrencyLimitStrategy,
+        ConcurrencyOptions,
+    )
 
     configs, _, _ = deployments
     for name, config in configs.items():
@@ -62,9 +67,11 @@ def test_a_deployment_runs_one_flow_run_at_a_time_and_queues_the_next(deployment
         options = ConcurrencyOptions(collision_strategy=spec.collision_strategy)
         assert limit.limit == 1, name
         assert options.collision_strategy == ConcurrencyLimitStrategy.ENQUEUE, name
-    assert {name for name, config in configs.items()
-            if config["entrypoint"] == "flows/pipeline.py:pipeline"} == {"nightly",
-                                                                       DOCKER_DEPLOYMENT}
+    assert {
+        name
+        for name, config in configs.items()
+        if config["entrypoint"] == "flows/pipeline.py:pipeline"
+    } == {"nightly", DOCKER_DEPLOYMENT}
 
 
 def test_serving_the_nightly_in_one_process_keeps_its_schedule_and_limit():
@@ -98,8 +105,13 @@ def test_the_docker_deployment_runs_the_image_the_dockerfile_builds(deployments)
     import prefect.server.api
     from prefect.utilities.schema_tools import validate
 
-    workers = json.loads((Path(prefect.server.api.__file__).parent / "collections_data/views"
-                          / "aggregate-worker-metadata.json").read_text())
+    workers = json.loads(
+        (
+            Path(prefect.server.api.__file__).parent
+            / "collections_data/views"
+            / "aggregate-worker-metadata.json"
+        ).read_text()
+    )
     template = workers["prefect-docker"]["docker"]["default_base_job_configuration"]
     validate(variables, template["variables"], raise_on_error=True, ignore_required=True)
     assert not set(variables) - set(template["variables"]["properties"])
@@ -121,8 +133,12 @@ def test_the_docker_deployment_runs_the_image_the_dockerfile_builds(deployments)
 def test_deployments_go_out_by_name_never_all():
     """`prefect deploy --all` fails where a deployment's work pool does not exist (the docker
     one, on most machines)."""
-    for path in [ROOT / "README.md", *Path(ROOT / "docs").glob("*.md"), ROOT / "prefect.yaml",
-                 *Path(ROOT / "tests").glob("*.py")]:
+    for path in [
+        ROOT / "README.md",
+        *Path(ROOT / "docs").glob("*.md"),
+        ROOT / "prefect.yaml",
+        *Path(ROOT / "tests").glob("*.py"),
+    ]:
         if path.name == Path(__file__).name:
             continue
         text = path.read_text()

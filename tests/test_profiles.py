@@ -9,9 +9,9 @@ import shutil
 import pytest
 from ruamel.yaml import YAML
 
-from rlvr.pipeline.checks import check_run_params
 from rlvr.params.config import ParamsError, load_params, read_params_file
 from rlvr.params.profiles import apply_profile, read_profile
+from rlvr.pipeline.checks import check_run_params
 from rlvr.rewards.registry import score_correctness
 from rlvr.rewards.verifiers import format_reward
 from tests.helpers import ROOT
@@ -52,22 +52,37 @@ def test_the_profile_is_what_dvc_exp_run_makes_of_params_yaml(gpu_params, tmp_pa
 
     default = dict(_leaves(read_params_file(ROOT / "params.yaml")))
     profiled = dict(_leaves(read_params_file(path)))
-    changed = {key for key in default.keys() | profiled.keys()
-               if default.get(key, "<absent>") != profiled.get(key, "<absent>")}
+    changed = {
+        key
+        for key in default.keys() | profiled.keys()
+        if default.get(key, "<absent>") != profiled.get(key, "<absent>")
+    }
     named = {o.split("=", 1)[0].lstrip("+") for o in read_profile(PROFILE)}
     # nothing moves that the profile does not name (train.grpo.extra: {} gains its keys)
-    assert all(any(key == name or key.startswith(name + ".") or name.startswith(key + ".")
-                   for name in named) for key in changed)
+    assert all(
+        any(
+            key == name or key.startswith(name + ".") or name.startswith(key + ".")
+            for name in named
+        )
+        for key in changed
+    )
     assert "model.init" in changed
 
     model, grpo = params.model, params.train.grpo
-    assert (model.init, model.name_or_path, model.chat_template, model.lora.enabled) == \
-        ("pretrained", "Qwen/Qwen3-0.6B", True, True)
+    assert (model.init, model.name_or_path, model.chat_template, model.lora.enabled) == (
+        "pretrained",
+        "Qwen/Qwen3-0.6B",
+        True,
+        True,
+    )
     assert model.chat_template_kwargs == {"enable_thinking": False}  # Qwen3 answers directly
     assert (grpo.use_cpu, grpo.bf16, grpo.use_vllm) == (False, True, True)
-    assert grpo.extra == {"vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
-                          "activation_checkpointing": True,
-                          "model_init_kwargs": {"dtype": "bfloat16"}}
+    assert grpo.extra == {
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": 0.3,
+        "activation_checkpointing": True,
+        "model_init_kwargs": {"dtype": "bfloat16"},
+    }
     assert load_params(ROOT / "params.yaml").train.grpo.use_cpu  # the default stays the CPU one
 
 
@@ -123,19 +138,30 @@ def test_the_gpu_checks_params_keep_every_rule(gpu_params, tmp_path, mode, monke
     assert params.model.init == "local_llm" and params.model.lora.enabled
     assert params.smoke.max_steps == gpu_check.SMOKE_STEPS[mode]
     if mode == "cuda":  # Qwen3-0.6B's shape, bf16 on the GPU
-        assert (size.vocab_size, size.hidden_size, size.num_hidden_layers, size.head_dim) == \
-            (151936, 1024, 28, 128)
+        assert (size.vocab_size, size.hidden_size, size.num_hidden_layers, size.head_dim) == (
+            151936,
+            1024,
+            28,
+            128,
+        )
         assert params.train.grpo.bf16 and not params.train.grpo.use_cpu
-        monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available",
-                            lambda: True)
+        monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
     elif mode == "cpu_full":  # --cpu-full: the real size in fp32 on the CPU, little work
         grpo = params.train.grpo
-        assert (size.vocab_size, size.hidden_size, size.num_hidden_layers, size.head_dim) == \
-            (151936, 1024, 28, 128)
+        assert (size.vocab_size, size.hidden_size, size.num_hidden_layers, size.head_dim) == (
+            151936,
+            1024,
+            28,
+            128,
+        )
         assert params.model.lora.r == 16 and grpo.use_cpu and not grpo.bf16
         assert not grpo.use_vllm and grpo.extra["model_init_kwargs"] == {"dtype": "float32"}
-        assert (grpo.num_generations, params.data.train_rows, params.train.max_steps,
-                grpo.max_completion_length) == (2, 2, 2, 16)
+        assert (
+            grpo.num_generations,
+            params.data.train_rows,
+            params.train.max_steps,
+            grpo.max_completion_length,
+        ) == (2, 2, 2, 16)
     else:
         assert params.train.grpo.use_cpu and not params.train.grpo.bf16
     check_run_params(params)
@@ -145,11 +171,11 @@ def test_the_gpu_checks_params_keep_every_rule(gpu_params, tmp_path, mode, monke
 
 def test_the_gpu_checks_figures_come_from_trls_log_lines():
     gpu_check = _gpu_check()
-    history = [{"loss": 0.1, "step_time": 3.0, "num_tokens": 1000.0,
-                "completions/mean_length": 100.0},
-               {"loss": 0.2, "step_time": 1.0, "num_tokens": 2000.0,
-                "completions/mean_length": 50.0},
-               {"train_runtime": 4.5}]
+    history = [
+        {"loss": 0.1, "step_time": 3.0, "num_tokens": 1000.0, "completions/mean_length": 100.0},
+        {"loss": 0.2, "step_time": 1.0, "num_tokens": 2000.0, "completions/mean_length": 50.0},
+        {"train_runtime": 4.5},
+    ]
     figures = gpu_check.throughput(history, completions_per_step=8)
     assert figures["steps"] == 2 and figures["steps_per_s"] == 0.5
     assert figures["steady_steps_per_s"] == 1.0
@@ -162,21 +188,33 @@ def test_the_cpu_full_figures_are_printed_from_the_checks_json(tmp_path, capsys)
     report = tmp_path / "gpu_check.json"
     gpu_check.record(str(report), "prepare_model", {"peak_rss_gib": 3.29})
     gpu_check.record(str(report), None, {"median_step_s": 12.6})  # the smoke run's figures
-    gpu_check.record(str(report), "train", {"peak_rss_gib": 3.6, "median_step_s": 26.1,
-                                            "weights": "adapter_model.safetensors",
-                                            "weights_mib": 38.5})
+    gpu_check.record(
+        str(report),
+        "train",
+        {
+            "peak_rss_gib": 3.6,
+            "median_step_s": 26.1,
+            "weights": "adapter_model.safetensors",
+            "weights_mib": 38.5,
+        },
+    )
     assert gpu_check.summary(str(report)) == 0
     assert capsys.readouterr().out.splitlines() == [
         "gpu_check: peak RSS per stage, GiB: prepare_model 3.29, train 3.6",
         "gpu_check: seconds per step (median): smoke 12.6, train 26.1",
-        "gpu_check: what train saved: adapter_model.safetensors 38.5 MiB"]
+        "gpu_check: what train saved: adapter_model.safetensors 38.5 MiB",
+    ]
 
 
 def test_the_gpu_wheels_are_pinned_and_the_stages_need_nothing_else():
     gpu_check = _gpu_check()
-    lock = {line.split("==")[0].lower() for line in (ROOT / "requirements.lock").read_text().split()}
-    names = [line.split("#")[0].strip()
-             for line in (ROOT / "scripts/gpu_wheels.txt").read_text().splitlines()]
+    lock = {
+        line.split("==")[0].lower() for line in (ROOT / "requirements.lock").read_text().split()
+    }
+    names = [
+        line.split("#")[0].strip()
+        for line in (ROOT / "scripts/gpu_wheels.txt").read_text().splitlines()
+    ]
     names = [name for name in names if name]
     assert {"trl", "datasets", "transformers", "ruamel.yaml"} <= set(names)
     assert {name.lower() for name in names} <= lock

@@ -11,14 +11,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.params.config import ParamsError, parse_params
+from rlvr.core.metric_keys import CORRECTNESS_REWARD
 from rlvr.data.rows import read_rows, to_hf_dataset
 from rlvr.grpo.advantages import pass_at_k_advantages, unlikeliness_penalties, weight_positive
 from rlvr.grpo.callbacks import BetaSchedule
-from rlvr.rewards.grpo_math import group_advantages
 from rlvr.grpo.config import grpo_config
-from rlvr.core.metric_keys import CORRECTNESS_REWARD
 from rlvr.grpo.run import build_trainer
+from rlvr.params.config import ParamsError, parse_params
+from rlvr.rewards.grpo_math import group_advantages
 from rlvr.rewards.registry import RewardFunction
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,18 +27,22 @@ G = 4
 
 # --------------------------------------------------------------- what each one computes
 
+
 def test_pass_at_1_is_grpos_advantage_with_the_population_std():
     correct = [True, False, False, False, True, True, False, True]
     got = pass_at_k_advantages(correct, 4, k=1)
     for start in (0, 4):
-        group = [float(c) for c in correct[start:start + 4]]
+        group = [float(c) for c in correct[start : start + 4]]
         p = sum(group) / 4
         want = [(r - p) / math.sqrt(p * (1 - p)) for r in group]
-        assert got[start:start + 4] == pytest.approx(want)
+        assert got[start : start + 4] == pytest.approx(want)
 
 
-@given(st.integers(2, 16).flatmap(lambda n: st.tuples(
-    st.just(n), st.integers(0, n), st.integers(1, n))))
+@given(
+    st.integers(2, 16).flatmap(
+        lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))
+    )
+)
 def test_pass_at_k_advantages_have_zero_mean_and_keep_the_correct_sample_above(case):
     n, c, k = case
     correct = [i < c for i in range(n)]
@@ -71,8 +75,9 @@ def test_the_unlikeliness_reward_gives_the_rare_correct_answer_the_larger_advant
     assert shaped[1] > shaped[0] > 0  # the rare one now earns more
     assert sum(shaped) == pytest.approx(0.0, abs=1e-9)
     # a group all correct gets a signal too: the likely answers are pushed below the rare one
-    allright = group_advantages([1 - p for p in unlikeliness_penalties([True] * 4,
-                                                                        [-1, -2, -3, -4], 4, 0.5)], 4)
+    allright = group_advantages(
+        [1 - p for p in unlikeliness_penalties([True] * 4, [-1, -2, -3, -4], 4, 0.5)], 4
+    )
     assert allright[3] > allright[2] > allright[1] > allright[0]
 
 
@@ -93,8 +98,11 @@ def test_group_advantages_are_trls(scale):
     rewards = torch.tensor([1.0, 0.2, 0.2, float("nan"), 0.5, 0.5, 0.5, 0.5, 0.0, 1.2, 0.3, 0.2])
     groups = rewards.view(-1, 4)
     mean = torch.nanmean(groups, dim=1).repeat_interleave(4)
-    std = (nanstd(groups, dim=1).repeat_interleave(4) if scale != "batch"
-           else nanstd(rewards).expand_as(rewards))
+    std = (
+        nanstd(groups, dim=1).repeat_interleave(4)
+        if scale != "batch"
+        else nanstd(rewards).expand_as(rewards)
+    )
     trl = rewards - mean
     if scale != "none":
         trl = trl / (std + 1e-4)
@@ -103,6 +111,7 @@ def test_group_advantages_are_trls(scale):
 
 
 # --------------------------------------------------------------- the trainer trains on them
+
 
 @pytest.fixture(scope="module")
 def rows():
@@ -116,38 +125,63 @@ def correct_if_odd():
 
     def score(text, verifier, n_tokens):
         return float(next(calls) % 2) if verifier["target"] % 2 else 0.0
+
     return score
 
 
 def _trainer(tiny_policy_dir, rows, tmp_path, train: dict, reward=None, beta=0.05):
-    params = parse_params({"train": {"grpo": {"num_generations": G,
-                                              "per_device_train_batch_size": 2 * G,
-                                              "max_completion_length": 6}, **train}})
+    params = parse_params(
+        {
+            "train": {
+                "grpo": {
+                    "num_generations": G,
+                    "per_device_train_batch_size": 2 * G,
+                    "max_completion_length": 6,
+                },
+                **train,
+            }
+        }
+    )
     sampled = params.train.dynamic_sampling
-    config = grpo_config(params.train, output_dir=tmp_path, max_steps=1, seed=0,
-                         reward_weights=[1.0], dynamic_sampling=sampled)
-    trainer = build_trainer(str(tiny_policy_dir), to_hf_dataset(rows),
-                            [RewardFunction(CORRECTNESS_REWARD, reward or correct_if_odd())],
-                            config, params.model, [],
-                            beta_schedule=BetaSchedule(params.train.beta_schedule, beta))
+    config = grpo_config(
+        params.train,
+        output_dir=tmp_path,
+        max_steps=1,
+        seed=0,
+        reward_weights=[1.0],
+        dynamic_sampling=sampled,
+    )
+    trainer = build_trainer(
+        str(tiny_policy_dir),
+        to_hf_dataset(rows),
+        [RewardFunction(CORRECTNESS_REWARD, reward or correct_if_odd())],
+        config,
+        params.model,
+        [],
+        beta_schedule=BetaSchedule(params.train.beta_schedule, beta),
+    )
     trainer.model.train()
     return trainer
 
 
 def _batch(rows):
-    return [{"id": r.id, "prompt": r.prompt, "verifier": json.dumps(r.verifier)}
-            for r in rows for _ in range(G)]
+    return [
+        {"id": r.id, "prompt": r.prompt, "verifier": json.dumps(r.verifier)}
+        for r in rows
+        for _ in range(G)
+    ]
 
 
 def _split(rows):
-    return ([r for r in rows if r.verifier["target"] % 2],
-            [r for r in rows if r.verifier["target"] % 2 == 0])
+    return (
+        [r for r in rows if r.verifier["target"] % 2],
+        [r for r in rows if r.verifier["target"] % 2 == 0],
+    )
 
 
 def test_the_trainer_trains_on_pass_at_k_advantages(tiny_policy_dir, rows, tmp_path):
     odd, even = _split(rows)
-    trainer = _trainer(tiny_policy_dir, rows, tmp_path, {"advantage": "pass_at_k",
-                                                         "pass_at_k": 2})
+    trainer = _trainer(tiny_policy_dir, rows, tmp_path, {"advantage": "pass_at_k", "pass_at_k": 2})
     output = trainer._generate_and_score_completions(_batch([odd[0], even[0]]))
     correct = trainer._correct()
     assert sum(correct[:G]) == 2 and not any(correct[G:])  # the odd row's 0, 1, 0, 1; none
@@ -155,11 +189,13 @@ def test_the_trainer_trains_on_pass_at_k_advantages(tiny_policy_dir, rows, tmp_p
     assert trainer.batch_checks[-1]["max_abs_group_mean"] < 1e-6
 
 
-def test_the_trainer_ranks_correct_answers_by_the_policys_likelihood(tiny_policy_dir, rows,
-                                                                     tmp_path):
+def test_the_trainer_ranks_correct_answers_by_the_policys_likelihood(
+    tiny_policy_dir, rows, tmp_path
+):
     odd, _ = _split(rows)
-    trainer = _trainer(tiny_policy_dir, rows, tmp_path, {"unlikeliness": 0.5},
-                       reward=lambda text, verifier, n: 1.0)  # every answer correct
+    trainer = _trainer(
+        tiny_policy_dir, rows, tmp_path, {"unlikeliness": 0.5}, reward=lambda text, verifier, n: 1.0
+    )  # every answer correct
     output = trainer._generate_and_score_completions(_batch(odd[:2]))
     # GRPO would give these all-correct groups no gradient; the unlikeliness reward does
     assert output["advantages"].abs().max() > 0.1
@@ -174,8 +210,9 @@ def test_the_trainer_ranks_correct_answers_by_the_policys_likelihood(tiny_policy
         assert credit == sorted(credit, reverse=True)
 
 
-def test_the_trainer_weights_positive_advantages_after_the_group_checks(tiny_policy_dir, rows,
-                                                                        tmp_path):
+def test_the_trainer_weights_positive_advantages_after_the_group_checks(
+    tiny_policy_dir, rows, tmp_path
+):
     odd, even = _split(rows)
     plain = _trainer(tiny_policy_dir, rows, tmp_path / "plain", {})
     weighted = _trainer(tiny_policy_dir, rows, tmp_path / "weighted", {"positive_weight": 0.1})
@@ -188,18 +225,23 @@ def test_the_trainer_weights_positive_advantages_after_the_group_checks(tiny_pol
     assert weighted.batch_checks[-1]["max_abs_group_mean"] < 1e-6  # checked before weighting
 
 
-def test_dynamic_sampling_samples_an_unsolved_prompt_again_before_new_ones(tiny_policy_dir, rows,
-                                                                           tmp_path):
+def test_dynamic_sampling_samples_an_unsolved_prompt_again_before_new_ones(
+    tiny_policy_dir, rows, tmp_path
+):
     odd, even = _split(rows)
-    trainer = _trainer(tiny_policy_dir, even + odd[:1], tmp_path,
-                       {"dynamic_sampling": True, "max_sampling_rounds": 2,
-                        "resample_unsolved": True})
+    trainer = _trainer(
+        tiny_policy_dir,
+        even + odd[:1],
+        tmp_path,
+        {"dynamic_sampling": True, "max_sampling_rounds": 2, "resample_unsolved": True},
+    )
     seen = []
     score = trainer._score_batch
 
     def record(batch):
         seen.append([x["prompt"] for x in batch[::G]])
         return score(batch)
+
     trainer._score_batch = record
     trainer._generate_and_score_completions(_batch([odd[0], even[0]]))
     assert seen[0] == [odd[0].prompt, even[0].prompt]
@@ -208,34 +250,59 @@ def test_dynamic_sampling_samples_an_unsolved_prompt_again_before_new_ones(tiny_
     assert trainer._metrics["train"]["dynamic_sampling/resampled_unsolved"] == [0.5]
 
 
-def test_a_group_with_no_signal_under_pass_at_k_is_dropped_by_dynamic_sampling(tiny_policy_dir,
-                                                                               rows, tmp_path):
+def test_a_group_with_no_signal_under_pass_at_k_is_dropped_by_dynamic_sampling(
+    tiny_policy_dir, rows, tmp_path
+):
     """Dynamic sampling keeps the groups whose advantages are not all 0: under pass@k a group
     with no correct answer has none, even where another reward would differ."""
     odd, even = _split(rows)
-    trainer = _trainer(tiny_policy_dir, rows, tmp_path,
-                       {"advantage": "pass_at_k", "pass_at_k": 2, "dynamic_sampling": True,
-                        "max_sampling_rounds": 1})
+    trainer = _trainer(
+        tiny_policy_dir,
+        rows,
+        tmp_path,
+        {
+            "advantage": "pass_at_k",
+            "pass_at_k": 2,
+            "dynamic_sampling": True,
+            "max_sampling_rounds": 1,
+        },
+    )
     output = trainer._generate_and_score_completions(_batch([even[0], odd[0]]))
     assert len(output["advantages"]) == G  # the even row's group left out
     assert output["advantages"].tolist() == pytest.approx(
-        pass_at_k_advantages([False, True, False, True], G, 2))
+        pass_at_k_advantages([False, True, False, True], G, 2)
+    )
 
 
 # --------------------------------------------------------------- their params rules
 
-@pytest.mark.parametrize("raw,message", [
-    ({"train": {"advantage": "pass_at_k", "pass_at_k": 9}},
-     "train.pass_at_k = 9: must be at most train.grpo.num_generations (8)"),
-    ({"train": {"unlikeliness": 0.5, "advantage": "pass_at_k"}},
-     "train.unlikeliness = 0.5: has no effect with train.advantage = 'pass_at_k'"),
-    ({"train": {"unlikeliness": 1.5}}, "train.unlikeliness = 1.5: must be in [0, 1]"),
-    ({"train": {"positive_weight": 0}}, "train.positive_weight = 0.0: must be in (0, 1]"),
-    ({"train": {"advantage": "pass_at_k"}, "rewards": {"funcs": ["format"], "weights": [1.0]}},
-     "train.advantage = 'pass_at_k': needs 'correctness' in rewards.funcs"),
-    ({"train": {"unlikeliness": 0.2}, "rewards": {"funcs": ["format"], "weights": [1.0]}},
-     "train.unlikeliness = 0.2: needs 'correctness' in rewards.funcs"),
-])
+
+@pytest.mark.parametrize(
+    "raw,message",
+    [
+        (
+            {"train": {"advantage": "pass_at_k", "pass_at_k": 9}},
+            "train.pass_at_k = 9: must be at most train.grpo.num_generations (8)",
+        ),
+        (
+            {"train": {"unlikeliness": 0.5, "advantage": "pass_at_k"}},
+            "train.unlikeliness = 0.5: has no effect with train.advantage = 'pass_at_k'",
+        ),
+        ({"train": {"unlikeliness": 1.5}}, "train.unlikeliness = 1.5: must be in [0, 1]"),
+        ({"train": {"positive_weight": 0}}, "train.positive_weight = 0.0: must be in (0, 1]"),
+        (
+            {
+                "train": {"advantage": "pass_at_k"},
+                "rewards": {"funcs": ["format"], "weights": [1.0]},
+            },
+            "train.advantage = 'pass_at_k': needs 'correctness' in rewards.funcs",
+        ),
+        (
+            {"train": {"unlikeliness": 0.2}, "rewards": {"funcs": ["format"], "weights": [1.0]}},
+            "train.unlikeliness = 0.2: needs 'correctness' in rewards.funcs",
+        ),
+    ],
+)
 def test_the_remedies_params_are_checked(raw, message):
     with pytest.raises(ParamsError) as error:
         parse_params(raw)
@@ -245,19 +312,39 @@ def test_the_remedies_params_are_checked(raw, message):
 def test_trls_own_remedies_are_named_params_that_reach_its_config(tmp_path):
     """TRL computes these itself (its loss); the pipeline names them, checks them and hands
     them over: clip-higher, the entropy-quantile mask, the (adaptive) entropy bonus."""
-    params = parse_params({"train": {"grpo": {
-        "epsilon_high": 0.28, "num_iterations": 2, "top_entropy_quantile": 0.2,
-        "entropy_coef": 0.01, "use_adaptive_entropy": True, "entropy_target": 0.35}}})
-    config = grpo_config(params.train, output_dir=tmp_path, max_steps=2, seed=0,
-                         reward_weights=[1.0, 0.2])
+    params = parse_params(
+        {
+            "train": {
+                "grpo": {
+                    "epsilon_high": 0.28,
+                    "num_iterations": 2,
+                    "top_entropy_quantile": 0.2,
+                    "entropy_coef": 0.01,
+                    "use_adaptive_entropy": True,
+                    "entropy_target": 0.35,
+                }
+            }
+        }
+    )
+    config = grpo_config(
+        params.train, output_dir=tmp_path, max_steps=2, seed=0, reward_weights=[1.0, 0.2]
+    )
     assert (config.epsilon, config.epsilon_high) == (0.2, 0.28)
-    assert (config.top_entropy_quantile, config.entropy_coef, config.use_adaptive_entropy,
-            config.entropy_target) == (0.2, 0.01, True, 0.35)
-    default = grpo_config(parse_params({}).train, output_dir=tmp_path, max_steps=2, seed=0,
-                          reward_weights=[1.0, 0.2])
+    assert (
+        config.top_entropy_quantile,
+        config.entropy_coef,
+        config.use_adaptive_entropy,
+        config.entropy_target,
+    ) == (0.2, 0.01, True, 0.35)
+    default = grpo_config(
+        parse_params({}).train, output_dir=tmp_path, max_steps=2, seed=0, reward_weights=[1.0, 0.2]
+    )
     assert default.epsilon_high is None  # 0 in params: TRL's default (its trainer takes epsilon)
-    assert (default.top_entropy_quantile, default.entropy_coef,
-            default.use_adaptive_entropy) == (1.0, 0.0, False)
+    assert (default.top_entropy_quantile, default.entropy_coef, default.use_adaptive_entropy) == (
+        1.0,
+        0.0,
+        False,
+    )
 
 
 def test_clip_higher_without_a_second_update_is_refused_as_doing_nothing():
@@ -266,10 +353,18 @@ def test_clip_higher_without_a_second_update_is_refused_as_doing_nothing():
     assert str(error.value) == (
         "params.yaml: train.grpo.epsilon_high = 0.28: has no effect with num_iterations 1: the "
         "policy ratio is exactly 1 when the loss is computed, so clipping never acts; set "
-        "num_iterations to 2 or more")
+        "num_iterations to 2 or more"
+    )
     # with two updates per batch it acts, dynamic sampling included (its KL: test_dynamic_sampling)
-    parse_params({"train": {"dynamic_sampling": True, "save_steps": 50,
-                            "grpo": {"epsilon_high": 0.28, "num_iterations": 2}}})
+    parse_params(
+        {
+            "train": {
+                "dynamic_sampling": True,
+                "save_steps": 50,
+                "grpo": {"epsilon_high": 0.28, "num_iterations": 2},
+            }
+        }
+    )
 
 
 def _hand_made_batch(trainer, rows, ratio: float, advantage: float):
@@ -285,27 +380,50 @@ def _hand_made_batch(trainer, rows, ratio: float, advantage: float):
 
 @pytest.mark.parametrize("epsilon_high,clipped", [(0.0, 1.0), (0.28, 0.0)])
 def test_clip_higher_lets_a_ratio_of_1_25_through_where_epsilon_0_2_clips_it(
-        tiny_policy_dir, rows, tmp_path, epsilon_high, clipped):
+    tiny_policy_dir, rows, tmp_path, epsilon_high, clipped
+):
     """TRL computes it: with epsilon 0.2 a positive-advantage token at ratio 1.25 is clipped (its
     gradient is cut); with epsilon_high 0.28 it is not (DAPO's clip-higher)."""
     odd, _ = _split(rows)
-    trainer = _trainer(tiny_policy_dir, rows, tmp_path,
-                       {"grpo": {"num_generations": G, "per_device_train_batch_size": 2 * G,
-                                 "max_completion_length": 6, "num_iterations": 2,
-                                 "epsilon_high": epsilon_high}, "save_steps": 50})
+    trainer = _trainer(
+        tiny_policy_dir,
+        rows,
+        tmp_path,
+        {
+            "grpo": {
+                "num_generations": G,
+                "per_device_train_batch_size": 2 * G,
+                "max_completion_length": 6,
+                "num_iterations": 2,
+                "epsilon_high": epsilon_high,
+            },
+            "save_steps": 50,
+        },
+    )
     inputs = _hand_made_batch(trainer, odd[:2], ratio=1.25, advantage=1.0)
     trainer._compute_loss(trainer.model, inputs)
     assert trainer._metrics["train"]["clip_ratio/high_mean"][-1] == clipped
 
 
-def test_the_entropy_bonus_lowers_the_loss_by_coef_times_the_mean_entropy(tiny_policy_dir, rows,
-                                                                          tmp_path):
+def test_the_entropy_bonus_lowers_the_loss_by_coef_times_the_mean_entropy(
+    tiny_policy_dir, rows, tmp_path
+):
     odd, _ = _split(rows)
     losses, entropies = [], []
     for coef in (0.0, 0.05):
-        trainer = _trainer(tiny_policy_dir, rows, tmp_path / str(coef),
-                           {"grpo": {"num_generations": G, "per_device_train_batch_size": 2 * G,
-                                     "max_completion_length": 6, "entropy_coef": coef}})
+        trainer = _trainer(
+            tiny_policy_dir,
+            rows,
+            tmp_path / str(coef),
+            {
+                "grpo": {
+                    "num_generations": G,
+                    "per_device_train_batch_size": 2 * G,
+                    "max_completion_length": 6,
+                    "entropy_coef": coef,
+                }
+            },
+        )
         torch.manual_seed(0)
         inputs = _hand_made_batch(trainer, odd[:2], ratio=1.0, advantage=0.5)
         losses.append(trainer._compute_loss(trainer.model, inputs).item())

@@ -6,21 +6,24 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.params.config import load_params
 from rlvr.audit.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost, prompt_audit
+from rlvr.core.metric_keys import FIRST_BATCH_KL
+from rlvr.params.config import load_params
+from rlvr.pipeline.training import run_metrics
 from rlvr.report.render import to_html
 from rlvr.report.retrospective import hyperparameter_table
-from rlvr.pipeline.training import run_metrics
-from rlvr.core.metric_keys import FIRST_BATCH_KL
 
 ROOT = Path(__file__).resolve().parents[1]
-T = KLThresholds(kl_tiny=0.01, plateau_gain=0.02, kl_high=1.0, kl_rising_ratio=1.5,
-                 collapse_drop=0.1, window=10)
+T = KLThresholds(
+    kl_tiny=0.01, plateau_gain=0.02, kl_high=1.0, kl_rising_ratio=1.5, collapse_drop=0.1, window=10
+)
 
 
 def _history(reward, kl=None, steps=200):
-    return [{"step": s, "reward": reward(s), **({"kl": kl(s)} if kl else {})}
-            for s in range(1, steps + 1)]
+    return [
+        {"step": s, "reward": reward(s), **({"kl": kl(s)} if kl else {})}
+        for s in range(1, steps + 1)
+    ]
 
 
 def test_healthy_kl_bounded_reward_rising():
@@ -35,16 +38,22 @@ def test_too_tight_kl_tiny_and_reward_flat():
 
 
 def test_too_loose_kl_keeps_climbing():
-    result = diagnose_kl(_history(lambda s: 0.3 + 0.5 * s / 200, lambda s: 0.01 * math.exp(s / 40)),
-                         T)
+    result = diagnose_kl(
+        _history(lambda s: 0.3 + 0.5 * s / 200, lambda s: 0.01 * math.exp(s / 40)), T
+    )
     assert result["label"] == "too loose"
     fired = {r["rule"] for r in result["rules"] if r["fired"]}
     assert "KL keeps climbing (last quarter / third quarter)" in fired
 
 
 def test_too_loose_reward_rises_then_collapses():
-    result = diagnose_kl(_history(lambda s: 0.3 + 0.5 * s / 100 if s <= 100 else 0.8 - 0.5 * (s - 100) / 100,
-                                  lambda s: 0.2), T)
+    result = diagnose_kl(
+        _history(
+            lambda s: 0.3 + 0.5 * s / 100 if s <= 100 else 0.8 - 0.5 * (s - 100) / 100,
+            lambda s: 0.2,
+        ),
+        T,
+    )
     assert result["label"] == "too loose"
     assert any(r["fired"] and "collapses" in r["rule"] for r in result["rules"])
 
@@ -62,7 +71,10 @@ def test_under_dynamic_sampling_the_diagnosis_reads_the_kl_over_the_first_batch(
         entry[FIRST_BATCH_KL] = min(0.2, entry["step"] / 500)
     result = diagnose_kl(history, T)
     assert result["label"] == "healthy" and result["values"]["kl_end"] == pytest.approx(0.2)
-    assert result["values"]["kl_over"] == "the first batch of each step, every group (dynamic sampling)"
+    assert (
+        result["values"]["kl_over"]
+        == "the first batch of each step, every group (dynamic sampling)"
+    )
     # and a first-batch KL that climbs is still too loose
     for entry in history:
         entry[FIRST_BATCH_KL] = 0.01 * math.exp(entry["step"] / 40)
@@ -70,16 +82,20 @@ def test_under_dynamic_sampling_the_diagnosis_reads_the_kl_over_the_first_batch(
     # the run's headline KL is the same figure, so settings with and without it compare
     metrics = run_metrics(history)
     assert metrics["last10_mean_kl"] == pytest.approx(
-        sum(e[FIRST_BATCH_KL] for e in history[-10:]) / 10)
+        sum(e[FIRST_BATCH_KL] for e in history[-10:]) / 10
+    )
     assert metrics["final"]["kl"] == history[-1][FIRST_BATCH_KL]
     assert metrics["kl_over"] == "the first batch of each step, every group (dynamic sampling)"
     assert run_metrics(_history(lambda s: 0.5, lambda s: 0.3))["kl_over"] == "the trained batch"
 
 
 def test_prompt_audit():
-    rows = [{"id": str(i), "delta": d, "step0_success": a, "final_success": b}
-            for i, (d, a, b) in enumerate([(0.5, 0.2, 0.7), (-0.2, 0.4, 0.2), (0.0, 0.0, 0.0),
-                                           (0.0, 1.0, 1.0), (0.1, 0.5, 0.6)])]
+    rows = [
+        {"id": str(i), "delta": d, "step0_success": a, "final_success": b}
+        for i, (d, a, b) in enumerate(
+            [(0.5, 0.2, 0.7), (-0.2, 0.4, 0.2), (0.0, 0.0, 0.0), (0.0, 1.0, 1.0), (0.1, 0.5, 0.6)]
+        )
+    ]
     audit = prompt_audit(rows, top=2)
     assert [r["id"] for r in audit["gains"]] == ["0", "4"]
     assert [r["id"] for r in audit["losses"]] == ["1"]
@@ -102,8 +118,12 @@ def test_parameters_are_counted_from_safetensors_headers(tiny_policy_dir):
 
 
 def test_hyperparameters_carry_the_comment_next_to_them_or_the_help():
-    rows = {name: (value, why) for name, value, why in
-            hyperparameter_table(ROOT / "params.yaml", load_params(ROOT / "params.yaml"))}
+    rows = {
+        name: (value, why)
+        for name, value, why in hyperparameter_table(
+            ROOT / "params.yaml", load_params(ROOT / "params.yaml")
+        )
+    }
     assert "train.grpo.learning_rate" in rows and "train.grpo.beta" in rows
     assert rows["train.grpo.beta"][1]  # a rationale, from the comment in params.yaml
     assert rows["model.tiny.intermediate_size"][1] == "MLP width."  # no comment: the help string
@@ -114,8 +134,11 @@ def test_html_is_self_contained(tmp_path):
     from PIL import Image
 
     Image.new("RGB", (4, 4), "red").save(tmp_path / "plot.png")
-    html = to_html("# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![a plot](plot.png)\n", tmp_path,
-                   images=["plot.png"])
+    html = to_html(
+        "# Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![a plot](plot.png)\n",
+        tmp_path,
+        images=["plot.png"],
+    )
     assert "<table>" in html and "data:image/png;base64," in html
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
     assert "plot.png" not in html

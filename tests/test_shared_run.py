@@ -25,9 +25,10 @@ def _ask(path: str, results) -> None:
 def test_several_processes_asking_at_once_make_it_once(tmp_path):
     target = tmp_path / "shared" / "run"
     results = multiprocessing.get_context("spawn").Queue()
-    workers = [multiprocessing.get_context("spawn").Process(target=_ask,
-                                                            args=(str(target), results))
-               for _ in range(3)]
+    workers = [
+        multiprocessing.get_context("spawn").Process(target=_ask, args=(str(target), results))
+        for _ in range(3)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:

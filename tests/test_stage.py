@@ -47,15 +47,18 @@ def test_a_full_disk_is_one_line_naming_the_folder_not_a_bug(monkeypatch, capsys
     code, err = _run(monkeypatch, main, capsys)
     assert code == 1
     assert err.startswith(f"smoke: the disk is full: writing in {tmp_path / 'out'} failed (")
-    assert err.endswith(" free); free some space, then rerun: `dvc repro` runs smoke again, "
-                        "keeping the stages before it\n")
+    assert err.endswith(
+        " free); free some space, then rerun: `dvc repro` runs smoke again, "
+        "keeping the stages before it\n"
+    )
     assert not list((tmp_path / "out").iterdir())  # nothing half-written
 
 
 def test_a_write_failure_that_names_no_cause_on_a_disk_with_room_is_a_bug(monkeypatch, capsys):
     def main(params):  # torch.save's message, but this disk has room: not a full disk
-        raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0: "
-                           "file write failed")
+        raise RuntimeError(
+            "[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0: file write failed"
+        )
 
     code, err = _run(monkeypatch, main, capsys)
     assert code == 1 and "Traceback (most recent call last)" in err and "this is a bug" in err
@@ -78,8 +81,10 @@ def test_a_bug_prints_its_traceback_then_one_line_that_says_so(monkeypatch, caps
     lines = err.strip().splitlines()
     assert code == 1
     assert lines[0] == "Traceback (most recent call last):" and "KeyError: 'no such key'" in err
-    assert lines[-1] == ("smoke: FAILED on an unexpected error: this is a bug in the pipeline, "
-                         "please report it with the traceback above")
+    assert lines[-1] == (
+        "smoke: FAILED on an unexpected error: this is a bug in the pipeline, "
+        "please report it with the traceback above"
+    )
 
 
 def test_known_library_warnings_are_silenced_and_others_still_show():
@@ -91,8 +96,10 @@ def test_known_library_warnings_are_silenced_and_others_still_show():
         warnings.warn(known, category)
         warnings.warn("`something_else` is deprecated", FutureWarning)
         warnings.warn("a warning of the user's own", UserWarning)
-    assert [str(w.message) for w in shown] == ["`something_else` is deprecated",
-                                               "a warning of the user's own"]
+    assert [str(w.message) for w in shown] == [
+        "`something_else` is deprecated",
+        "a warning of the user's own",
+    ]
 
 
 def test_what_a_stage_measured_goes_to_its_timing_file(monkeypatch, capsys, tmp_path):

@@ -6,22 +6,36 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.grpo.advantages import group_checks
+from rlvr.grpo.callbacks import BetaSchedule, FiniteGuardCallback, NonFiniteMetric, loggable
+from rlvr.grpo.checkpoints import (
+    checkpoint_problem,
+    fingerprint,
+    last_checkpoint,
+    resumable_checkpoint,
+)
+from rlvr.grpo.config import PipelineGRPOConfig, grpo_config
 from rlvr.params.config import ParamsError, parse_params
 from rlvr.params.training_params import BetaScheduleParams, GRPOParams
 from rlvr.rewards.registry import normalized_weights
-from rlvr.grpo.advantages import group_checks
-from rlvr.grpo.callbacks import BetaSchedule, FiniteGuardCallback, NonFiniteMetric, loggable
-from rlvr.grpo.checkpoints import (checkpoint_problem, fingerprint, last_checkpoint,
-                                   resumable_checkpoint)
-from rlvr.grpo.config import PipelineGRPOConfig, grpo_config
 
 
 def test_grpo_config_uses_trl_names_and_cpu_safe_values(tmp_path):
-    params = parse_params({"train": {"grpo": {"learning_rate": "3e-05", "num_generations": 4,
-                                               "per_device_train_batch_size": 16,
-                                               "extra": {"top_k": 5}}}})
-    config = grpo_config(params.train, output_dir=tmp_path, max_steps=7, seed=3,
-                         reward_weights=[1.0, 0.25])
+    params = parse_params(
+        {
+            "train": {
+                "grpo": {
+                    "learning_rate": "3e-05",
+                    "num_generations": 4,
+                    "per_device_train_batch_size": 16,
+                    "extra": {"top_k": 5},
+                }
+            }
+        }
+    )
+    config = grpo_config(
+        params.train, output_dir=tmp_path, max_steps=7, seed=3, reward_weights=[1.0, 0.25]
+    )
     assert config.learning_rate == 3e-05 and config.num_generations == 4
     assert config.max_steps == 7 and config.seed == 3 and config.top_k == 5
     assert config.use_cpu and not config.bf16 and config.beta == params.train.grpo.beta
@@ -35,19 +49,41 @@ def test_every_train_grpo_field_reaches_the_grpo_config_of_its_name(tmp_path):
     import ast
     import inspect
 
-
-    call = next(node for node in ast.walk(ast.parse(inspect.getsource(grpo_config)))
-                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "PipelineGRPOConfig")
-    read = {k.arg: n.attr for k in call.keywords for n in ast.walk(k.value)
-            if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == "grpo"}
+    call = next(
+        node
+        for node in ast.walk(ast.parse(inspect.getsource(grpo_config)))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "PipelineGRPOConfig"
+    )
+    read = {
+        k.arg: n.attr
+        for k in call.keywords
+        for n in ast.walk(k.value)
+        if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == "grpo"
+    }
     declared = set(GRPOParams.__dataclass_fields__) - {"extra"}
     assert read == {name: name for name in declared}
-    changed = {"learning_rate": 3e-5, "beta": 0.1, "num_generations": 4, "temperature": 0.7,
-               "top_p": 0.9, "loss_type": "grpo", "scale_rewards": "batch", "epsilon": 0.3,
-               "top_entropy_quantile": 0.5, "entropy_coef": 0.01, "max_grad_norm": 0.5,
-               "lr_scheduler_type": "cosine", "max_completion_length": 12}
-    config = grpo_config(parse_params({"train": {"grpo": changed}}).train, output_dir=tmp_path,
-                         max_steps=1, seed=0, reward_weights=[1])
+    changed = {
+        "learning_rate": 3e-5,
+        "beta": 0.1,
+        "num_generations": 4,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "loss_type": "grpo",
+        "scale_rewards": "batch",
+        "epsilon": 0.3,
+        "top_entropy_quantile": 0.5,
+        "entropy_coef": 0.01,
+        "max_grad_norm": 0.5,
+        "lr_scheduler_type": "cosine",
+        "max_completion_length": 12,
+    }
+    config = grpo_config(
+        parse_params({"train": {"grpo": changed}}).train,
+        output_dir=tmp_path,
+        max_steps=1,
+        seed=0,
+        reward_weights=[1],
+    )
     assert {name: getattr(config, name) for name in changed} == changed
 
 
@@ -74,24 +110,41 @@ def test_the_pipeline_knobs_ride_on_the_grpo_config(tmp_path):
     params = parse_params({"train": {"dynamic_sampling": True, "max_sampling_rounds": 5}})
 
     def build(params, **kw):
-        return grpo_config(params.train, output_dir=tmp_path, max_steps=1, seed=0,
-                           reward_weights=[1], **kw)
+        return grpo_config(
+            params.train, output_dir=tmp_path, max_steps=1, seed=0, reward_weights=[1], **kw
+        )
 
     assert build(params, dynamic_sampling=True).max_sampling_rounds == 5
     assert build(params).max_sampling_rounds == 0  # the smoke run samples each batch once
-    ablation = parse_params({"train": {"dynamic_sampling": False, "advantage": "running_mean",
-                                       "running_mean_momentum": 0.5}})
+    ablation = parse_params(
+        {
+            "train": {
+                "dynamic_sampling": False,
+                "advantage": "running_mean",
+                "running_mean_momentum": 0.5,
+            }
+        }
+    )
     config = build(ablation, dynamic_sampling=True)
     assert (config.max_sampling_rounds, config.advantage, config.running_mean_momentum) == (
-        0, "running_mean", 0.5)
-    for bad, message in (({"advantage": "global"}, "train.advantage = 'global': must be one of"),
-                         ({"running_mean_momentum": 1.0},
-                          "train.running_mean_momentum = 1.0: must be in \\[0, 1\\)"),
-                         ({"max_sampling_rounds": -1}, "max_sampling_rounds = -1: must be >= 0"),
-                         ({"pass_at_k": 0}, "train.pass_at_k = 0: must be >= 1"),
-                         ({"advantage": "pass_at_k", "pass_at_k": 9}, "at most train.grpo.num_gen"),
-                         ({"max_sampling_rounds": 2, "advantage": "running_mean"},
-                          "needs train.advantage = 'group' or 'pass_at_k'")):
+        0,
+        "running_mean",
+        0.5,
+    )
+    for bad, message in (
+        ({"advantage": "global"}, "train.advantage = 'global': must be one of"),
+        (
+            {"running_mean_momentum": 1.0},
+            "train.running_mean_momentum = 1.0: must be in \\[0, 1\\)",
+        ),
+        ({"max_sampling_rounds": -1}, "max_sampling_rounds = -1: must be >= 0"),
+        ({"pass_at_k": 0}, "train.pass_at_k = 0: must be >= 1"),
+        ({"advantage": "pass_at_k", "pass_at_k": 9}, "at most train.grpo.num_gen"),
+        (
+            {"max_sampling_rounds": 2, "advantage": "running_mean"},
+            "needs train.advantage = 'group' or 'pass_at_k'",
+        ),
+    ):
         with pytest.raises(ValueError, match=message):
             PipelineGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **bad)
 
@@ -113,17 +166,19 @@ def test_constant_schedule():
 
 
 def test_warmup_schedule_is_linear_then_flat():
-    schedule = BetaSchedule(BetaScheduleParams(kind="warmup", beta_start=0.01, warmup_steps=4),
-                            0.05)
+    schedule = BetaSchedule(
+        BetaScheduleParams(kind="warmup", beta_start=0.01, warmup_steps=4), 0.05
+    )
     assert [schedule.value(s) for s in range(6)] == pytest.approx(
-        [0.01, 0.02, 0.03, 0.04, 0.05, 0.05])
+        [0.01, 0.02, 0.03, 0.04, 0.05, 0.05]
+    )
 
 
 def test_adaptive_schedule_steers_toward_the_target_kl():
     params = BetaScheduleParams(kind="adaptive", beta_start=0.1, target_kl=0.05, horizon=10)
     up, down, still = (BetaSchedule(params, 0.1) for _ in range(3))
-    up.observe_kl(0.5)      # KL too high: more penalty
-    down.observe_kl(0.01)   # KL too low: less penalty
+    up.observe_kl(0.5)  # KL too high: more penalty
+    down.observe_kl(0.01)  # KL too low: less penalty
     still.observe_kl(0.05)  # on target: unchanged
     assert up.value(1) == pytest.approx(0.1 * 1.02)
     assert down.value(1) == pytest.approx(0.1 * (1 - 0.8 / 10 * 0.25))
@@ -144,7 +199,8 @@ def test_under_dynamic_sampling_the_adaptive_beta_steers_the_kl_over_the_first_b
     live, resumed = BetaSchedule(params, 0.1), BetaSchedule(params, 0.1)
     BetaScheduleCallback(live).on_log(None, None, None, logs=logs)
     BetaScheduleCallback(resumed).on_train_begin(
-        None, SimpleNamespace(log_history=[{"step": 0, "eval_mean_reward": 0.3}, logs]), None)
+        None, SimpleNamespace(log_history=[{"step": 0, "eval_mean_reward": 0.3}, logs]), None
+    )
     assert live.value(1) == resumed.value(1) == pytest.approx(0.098)
 
 
@@ -160,15 +216,20 @@ def test_finite_guard_names_step_and_metric():
 
 
 def test_loggable_drops_timings_and_non_numbers():
-    assert loggable({"loss": 1, "step_time": 0.3, "train_runtime": 9, "epoch": 1.0, "x": "y",
-                     "kl": 0.5}) == {"loss": 1.0, "kl": 0.5}
+    assert loggable(
+        {"loss": 1, "step_time": 0.3, "train_runtime": 9, "epoch": 1.0, "x": "y", "kl": 0.5}
+    ) == {"loss": 1.0, "kl": 0.5}
 
 
 def test_group_checks():
     prompts = ["a"] * 4 + ["b"] * 4
     checks = group_checks(prompts, [1, -1, -1, 1, 0, 0, 0, 0], num_generations=4)
-    assert checks == {"groups": 2, "group_sizes": [4], "advantages_finite": True,
-                      "max_abs_group_mean": 0.0}
+    assert checks == {
+        "groups": 2,
+        "group_sizes": [4],
+        "advantages_finite": True,
+        "max_abs_group_mean": 0.0,
+    }
     bad = group_checks(prompts[:7], [1, 1, 1, 1, float("nan"), 0, 0], num_generations=4)
     assert bad["group_sizes"] == [3, 4] and bad["advantages_finite"] is False
 
@@ -225,7 +286,9 @@ def test_a_damaged_checkpoint_is_skipped_for_the_newest_whole_one(reason, tmp_pa
     assert checkpoint_problem(newer, extra).startswith(reason)
     assert last_checkpoint(tmp_path, extra, warn=True) == str(older)
     warning = capsys.readouterr().err.strip()
-    assert warning == f"train: skipping damaged checkpoint {newer}: {checkpoint_problem(newer, extra)}"
+    assert (
+        warning == f"train: skipping damaged checkpoint {newer}: {checkpoint_problem(newer, extra)}"
+    )
     DAMAGE[reason](older)
     if reason == "running_mean.json is missing":
         (older / "running_mean.json").unlink()
@@ -292,8 +355,14 @@ def test_a_saved_config_is_trl_s_own_grpo_config(tmp_path):
     from rlvr.grpo.config import PIPELINE_KNOBS, as_trl_config
 
     params = parse_params({"train": {"dynamic_sampling": True, "max_sampling_rounds": 4}})
-    config = grpo_config(params.train, output_dir=tmp_path, max_steps=3, seed=1,
-                         reward_weights=[1.0, 0.2], dynamic_sampling=True)
+    config = grpo_config(
+        params.train,
+        output_dir=tmp_path,
+        max_steps=3,
+        seed=1,
+        reward_weights=[1.0, 0.2],
+        dynamic_sampling=True,
+    )
     plain = as_trl_config(config)
     assert type(plain) is GRPOConfig and type(config) is PipelineGRPOConfig
     assert b"rlvr" not in pickle.dumps(plain)
@@ -318,14 +387,19 @@ def test_the_curves_written_in_flushes_are_dvclive_s_own_byte_for_byte(tmp_path)
     keys = ["loss", "reward", "kl", "beta", "rewards/correctness/mean", "x/y/z"]
     history = [{"step": 0, "eval_mean_reward": 0.3, "eval_success/sub": 0.1}]
     for step in range(1, 61):
-        history.append({"step": step, **{k: rng.random() for k in keys}, "step_time": 0.1,
-                        **({"kl": float("nan"), "late_key": 1.0} if step == 7 else {}),
-                        **({"grad_norm": float("inf")} if step == 9 else {})})
+        history.append(
+            {
+                "step": step,
+                **{k: rng.random() for k in keys},
+                "step_time": 0.1,
+                **({"kl": float("nan"), "late_key": 1.0} if step == 7 else {}),
+                **({"grad_norm": float("inf")} if step == 9 else {}),
+            }
+        )
         if step % 25 == 0:
             history.append({"step": step, "eval_mean_reward": 0.4, "eval_success/sub": 0.2})
 
-    expected = Live(dir=str(tmp_path / "dvclive"), dvcyaml=None, save_dvc_exp=False,
-                    resume=False)
+    expected = Live(dir=str(tmp_path / "dvclive"), dvcyaml=None, save_dvc_exp=False, resume=False)
     for entry in history:  # what the callback wrote before it held points
         values = loggable(entry)
         if validation_entry(entry):
@@ -349,6 +423,7 @@ def test_the_curves_written_in_flushes_are_dvclive_s_own_byte_for_byte(tmp_path)
 
     def files(root: Path) -> dict[str, bytes]:
         return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
     ours, theirs = files(tmp_path / "ours"), files(tmp_path / "dvclive")
     assert len(theirs) >= len(keys) + 4 and ours == theirs
 
@@ -373,16 +448,31 @@ def test_the_warm_start_uses_other_rows_targets_and_stops_on_rows_with_no_known_
     from rlvr.data.rows import Row
     from rlvr.policy.models import warm_start, warm_start_examples
 
-    rows = [Row(f"r{i}", f"{i} + {i} = ", {"type": "exact_match", "target": str(2 * i)})
-            for i in range(1, 9)]
-    rows += [Row("m", "half of 1 = ", {"type": "math", "target": "1/2"}),
-             Row("x", "anything: ", {"type": "regex", "pattern": "^a+$"})]
+    rows = [
+        Row(f"r{i}", f"{i} + {i} = ", {"type": "exact_match", "target": str(2 * i)})
+        for i in range(1, 9)
+    ]
+    rows += [
+        Row("m", "half of 1 = ", {"type": "math", "target": "1/2"}),
+        Row("x", "anything: ", {"type": "regex", "pattern": "^a+$"}),
+    ]
     examples = warm_start_examples(rows, seed=0, per_row=16)
     own = {row.prompt: str(row.verifier.get("target")) for row in rows}
     assert len(examples) == 9 * 16 and all(e["completion"] != own[e["prompt"]] for e in examples)
     assert {e["completion"] for e in examples} <= {str(2 * i) for i in range(1, 9)} | {"1/2"}
     assert not [e for e in examples if e["prompt"] == "anything: "]
-    with pytest.raises(ParamsError, match=r"model.warm_start.steps: the warm start needs rows with "
-                                          r"known answers .* set model.warm_start.steps: 0"):
-        warm_start(None, None, [rows[-1]], steps=1, batch_size=1, learning_rate=1e-3, seed=0,
-                   output_dir=tmp_path)
+    with pytest.raises(
+        ParamsError,
+        match=r"model.warm_start.steps: the warm start needs rows with "
+        r"known answers .* set model.warm_start.steps: 0",
+    ):
+        warm_start(
+            None,
+            None,
+            [rows[-1]],
+            steps=1,
+            batch_size=1,
+            learning_rate=1e-3,
+            seed=0,
+            output_dir=tmp_path,
+        )

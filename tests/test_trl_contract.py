@@ -34,11 +34,21 @@ def test_the_contract_names_the_pinned_versions():
         assert module.__version__ == pinned
 
 
-@pytest.mark.parametrize("name,owner", [
-    ("_generate_and_score_completions", GRPOTrainer), ("_calculate_rewards", GRPOTrainer),
-    ("_log_metric", GRPOTrainer), ("_get_train_sampler", GRPOTrainer),
-    ("_save_checkpoint", GRPOTrainer), ("_run_epoch", Trainer), ("log", GRPOTrainer),
-    ("evaluate", Trainer), ("save_model", Trainer), ("training_step", GRPOTrainer)])
+@pytest.mark.parametrize(
+    "name,owner",
+    [
+        ("_generate_and_score_completions", GRPOTrainer),
+        ("_calculate_rewards", GRPOTrainer),
+        ("_log_metric", GRPOTrainer),
+        ("_get_train_sampler", GRPOTrainer),
+        ("_save_checkpoint", GRPOTrainer),
+        ("_run_epoch", Trainer),
+        ("log", GRPOTrainer),
+        ("evaluate", Trainer),
+        ("save_model", Trainer),
+        ("training_step", GRPOTrainer),
+    ],
+)
 def test_each_override_matches_the_library_signature(name, owner):
     assert name in CONTRACT
     assert name in vars(PipelineGRPOTrainer), f"the contract lists {name}, the trainer lacks it"
@@ -51,19 +61,39 @@ def test_each_override_matches_the_library_signature(name, owner):
 
 def test_what_the_trainer_reads_is_still_there():
     assert _params(GRPOTrainer._get_per_token_logps_and_entropies)[:6] == [
-        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"]
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+    ]
     from trl.models.utils import disable_gradient_checkpointing
+
     assert _params(disable_gradient_checkpointing) == ["model", "gradient_checkpointing_kwargs"]
-    assert _params(RepeatSampler.__init__) == ["self", "data_source", "mini_repeat_count",
-                                               "batch_size", "repeat_count", "shuffle", "seed"]
+    assert _params(RepeatSampler.__init__) == [
+        "self",
+        "data_source",
+        "mini_repeat_count",
+        "batch_size",
+        "repeat_count",
+        "shuffle",
+        "seed",
+    ]
     source = inspect.getsource(GRPOTrainer)
     keys = re.search(r"scored batch's keys \(([^)]*)\)", CONTRACT).group(1).split(", ")
     for key in keys:
         assert f'"{key}"' in source, key
-    assert "self._metrics = {\"train\": defaultdict(list)" in source
-    for attribute in ("self.reward_weights =", "self.num_generations =", "self.beta =",
-                      "self.reward_func_names =", "self.scale_rewards =",
-                      "self.num_iterations =", "self._step ="):
+    assert 'self._metrics = {"train": defaultdict(list)' in source
+    for attribute in (
+        "self.reward_weights =",
+        "self.num_generations =",
+        "self.beta =",
+        "self.reward_func_names =",
+        "self.scale_rewards =",
+        "self.num_iterations =",
+        "self._step =",
+    ):
         assert attribute in source, attribute
     # when TRL generates (PipelineGRPOTrainer.training_step measures the KL on the other steps)
     prepare = inspect.getsource(GRPOTrainer._prepare_inputs)
@@ -72,7 +102,8 @@ def test_what_the_trainer_reads_is_still_there():
     assert "self._step += 1" in inspect.getsource(GRPOTrainer.training_step)
     # _calculate_rewards returns every rank's rewards, gathered: the trainer slices its own
     assert "rewards_per_func = gather(rewards_per_func)" in inspect.getsource(
-        GRPOTrainer._calculate_rewards)
+        GRPOTrainer._calculate_rewards
+    )
     # log folds the metrics the trainer appends to into the logged line, then clears them
     log = inspect.getsource(GRPOTrainer.log)
     assert "self._metrics[mode].items()" in log and "self._metrics[mode].clear()" in log
@@ -102,23 +133,41 @@ def test_every_test_the_contract_names_exists():
     assert len(named) >= 12
     for file, test in named:
         tree = ast.parse((ROOT / "tests" / file).read_text())
-        assert test in {node.name for node in ast.walk(tree)
-                        if isinstance(node, ast.FunctionDef)}, f"{file}::{test}"
+        assert test in {
+            node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+        }, f"{file}::{test}"
 
 
 def test_a_step_logs_every_trl_metric_key_we_read(tiny_policy_dir, tmp_path):
-    from rlvr.params.config import parse_params
     from rlvr.data.rows import read_rows
     from rlvr.grpo.run import run_grpo
+    from rlvr.params.config import parse_params
 
-    params = parse_params({"train": {"grpo": {"num_generations": 4,
-                                              "per_device_train_batch_size": 8,
-                                              "max_completion_length": 6}}})
+    params = parse_params(
+        {
+            "train": {
+                "grpo": {
+                    "num_generations": 4,
+                    "per_device_train_batch_size": 8,
+                    "max_completion_length": 6,
+                }
+            }
+        }
+    )
     rows = read_rows(ROOT / "data" / "grpo_train.jsonl")[:8]
     trainer = run_grpo(params, rows, str(tiny_policy_dir), tmp_path, max_steps=1)
     step = next(e for e in trainer.state.log_history if metric_keys.LOSS in e)
-    names = [metric_keys.LOSS, metric_keys.REWARD, metric_keys.KL, metric_keys.GRAD_NORM,
-             metric_keys.ENTROPY, metric_keys.COMPLETION_LENGTH, metric_keys.NO_SPREAD_SHARE,
-             metric_keys.CORRECTNESS, metric_keys.FORMAT, metric_keys.BETA,
-             metric_keys.reward_failures("correctness")]
+    names = [
+        metric_keys.LOSS,
+        metric_keys.REWARD,
+        metric_keys.KL,
+        metric_keys.GRAD_NORM,
+        metric_keys.ENTROPY,
+        metric_keys.COMPLETION_LENGTH,
+        metric_keys.NO_SPREAD_SHARE,
+        metric_keys.CORRECTNESS,
+        metric_keys.FORMAT,
+        metric_keys.BETA,
+        metric_keys.reward_failures("correctness"),
+    ]
     assert [name for name in names if name not in step] == []

@@ -7,20 +7,23 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.params.config import ParamsError, parse_params
-from rlvr.data.rows import read_rows, to_hf_dataset
 from rlvr.audit.evaluation import SampleSettings, training_validation, validation_scores
-from rlvr.rewards.registry import RewardFunction, build_reward_funcs, normalized_weights
-from rlvr.pipeline.training import selection_record, validation_history
+from rlvr.core.metric_keys import TIMING_KEYS
+from rlvr.data.rows import read_rows, to_hf_dataset
 from rlvr.grpo.callbacks import BetaSchedule
 from rlvr.grpo.config import grpo_config
-from rlvr.core.metric_keys import TIMING_KEYS
 from rlvr.grpo.run import build_trainer, run_grpo
+from rlvr.params.config import ParamsError, parse_params
+from rlvr.pipeline.training import selection_record, validation_history
+from rlvr.rewards.registry import RewardFunction, build_reward_funcs, normalized_weights
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = {"train": {"grpo": {"num_generations": 4, "per_device_train_batch_size": 8,
-                            "max_completion_length": 6}},
-         "evaluate": {"samples": 2}}
+SMALL = {
+    "train": {
+        "grpo": {"num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 6}
+    },
+    "evaluate": {"samples": 2},
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +37,16 @@ def val_rows():
 
 
 def _train_steps(trainer):
-    return [{k: v for k, v in e.items() if k not in TIMING_KEYS}
-            for e in trainer.state.log_history if "loss" in e]
+    return [
+        {k: v for k, v in e.items() if k not in TIMING_KEYS}
+        for e in trainer.state.log_history
+        if "loss" in e
+    ]
 
 
 def test_validation_is_scored_at_step_0_and_every_eval_steps_without_changing_training(
-        tiny_policy_dir, rows, val_rows, tmp_path):
+    tiny_policy_dir, rows, val_rows, tmp_path
+):
     params = parse_params({**SMALL, "train": {**SMALL["train"], "eval_steps": 2}})
     params.rewards.weights = [1.0, 0.2, 0.5]
 
@@ -47,18 +54,34 @@ def test_validation_is_scored_at_step_0_and_every_eval_steps_without_changing_tr
         odd = RewardFunction("odd_text", lambda text, verifier, n: float(sum(map(ord, text)) % 2))
         return [*build_reward_funcs(params.rewards), odd]
 
-    scored = run_grpo(params, rows, str(tiny_policy_dir), tmp_path / "scored", max_steps=5,
-                      validation=training_validation(params, val_rows), reward_funcs=funcs())
-    plain = run_grpo(params, rows, str(tiny_policy_dir), tmp_path / "plain", max_steps=5,
-                     reward_funcs=funcs())
+    scored = run_grpo(
+        params,
+        rows,
+        str(tiny_policy_dir),
+        tmp_path / "scored",
+        max_steps=5,
+        validation=training_validation(params, val_rows),
+        reward_funcs=funcs(),
+    )
+    plain = run_grpo(
+        params, rows, str(tiny_policy_dir), tmp_path / "plain", max_steps=5, reward_funcs=funcs()
+    )
     history = validation_history(scored.state.log_history)
     assert [h["step"] for h in history] == [0, 2, 4, 5]  # and the last step, as the Trainer does
     assert len({e["loss"] for e in _train_steps(plain)}) > 1  # it trained: the check has teeth
     tags = {f"success/{tag}" for row in val_rows for tag in row.tags}
     assert tags  # the validation rows carry tags: per-tag success is scored
     for entry in history:
-        assert set(entry) == {"step", "mean_reward", "greedy_success", "sampled_success",
-                              "mean_length", "pass_at_1", "pass_at_2", *tags}
+        assert set(entry) == {
+            "step",
+            "mean_reward",
+            "greedy_success",
+            "sampled_success",
+            "mean_length",
+            "pass_at_1",
+            "pass_at_2",
+            *tags,
+        }
         assert 0 <= entry["mean_reward"] <= 1 and 0 < entry["mean_length"] <= 6
         # pass@1 is the share of correct samples; pass@2 (both samples) at least that
         assert entry["pass_at_1"] == pytest.approx(entry["sampled_success"])
@@ -70,8 +93,9 @@ def test_validation_is_scored_at_step_0_and_every_eval_steps_without_changing_tr
     assert not any(k.startswith("eval_") for e in _train_steps(scored) for k in e)
 
 
-def test_validation_scores_are_seeded_and_leave_the_rng_and_train_mode_alone(tiny_policy_dir,
-                                                                            val_rows):
+def test_validation_scores_are_seeded_and_leave_the_rng_and_train_mode_alone(
+    tiny_policy_dir, val_rows
+):
     from rlvr.policy.models import load_policy
 
     model, tokenizer = load_policy(str(tiny_policy_dir))
@@ -91,9 +115,16 @@ def test_validation_scores_are_seeded_and_leave_the_rng_and_train_mode_alone(tin
 def _scripted_trainer(tiny_policy_dir, rows, tmp_path, scores, max_steps, patience=0):
     """A real trainer whose validation returns scripted scores by step (the weights still train)."""
     params = parse_params(SMALL)
-    config = grpo_config(params.train, output_dir=tmp_path, max_steps=max_steps, seed=0,
-                         reward_weights=[1.0], save_steps=2, eval_steps=2,
-                         select_best=True)
+    config = grpo_config(
+        params.train,
+        output_dir=tmp_path,
+        max_steps=max_steps,
+        seed=0,
+        reward_weights=[1.0],
+        save_steps=2,
+        eval_steps=2,
+        select_best=True,
+    )
     trainer = None
 
     def validation(model, tokenizer):
@@ -105,10 +136,17 @@ def _scripted_trainer(tiny_policy_dir, rows, tmp_path, scores, max_steps, patien
 
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=patience))
     odd = RewardFunction("odd_text", lambda text, verifier, n: float(sum(map(ord, text)) % 2))
-    trainer = build_trainer(str(tiny_policy_dir), to_hf_dataset(rows), [odd], config,
-                            params.model, callbacks,
-                            beta_schedule=BetaSchedule(params.train.beta_schedule, 0.05),
-                            validation=validation, eval_dataset=to_hf_dataset(rows))
+    trainer = build_trainer(
+        str(tiny_policy_dir),
+        to_hf_dataset(rows),
+        [odd],
+        config,
+        params.model,
+        callbacks,
+        beta_schedule=BetaSchedule(params.train.beta_schedule, 0.05),
+        validation=validation,
+        eval_dataset=to_hf_dataset(rows),
+    )
     return params, trainer
 
 
@@ -134,11 +172,13 @@ def test_best_val_keeps_the_earliest_best_checkpoint(tiny_policy_dir, rows, tmp_
     assert "step 2: the best validation mean reward (0.500)" in record["reason"]
 
 
-def test_patience_stops_after_that_many_validations_without_a_new_best(tiny_policy_dir, rows,
-                                                                       tmp_path):
+def test_patience_stops_after_that_many_validations_without_a_new_best(
+    tiny_policy_dir, rows, tmp_path
+):
     scores = {0: 0.1, 2: 0.5, 4: 0.4, 6: 0.45, 8: 0.6, 10: 0.7}
-    params, trainer = _scripted_trainer(tiny_policy_dir, rows, tmp_path, scores, max_steps=10,
-                                        patience=2)
+    params, trainer = _scripted_trainer(
+        tiny_policy_dir, rows, tmp_path, scores, max_steps=10, patience=2
+    )
     trainer.train()
     assert trainer.state.global_step == 6  # 4 and 6 did not beat step 2
     assert trainer.state.best_global_step == 2
@@ -147,14 +187,21 @@ def test_patience_stops_after_that_many_validations_without_a_new_best(tiny_poli
     assert record["stopped_early"] and "stopped early at step 6" in record["reason"]
 
 
-@pytest.mark.parametrize("train,message", [
-    ({"select": "best_val", "eval_steps": 0},
-     "train.eval_steps = 0: must be above 0 with train.select = 'best_val'"),
-    ({"select": "best_val", "eval_steps": 30, "save_steps": 50},
-     "train.save_steps = 50: must be a multiple of train.eval_steps (30)"),
-    ({"patience": 3}, "train.patience = 3: needs train.select = 'best_val'"),
-    ({"select": "best"}, "train.select = 'best': must be one of"),
-])
+@pytest.mark.parametrize(
+    "train,message",
+    [
+        (
+            {"select": "best_val", "eval_steps": 0},
+            "train.eval_steps = 0: must be above 0 with train.select = 'best_val'",
+        ),
+        (
+            {"select": "best_val", "eval_steps": 30, "save_steps": 50},
+            "train.save_steps = 50: must be a multiple of train.eval_steps (30)",
+        ),
+        ({"patience": 3}, "train.patience = 3: needs train.select = 'best_val'"),
+        ({"select": "best"}, "train.select = 'best': must be one of"),
+    ],
+)
 def test_selection_params_are_checked(train, message):
     with pytest.raises(ParamsError, match=None) as error:
         parse_params({"train": train})
@@ -171,12 +218,28 @@ def test_a_resumed_run_scores_the_same_steps_once(tiny_policy_dir, rows, val_row
         odd = RewardFunction("odd_text", lambda text, verifier, n: float(sum(map(ord, text)) % 2))
         return [*build_reward_funcs(params.rewards), odd]
 
-    full = run_grpo(params, rows, str(tiny_policy_dir), tmp_path / "full", max_steps=6,
-                    save_steps=2, validation=training_validation(params, val_rows), reward_funcs=funcs(),
-                    callbacks=[KeepCheckpoints(tmp_path / "kept")])
-    resumed = run_grpo(params, rows, str(tiny_policy_dir), tmp_path / "resumed", max_steps=6,
-                       save_steps=2, validation=training_validation(params, val_rows), reward_funcs=funcs(),
-                       resume_from=str(tmp_path / "kept" / "checkpoint-4"))
+    full = run_grpo(
+        params,
+        rows,
+        str(tiny_policy_dir),
+        tmp_path / "full",
+        max_steps=6,
+        save_steps=2,
+        validation=training_validation(params, val_rows),
+        reward_funcs=funcs(),
+        callbacks=[KeepCheckpoints(tmp_path / "kept")],
+    )
+    resumed = run_grpo(
+        params,
+        rows,
+        str(tiny_policy_dir),
+        tmp_path / "resumed",
+        max_steps=6,
+        save_steps=2,
+        validation=training_validation(params, val_rows),
+        reward_funcs=funcs(),
+        resume_from=str(tmp_path / "kept" / "checkpoint-4"),
+    )
     expected = validation_history(full.state.log_history)
     assert [h["step"] for h in expected] == [0, 2, 4, 6]
     assert validation_history(resumed.state.log_history) == expected  # step 0 not scored again

@@ -13,17 +13,17 @@ from safetensors import safe_open
 from rlvr.core.metric_keys import REWARD
 from rlvr.core.stats import drift_kl, kl_source, moving_average, window_mean
 
-
 # --------------------------------------------------------------------------- KL / beta diagnosis
+
 
 @dataclass(frozen=True)
 class KLThresholds:
-    kl_tiny: float          # max smoothed KL below this: the policy barely moved
-    plateau_gain: float     # reward gain over the second half below this: it plateaued early
-    kl_high: float          # final smoothed KL above this: far from the reference
+    kl_tiny: float  # max smoothed KL below this: the policy barely moved
+    plateau_gain: float  # reward gain over the second half below this: it plateaued early
+    kl_high: float  # final smoothed KL above this: far from the reference
     kl_rising_ratio: float  # last-quarter KL over third-quarter KL above this: still climbing
-    collapse_drop: float    # peak minus final smoothed reward above this: it rose then collapsed
-    window: int             # steps in each moving average
+    collapse_drop: float  # peak minus final smoothed reward above this: it rose then collapsed
+    window: int  # steps in each moving average
 
 
 def diagnose_kl(history: Sequence[dict], t: KLThresholds) -> dict:
@@ -58,29 +58,62 @@ def diagnose_kl(history: Sequence[dict], t: KLThresholds) -> dict:
     drop = values["reward_peak"] - values["reward_end"]
     rising = values["kl_q4"] / values["kl_q3"] if kls and values["kl_q3"] > 0 else math.nan
     rules = [
-        {"rule": "KL stays tiny", "value": values["kl_max"], "threshold": f"< {t.kl_tiny}",
-         "fired": bool(kls) and values["kl_max"] < t.kl_tiny},
-        {"rule": "reward plateaus early (gain over the second half)", "value": gain_second_half,
-         "threshold": f"< {t.plateau_gain}", "fired": gain_second_half < t.plateau_gain},
-        {"rule": "KL keeps climbing (last quarter / third quarter)", "value": rising,
-         "threshold": f"> {t.kl_rising_ratio}", "fired": rising > t.kl_rising_ratio},
-        {"rule": "KL ends high", "value": values["kl_end"], "threshold": f"> {t.kl_high}",
-         "fired": bool(kls) and values["kl_end"] > t.kl_high},
-        {"rule": "reward rises then collapses (peak - end)", "value": drop,
-         "threshold": f"> {t.collapse_drop}", "fired": drop > t.collapse_drop},
+        {
+            "rule": "KL stays tiny",
+            "value": values["kl_max"],
+            "threshold": f"< {t.kl_tiny}",
+            "fired": bool(kls) and values["kl_max"] < t.kl_tiny,
+        },
+        {
+            "rule": "reward plateaus early (gain over the second half)",
+            "value": gain_second_half,
+            "threshold": f"< {t.plateau_gain}",
+            "fired": gain_second_half < t.plateau_gain,
+        },
+        {
+            "rule": "KL keeps climbing (last quarter / third quarter)",
+            "value": rising,
+            "threshold": f"> {t.kl_rising_ratio}",
+            "fired": rising > t.kl_rising_ratio,
+        },
+        {
+            "rule": "KL ends high",
+            "value": values["kl_end"],
+            "threshold": f"> {t.kl_high}",
+            "fired": bool(kls) and values["kl_end"] > t.kl_high,
+        },
+        {
+            "rule": "reward rises then collapses (peak - end)",
+            "value": drop,
+            "threshold": f"> {t.collapse_drop}",
+            "fired": drop > t.collapse_drop,
+        },
     ]
     fired = {r["rule"] for r in rules if r["fired"]}
     if {"KL stays tiny", "reward plateaus early (gain over the second half)"} <= fired:
         label, advice = "too tight", "lower beta: the KL penalty holds the policy at the reference"
-    elif fired & {"KL keeps climbing (last quarter / third quarter)", "KL ends high",
-                  "reward rises then collapses (peak - end)"}:
-        label, advice = "too loose", ("raise beta, or use the warmup / adaptive schedule: the "
-                                      "policy drifts from the reference")
+    elif fired & {
+        "KL keeps climbing (last quarter / third quarter)",
+        "KL ends high",
+        "reward rises then collapses (peak - end)",
+    }:
+        label, advice = (
+            "too loose",
+            (
+                "raise beta, or use the warmup / adaptive schedule: the "
+                "policy drifts from the reference"
+            ),
+        )
     elif values["reward_end"] > values["reward_start"]:
         label, advice = "healthy", "KL bounded and reward rising: keep beta"
     else:
-        label, advice = "no learning", ("reward did not rise although KL looks fine: check the "
-                                        "reward spread, the learning rate and the data")
+        label, advice = (
+            "no learning",
+            (
+                "reward did not rise although KL looks fine: check the "
+                "reward spread, the learning rate and the data"
+            ),
+        )
     if not kls:
         advice += " (beta = 0: no KL was measured, only the reward rules apply)"
     return {"label": label, "advice": advice, "rules": rules, "values": values}
@@ -88,23 +121,28 @@ def diagnose_kl(history: Sequence[dict], t: KLThresholds) -> dict:
 
 # --------------------------------------------------------------------------- per-prompt audit
 
+
 def prompt_audit(per_prompt: Sequence[dict], top: int = 5) -> dict:
     """Biggest gains and losses of mean reward, and prompts never / always solved (sampled)."""
     by_delta = sorted(per_prompt, key=lambda r: r["delta"])
     return {
         "gains": [r for r in reversed(by_delta) if r["delta"] > 0][:top],
         "losses": [r for r in by_delta if r["delta"] < 0][:top],
-        "never_solved": [r for r in per_prompt
-                         if r.get("step0_success") == 0 and r.get("final_success") == 0],
-        "always_solved": [r for r in per_prompt
-                          if r.get("step0_success") == 1 and r.get("final_success") == 1],
+        "never_solved": [
+            r for r in per_prompt if r.get("step0_success") == 0 and r.get("final_success") == 0
+        ],
+        "always_solved": [
+            r for r in per_prompt if r.get("step0_success") == 1 and r.get("final_success") == 1
+        ],
     }
 
 
 # --------------------------------------------------------------------------- GRPO vs PPO
 
-def ppo_cost(policy_params: int, hidden_size: int, num_generations: int,
-             bytes_per_param_trained: int = 16) -> dict:
+
+def ppo_cost(
+    policy_params: int, hidden_size: int, num_generations: int, bytes_per_param_trained: int = 16
+) -> dict:
     """What PPO's critic would cost for this policy, and what GRPO pays instead.
 
     The critic is the usual choice: the policy's backbone with a scalar value head (hidden + 1

@@ -13,18 +13,35 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlvr.audit.slices import (SliceRule, audit_verdict, pass_at_k_curve, split_audit, verdict_line,
-                        weighed_regressions)
+from rlvr.audit.slices import (
+    SliceRule,
+    audit_verdict,
+    pass_at_k_curve,
+    split_audit,
+    verdict_line,
+    weighed_regressions,
+)
+from rlvr.core.metric_keys import (
+    CORRECTNESS_REWARD,
+    GREEDY_SUCCESS,
+    MEAN_LENGTH,
+    MEAN_REWARD,
+    SAMPLED_SUCCESS,
+    TAG_SUCCESS_PREFIX,
+    pass_at,
+)
+from rlvr.core.stats import finite_mean, paired_ci
 from rlvr.data.rows import Row
 from rlvr.grpo.validation import Validation
-from rlvr.core.metric_keys import (CORRECTNESS_REWARD, GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD,
-                                   SAMPLED_SUCCESS, TAG_SUCCESS_PREFIX, pass_at)
 from rlvr.params.config import RewardsParams
-from rlvr.rewards.registry import (REWARD_FUNCS, RewardFunction, build_reward_funcs,
-                                   normalized_weights)
-from rlvr.core.stats import finite_mean, paired_ci
-from rlvr.rewards.verifiers import extract_answer, format_reward
 from rlvr.rewards.grpo_math import k3_kl
+from rlvr.rewards.registry import (
+    REWARD_FUNCS,
+    RewardFunction,
+    build_reward_funcs,
+    normalized_weights,
+)
+from rlvr.rewards.verifiers import extract_answer, format_reward
 
 CORRECTNESS = CORRECTNESS_REWARD
 
@@ -32,6 +49,7 @@ CORRECTNESS = CORRECTNESS_REWARD
 @dataclass
 class SampleSettings:
     """How completions are drawn (the GRPO rollout settings, or greedy)."""
+
     n: int = 8
     do_sample: bool = True
     temperature: float = 1.0
@@ -45,9 +63,13 @@ def rollout_settings(params, n: int | None = None, seed: int | None = None) -> S
     """Sampling that matches GRPO's rollouts (params.train.grpo: temperature, top_p, completion
     length; G samples unless n is given)."""
     grpo = params.train.grpo
-    return SampleSettings(n=n or grpo.num_generations, temperature=grpo.temperature,
-                          top_p=grpo.top_p, max_new_tokens=grpo.max_completion_length,
-                          seed=params.seed if seed is None else seed)
+    return SampleSettings(
+        n=n or grpo.num_generations,
+        temperature=grpo.temperature,
+        top_p=grpo.top_p,
+        max_new_tokens=grpo.max_completion_length,
+        seed=params.seed if seed is None else seed,
+    )
 
 
 def greedy_settings(sampled: SampleSettings) -> SampleSettings:
@@ -56,19 +78,25 @@ def greedy_settings(sampled: SampleSettings) -> SampleSettings:
     >>> greedy_settings(SampleSettings(n=8, max_new_tokens=12, seed=3))
     SampleSettings(n=1, do_sample=False, temperature=1.0, top_p=1.0, max_new_tokens=12, seed=3, batch_prompts=64)
     """
-    return SampleSettings(n=1, do_sample=False, max_new_tokens=sampled.max_new_tokens,
-                          seed=sampled.seed, batch_prompts=sampled.batch_prompts)
+    return SampleSettings(
+        n=1,
+        do_sample=False,
+        max_new_tokens=sampled.max_new_tokens,
+        seed=sampled.seed,
+        batch_prompts=sampled.batch_prompts,
+    )
 
 
 @dataclass
 class ScoredRow:
     """One row's completions and what every reward function gave them."""
+
     id: str
     completions: list[str]
-    rewards: dict[str, list[float | None]]   # reward name -> one value per completion
-    total: list[float]                       # the weighted reward TRL would use
+    rewards: dict[str, list[float | None]]  # reward name -> one value per completion
+    total: list[float]  # the weighted reward TRL would use
     lengths: list[int] = field(default_factory=list)
-    prompt_text: str = ""                    # the rendered prompt the model was conditioned on
+    prompt_text: str = ""  # the rendered prompt the model was conditioned on
     token_ids: list[list[int]] = field(default_factory=list)
     correct: list[bool] = field(default_factory=list)  # the row's verifier scored it 1
     tags: tuple[str, ...] = ()
@@ -110,8 +138,12 @@ def render_prompt(tokenizer, prompt: str, template: Mapping | None) -> str:
     rendering with the template's variables (prompt_template), as TRL renders it."""
     if template is None:
         return prompt
-    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True, **template)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}],
+        tokenize=False,
+        add_generation_prompt=True,
+        **template,
+    )
 
 
 def stop_token_ids(model, tokenizer) -> list[int]:
@@ -122,8 +154,9 @@ def stop_token_ids(model, tokenizer) -> list[int]:
     return ids if tokenizer.eos_token_id in ids else [tokenizer.eos_token_id, *ids]
 
 
-def generate(model, tokenizer, prompts: Sequence[str], settings: SampleSettings
-             ) -> list[tuple[list[str], list[list[int]]]]:
+def generate(
+    model, tokenizer, prompts: Sequence[str], settings: SampleSettings
+) -> list[tuple[list[str], list[list[int]]]]:
     """Completions (texts, token ids up to and with the first stop token) for each prompt:
     settings.n, seeded."""
     torch.manual_seed(settings.seed)
@@ -132,25 +165,30 @@ def generate(model, tokenizer, prompts: Sequence[str], settings: SampleSettings
     stops = stop_token_ids(model, tokenizer)
     results = []
     for start in range(0, len(prompts), settings.batch_prompts):
-        chunk = list(prompts[start:start + settings.batch_prompts])
-        encoded = tokenizer(chunk, return_tensors="pt", padding=True,
-                            add_special_tokens=False).to(model.device)
-        kwargs = dict(max_new_tokens=settings.max_new_tokens, num_return_sequences=settings.n,
-                      do_sample=settings.do_sample, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=stops)
+        chunk = list(prompts[start : start + settings.batch_prompts])
+        encoded = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(
+            model.device
+        )
+        kwargs = dict(
+            max_new_tokens=settings.max_new_tokens,
+            num_return_sequences=settings.n,
+            do_sample=settings.do_sample,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=stops,
+        )
         if settings.do_sample:
             kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         with torch.no_grad():
             output = model.generate(**encoded, **kwargs)
-        new_tokens = output[:, encoded["input_ids"].shape[1]:]
+        new_tokens = output[:, encoded["input_ids"].shape[1] :]
         for i in range(len(chunk)):
             texts, token_ids = [], []
-            for ids in new_tokens[i * settings.n:(i + 1) * settings.n].tolist():
+            for ids in new_tokens[i * settings.n : (i + 1) * settings.n].tolist():
                 end = next((k for k, t in enumerate(ids) if t in stops), None)
                 if end is not None:
-                    ids = ids[:end + 1]
+                    ids = ids[: end + 1]
                 # padding goes, the stop token stays (Qwen pads with <|endoftext|>, a stop too)
                 ids = [t for k, t in enumerate(ids) if t != tokenizer.pad_token_id or k == end]
                 texts.append(tokenizer.decode(ids, skip_special_tokens=True))
@@ -168,9 +206,15 @@ def weighted_total(per_func: Sequence[float | None], weights: Sequence[float]) -
     return sum(w * r for w, r in zip(weights, per_func) if r is not None and not math.isnan(r))
 
 
-def score_rows(model, tokenizer, rows: Sequence[Row], reward_funcs: Sequence[RewardFunction],
-               weights: Sequence[float], settings: SampleSettings,
-               template: Mapping | None = None) -> list[ScoredRow]:
+def score_rows(
+    model,
+    tokenizer,
+    rows: Sequence[Row],
+    reward_funcs: Sequence[RewardFunction],
+    weights: Sequence[float],
+    settings: SampleSettings,
+    template: Mapping | None = None,
+) -> list[ScoredRow]:
     """Sample completions for every row and score them with every reward function (prompts
     rendered by render_prompt)."""
     # Whether a sample is correct (pass@k, success) is the verifier's word, whether or not the
@@ -184,18 +228,38 @@ def score_rows(model, tokenizer, rows: Sequence[Row], reward_funcs: Sequence[Rew
         lengths = [len(ids) for ids in token_ids]
         prompt_text = prompt_of[row.id]
         rewards = {
-            f.__name__: f(prompts=[row.prompt] * len(texts), completions=texts,
-                          completion_ids=[[0] * n for n in lengths],
-                          verifier=[row.verifier] * len(texts), id=[row.id] * len(texts))
+            f.__name__: f(
+                prompts=[row.prompt] * len(texts),
+                completions=texts,
+                completion_ids=[[0] * n for n in lengths],
+                verifier=[row.verifier] * len(texts),
+                id=[row.id] * len(texts),
+            )
             for f in reward_funcs
         }
-        totals = [weighted_total([rewards[f.__name__][i] for f in reward_funcs], weights)
-                  for i in range(len(texts))]
+        totals = [
+            weighted_total([rewards[f.__name__][i] for f in reward_funcs], weights)
+            for i in range(len(texts))
+        ]
         verdicts = rewards.get(CORRECTNESS) or correctness(
-            prompts=[row.prompt] * len(texts), completions=texts, verifier=[row.verifier] *
-            len(texts), id=[row.id] * len(texts))
-        scored.append(ScoredRow(row.id, texts, rewards, totals, lengths, prompt_text, token_ids,
-                                [v == 1.0 for v in verdicts], tuple(row.tags)))
+            prompts=[row.prompt] * len(texts),
+            completions=texts,
+            verifier=[row.verifier] * len(texts),
+            id=[row.id] * len(texts),
+        )
+        scored.append(
+            ScoredRow(
+                row.id,
+                texts,
+                rewards,
+                totals,
+                lengths,
+                prompt_text,
+                token_ids,
+                [v == 1.0 for v in verdicts],
+                tuple(row.tags),
+            )
+        )
     return scored
 
 
@@ -210,8 +274,9 @@ def summarize(scored: Sequence[ScoredRow], correctness: str = CORRECTNESS) -> di
         "mean_reward": finite_mean(s.total[i] for s, i in samples),
         "mean_length": finite_mean(s.lengths[i] for s, i in samples),
         "rewards": {name: finite_mean(s.rewards[name][i] for s, i in samples) for name in names},
-        "none_rewards": {name: sum(v is None for s in scored for v in s.rewards[name])
-                         for name in names},
+        "none_rewards": {
+            name: sum(v is None for s in scored for v in s.rewards[name]) for name in names
+        },
     }
     if correctness in names:
         summary["success"] = summary["rewards"][correctness]
@@ -219,6 +284,7 @@ def summarize(scored: Sequence[ScoredRow], correctness: str = CORRECTNESS) -> di
 
 
 # --------------------------------------------------------------------------- validation
+
 
 def correct_spread(scored: Sequence[ScoredRow]) -> float:
     """The share of rows whose samples hold both a correct and a wrong answer: the groups in
@@ -240,8 +306,7 @@ def tag_success(scored: Sequence[ScoredRow]) -> dict[str, float]:
     {'add': 0.25, 'sub': 0.0}
     """
     tags = sorted({t for s in scored for t in s.tags})
-    return {tag: finite_mean(c for s in scored if tag in s.tags for c in s.correct)
-            for tag in tags}
+    return {tag: finite_mean(c for s in scored if tag in s.tags for c in s.correct) for tag in tags}
 
 
 def training_validation(params, rows: Sequence[Row]) -> Validation:
@@ -259,9 +324,15 @@ def training_validation(params, rows: Sequence[Row]) -> Validation:
     return Validation(rows=list(rows), score=score)
 
 
-def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weights,
-                      sampled: SampleSettings, template: Mapping | None = None
-                      ) -> dict[str, float]:
+def validation_scores(
+    model,
+    tokenizer,
+    rows: Sequence[Row],
+    reward_funcs,
+    weights,
+    sampled: SampleSettings,
+    template: Mapping | None = None,
+) -> dict[str, float]:
     """The policy on the validation rows, as `evaluate` scores a split: mean reward of
     `sampled.n` seeded samples per prompt, sampled and greedy success, mean length, pass@k for
     every k up to n (`pass_at_<k>`) and the success on each tag's rows (`success/<tag>`), so the
@@ -277,21 +348,25 @@ def validation_scores(model, tokenizer, rows: Sequence[Row], reward_funcs, weigh
     try:
         with torch.random.fork_rng(devices=devices):
             scored = score_rows(model, tokenizer, rows, reward_funcs, weights, sampled, template)
-            greedy_summary = summarize(score_rows(model, tokenizer, rows, reward_funcs, weights,
-                                                  greedy, template))
+            greedy_summary = summarize(
+                score_rows(model, tokenizer, rows, reward_funcs, weights, greedy, template)
+            )
     finally:
         model.train(was_training)
     samples = summarize(scored)
     curve = pass_at_k_curve([sum(s.correct) for s in scored], sampled.n)
-    return {MEAN_REWARD: samples["mean_reward"],
-            GREEDY_SUCCESS: greedy_summary.get("success", math.nan),
-            SAMPLED_SUCCESS: samples.get("success", math.nan),
-            MEAN_LENGTH: samples["mean_length"],
-            **{pass_at(k): value for k, value in curve.items()},
-            **{TAG_SUCCESS_PREFIX + tag: value for tag, value in tag_success(scored).items()}}
+    return {
+        MEAN_REWARD: samples["mean_reward"],
+        GREEDY_SUCCESS: greedy_summary.get("success", math.nan),
+        SAMPLED_SUCCESS: samples.get("success", math.nan),
+        MEAN_LENGTH: samples["mean_length"],
+        **{pass_at(k): value for k, value in curve.items()},
+        **{TAG_SUCCESS_PREFIX + tag: value for tag, value in tag_success(scored).items()},
+    }
 
 
 # --------------------------------------------------------------------------- step 0 vs final
+
 
 def _mean_of(values: Sequence[float | None] | None) -> float | None:
     """finite_mean, as None (JSON null) when there is nothing to average."""
@@ -299,8 +374,9 @@ def _mean_of(values: Sequence[float | None] | None) -> float | None:
     return None if math.isnan(mean) else mean
 
 
-def _split_stats(sampled: Sequence[ScoredRow], greedy: Sequence[ScoredRow],
-                 format_pattern: str) -> dict:
+def _split_stats(
+    sampled: Sequence[ScoredRow], greedy: Sequence[ScoredRow], format_pattern: str
+) -> dict:
     summary = summarize(sampled)
     greedy_summary = summarize(greedy)
     texts = [t for s in sampled for t in s.completions]
@@ -314,8 +390,9 @@ def _split_stats(sampled: Sequence[ScoredRow], greedy: Sequence[ScoredRow],
     }
 
 
-def _policy_record(prefix: str, sampled: ScoredRow, greedy: ScoredRow,
-                   entropies: Sequence[Sequence[float]]) -> dict:
+def _policy_record(
+    prefix: str, sampled: ScoredRow, greedy: ScoredRow, entropies: Sequence[Sequence[float]]
+) -> dict:
     """What the audit keeps of one policy on one prompt (rlvr.audit.slices reads these fields)."""
     tokens = sum(len(e) for e in entropies)
     answers = sampled.answers
@@ -332,10 +409,18 @@ def _policy_record(prefix: str, sampled: ScoredRow, greedy: ScoredRow,
     }
 
 
-def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weights,
-          sampled: SampleSettings, format_pattern: str, template: Mapping | None = None,
-          confidence: float = 0.95, n_resamples: int = 10000,
-          slice_rule: SliceRule | None = None) -> tuple[dict, list[dict]]:
+def audit(
+    policies: dict,
+    splits: dict[str, Sequence[Row]],
+    reward_funcs,
+    weights,
+    sampled: SampleSettings,
+    format_pattern: str,
+    template: Mapping | None = None,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+    slice_rule: SliceRule | None = None,
+) -> tuple[dict, list[dict]]:
     """Step 0 vs final on every split, with the same sampling seeds for both policies.
 
     policies: {"step0": (model, tokenizer), "final": (model, tokenizer)}. Returns the metrics
@@ -351,9 +436,13 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
     metrics: dict = {}
     per_prompt: list[dict] = []
     for split, rows in splits.items():
-        scored = {name: (score_rows(m, t, rows, reward_funcs, weights, sampled, template),
-                         score_rows(m, t, rows, reward_funcs, weights, greedy, template))
-                  for name, (m, t) in policies.items()}
+        scored = {
+            name: (
+                score_rows(m, t, rows, reward_funcs, weights, sampled, template),
+                score_rows(m, t, rows, reward_funcs, weights, greedy, template),
+            )
+            for name, (m, t) in policies.items()
+        }
         (s0, g0), (s1, g1) = scored["step0"], scored["final"]
         deltas = [b.mean_total - a.mean_total for a, b in zip(s0, s1)]
         metrics[split] = {
@@ -363,32 +452,42 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
             "final": _split_stats(s1, g1, format_pattern),
             "delta_mean_reward": paired_ci(deltas, confidence, n_resamples, seed=sampled.seed),
         }
-        metrics[split]["delta_greedy_success"] = (metrics[split]["final"]["greedy_success"]
-                                                  - metrics[split]["step0"]["greedy_success"])
+        metrics[split]["delta_greedy_success"] = (
+            metrics[split]["final"]["greedy_success"] - metrics[split]["step0"]["greedy_success"]
+        )
         # Three forward passes per prompt, no generation: the final policy on its own samples
         # (its entropy; with the step-0 policy on the same samples, the KL) and the step-0
         # policy on its own (its entropy).
         kl_sum, kl_tokens = 0.0, 0
         records = []
         for row, a, b, ga, gb, delta in zip(rows, s0, s1, g0, g1, deltas):
-            final_on_own = token_stats(final_model, tokenizer, b.prompt_text, b.token_ids,
-                                       sampled.temperature)
-            base_on_final = token_stats(base_model, tokenizer, b.prompt_text, b.token_ids,
-                                        sampled.temperature)
-            base_on_own = token_stats(base_model, tokenizer, a.prompt_text, a.token_ids,
-                                      sampled.temperature)
-            total, tokens = k3_sum([lp for lp, _ in final_on_own],
-                                   [lp for lp, _ in base_on_final])
+            final_on_own = token_stats(
+                final_model, tokenizer, b.prompt_text, b.token_ids, sampled.temperature
+            )
+            base_on_final = token_stats(
+                base_model, tokenizer, b.prompt_text, b.token_ids, sampled.temperature
+            )
+            base_on_own = token_stats(
+                base_model, tokenizer, a.prompt_text, a.token_ids, sampled.temperature
+            )
+            total, tokens = k3_sum([lp for lp, _ in final_on_own], [lp for lp, _ in base_on_final])
             kl_sum, kl_tokens = kl_sum + total, kl_tokens + tokens
-            records.append({
-                "id": row.id, "split": split, "prompt": row.prompt, "tags": list(row.tags),
-                "samples": sampled.n, "delta": delta,
-                **_policy_record("step0", a, ga, [e for _, e in base_on_own]),
-                **_policy_record("final", b, gb, [e for _, e in final_on_own]),
-            })
+            records.append(
+                {
+                    "id": row.id,
+                    "split": split,
+                    "prompt": row.prompt,
+                    "tags": list(row.tags),
+                    "samples": sampled.n,
+                    "delta": delta,
+                    **_policy_record("step0", a, ga, [e for _, e in base_on_own]),
+                    **_policy_record("final", b, gb, [e for _, e in final_on_own]),
+                }
+            )
         metrics[split]["kl_final_vs_step0"] = kl_sum / kl_tokens if kl_tokens else math.nan
-        metrics[split].update(split_audit(records, sampled.n, rule, confidence, n_resamples,
-                                          seed=sampled.seed))
+        metrics[split].update(
+            split_audit(records, sampled.n, rule, confidence, n_resamples, seed=sampled.seed)
+        )
         per_prompt += records
     decisive = "heldout" if "heldout" in metrics else next(iter(metrics))
     metrics["verdict"] = audit_verdict(metrics[decisive])
@@ -398,9 +497,14 @@ def audit(policies: dict, splits: dict[str, Sequence[Row]], reward_funcs, weight
     return metrics, per_prompt
 
 
-def token_stats(model, tokenizer, prompt: str, completions: Sequence[Sequence[int]],
-                temperature: float = 1.0, chunk: int = 16
-                ) -> list[tuple[list[float], list[float]]]:
+def token_stats(
+    model,
+    tokenizer,
+    prompt: str,
+    completions: Sequence[Sequence[int]],
+    temperature: float = 1.0,
+    chunk: int = 16,
+) -> list[tuple[list[float], list[float]]]:
     """For each completion (token ids) after the prompt: the log-probability of each of its
     tokens, and the policy's entropy (nats, at `temperature`) at each of those positions.
 
@@ -413,16 +517,23 @@ def token_stats(model, tokenizer, prompt: str, completions: Sequence[Sequence[in
     filled = [i for i, ids in enumerate(completions) if ids]
     with torch.no_grad():
         for first in range(0, len(filled), chunk):
-            batch = filled[first:first + chunk]
+            batch = filled[first : first + chunk]
             width = max(len(completions[i]) for i in batch)
-            ids = [prompt_ids + list(completions[i]) + [pad] * (width - len(completions[i]))
-                   for i in batch]
-            mask = [[1] * (start + len(completions[i])) + [0] * (width - len(completions[i]))
-                    for i in batch]
+            ids = [
+                prompt_ids + list(completions[i]) + [pad] * (width - len(completions[i]))
+                for i in batch
+            ]
+            mask = [
+                [1] * (start + len(completions[i])) + [0] * (width - len(completions[i]))
+                for i in batch
+            ]
             input_ids = torch.tensor(ids, device=model.device)
-            logits = model(input_ids=input_ids,
-                           attention_mask=torch.tensor(mask, device=model.device)
-                           ).logits[:, start - 1:-1] / temperature
+            logits = (
+                model(
+                    input_ids=input_ids, attention_mask=torch.tensor(mask, device=model.device)
+                ).logits[:, start - 1 : -1]
+                / temperature
+            )
             logps = torch.log_softmax(logits.float(), dim=-1)
             chosen = logps.gather(-1, input_ids[:, start:].unsqueeze(-1)).squeeze(-1)
             entropy = -(logps.exp() * logps).sum(-1)
@@ -432,28 +543,34 @@ def token_stats(model, tokenizer, prompt: str, completions: Sequence[Sequence[in
     return out
 
 
-def completion_logprobs(model, tokenizer, prompt: str, completions: Sequence[Sequence[int]],
-                        temperature: float = 1.0) -> list[list[float]]:
+def completion_logprobs(
+    model, tokenizer, prompt: str, completions: Sequence[Sequence[int]], temperature: float = 1.0
+) -> list[list[float]]:
     """Per-token log-probabilities of each completion (token ids) after the prompt."""
-    return [logps for logps, _ in token_stats(model, tokenizer, prompt, completions,
-                                              temperature)]
+    return [logps for logps, _ in token_stats(model, tokenizer, prompt, completions, temperature)]
 
 
-def k3_sum(logps: Sequence[Sequence[float]], refs: Sequence[Sequence[float]]
-           ) -> tuple[float, int]:
+def k3_sum(logps: Sequence[Sequence[float]], refs: Sequence[Sequence[float]]) -> tuple[float, int]:
     """The k3 KL summed over every token of the completions (the policy's and the reference's
     per-token log-probabilities of the same tokens), and how many tokens."""
-    return (sum(k3_kl(x, y) for a, b in zip(logps, refs) for x, y in zip(a, b)),
-            sum(len(a) for a in logps))
+    return (
+        sum(k3_kl(x, y) for a, b in zip(logps, refs) for x, y in zip(a, b)),
+        sum(len(a) for a in logps),
+    )
 
 
-def policy_kl(policy, reference, tokenizer, scored: Sequence[ScoredRow],
-              temperature: float = 1.0) -> float:
+def policy_kl(
+    policy, reference, tokenizer, scored: Sequence[ScoredRow], temperature: float = 1.0
+) -> float:
     """Mean per-token k3 KL(policy || reference) on the policy's own samples: how far training
     moved the policy, measured the same way whether or not training used a KL penalty."""
     total, count = 0.0, 0
     for row in scored:
-        kl, tokens = k3_sum(*(completion_logprobs(m, tokenizer, row.prompt_text, row.token_ids,
-                                                  temperature) for m in (policy, reference)))
+        kl, tokens = k3_sum(
+            *(
+                completion_logprobs(m, tokenizer, row.prompt_text, row.token_ids, temperature)
+                for m in (policy, reference)
+            )
+        )
         total, count = total + kl, count + tokens
     return total / count if count else math.nan

@@ -23,8 +23,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy.stats import bootstrap
 
-from rlvr.audit.slices import (POLICIES, SliceRule, _policy_stats, audit_verdict, pass_at_k,
-                        regression_reasons, verdict_line)
+from rlvr.audit.slices import (
+    POLICIES,
+    SliceRule,
+    _policy_stats,
+    audit_verdict,
+    pass_at_k,
+    regression_reasons,
+    verdict_line,
+)
 from rlvr.core.stats import seeds_and_prompts_ci
 
 MIN_SEEDS = 2  # a recipe verdict needs at least this many seeds that ran to the end
@@ -42,8 +49,10 @@ def _aligned(runs: Mapping[int, Sequence[Mapping]]) -> dict[int, list[Mapping]]:
     first = next(iter(ids.values()), [])
     for seed, seen in ids.items():
         if seen != first:
-            raise SeedsDisagree(f"seed {seed}'s held-out records cover other rows than seed "
-                                f"{next(iter(ids))}'s ({len(seen)} against {len(first)})")
+            raise SeedsDisagree(
+                f"seed {seed}'s held-out records cover other rows than seed "
+                f"{next(iter(ids))}'s ({len(seen)} against {len(first)})"
+            )
     return ordered
 
 
@@ -51,27 +60,49 @@ def _table(runs: Mapping[int, Sequence[Mapping]], value) -> list[list[float]]:
     return [[value(r) for r in records] for records in runs.values()]
 
 
-def pooled_compare(runs: Mapping[int, Sequence[Mapping]], n: int, confidence: float = 0.95,
-                   n_resamples: int = 10000, seed: int = 0) -> dict:
+def pooled_compare(
+    runs: Mapping[int, Sequence[Mapping]],
+    n: int,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+    seed: int = 0,
+) -> dict:
     """rlvr.audit.slices.compare over several seeds' records of the same rows: each policy's figures
     pooled over seeds, and each paired delta (mean reward, pass@1, pass@n) with its two-level
     interval."""
     records = [r for rs in runs.values() for r in rs]
-    out = {"rows": len(next(iter(runs.values()), [])),
-           **{p: _policy_stats(records, p, n) for p in POLICIES},
-           "delta_mean_reward": seeds_and_prompts_ci(
-               _table(runs, lambda r: r["final_reward"] - r["step0_reward"]), confidence,
-               n_resamples, seed)}
+    out = {
+        "rows": len(next(iter(runs.values()), [])),
+        **{p: _policy_stats(records, p, n) for p in POLICIES},
+        "delta_mean_reward": seeds_and_prompts_ci(
+            _table(runs, lambda r: r["final_reward"] - r["step0_reward"]),
+            confidence,
+            n_resamples,
+            seed,
+        ),
+    }
     for k in sorted({1, n}):
-        out[f"delta_pass@{k}"] = seeds_and_prompts_ci(_table(
-            runs, lambda r: pass_at_k(n, r["final_correct"], k)
-            - pass_at_k(n, r["step0_correct"], k)), confidence, n_resamples, seed)
+        out[f"delta_pass@{k}"] = seeds_and_prompts_ci(
+            _table(
+                runs,
+                lambda r: pass_at_k(n, r["final_correct"], k) - pass_at_k(n, r["step0_correct"], k),
+            ),
+            confidence,
+            n_resamples,
+            seed,
+        )
     return out
 
 
-def pooled_audit(runs: Mapping[int, Sequence[Mapping]], n: int, rule: SliceRule,
-                 confidence: float = 0.95, n_resamples: int = 10000, seed: int = 0,
-                 seed_regressions: Mapping[int, Sequence[str]] | None = None) -> dict:
+def pooled_audit(
+    runs: Mapping[int, Sequence[Mapping]],
+    n: int,
+    rule: SliceRule,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+    seed: int = 0,
+    seed_regressions: Mapping[int, Sequence[str]] | None = None,
+) -> dict:
     """The split audit the verdict reads (delta_mean_reward, losses, slices), pooled over seeds;
     `seed_regressions` (seed -> the tags its own audit called regressed) counts, per tag, the
     seeds that regressed on it."""
@@ -86,9 +117,16 @@ def pooled_audit(runs: Mapping[int, Sequence[Mapping]], n: int, rule: SliceRule,
         entry["weighed"] = entry["rows"] >= rule.min_rows
         entry["regressed_seeds"] = sum(tag in tags for tags in (seed_regressions or {}).values())
         slices.append(entry)
-    return {**whole, "samples_per_prompt": n, "slices": slices,
-            "losses": [reason for reason in regression_reasons(whole, n, rule)
-                       if not reason.startswith("mean reward")]}
+    return {
+        **whole,
+        "samples_per_prompt": n,
+        "slices": slices,
+        "losses": [
+            reason
+            for reason in regression_reasons(whole, n, rule)
+            if not reason.startswith("mean reward")
+        ],
+    }
 
 
 def validation_score(train_summary: Mapping) -> float | None:
@@ -112,13 +150,15 @@ def pick_seed(train_summaries: Mapping[int, Mapping]) -> tuple[int, str]:
     scores = {s: validation_score(summary) for s, summary in sorted(train_summaries.items())}
     scored = {s: v for s, v in scores.items() if v is not None}
     if not scored:
-        return min(scores), ("the lowest seed: no run scored the validation rows "
-                             "(train.eval_steps is 0)")
+        return min(scores), (
+            "the lowest seed: no run scored the validation rows (train.eval_steps is 0)"
+        )
     best = max(scored.values())
     chosen = min(s for s, v in scored.items() if v == best)
     others = ", ".join(f"seed {s}: {v:.4f}" for s, v in scored.items())
-    return chosen, (f"the best mean reward on the validation rows at its chosen step: "
-                    f"{best:.4f} ({others})")
+    return chosen, (
+        f"the best mean reward on the validation rows at its chosen step: {best:.4f} ({others})"
+    )
 
 
 def _ci(d: Mapping) -> dict:
@@ -142,67 +182,112 @@ def recipe_metrics(recipe: Mapping) -> dict:
     if not pooled:
         return {"seeds": list(recipe["seeds"]), "verdict": recipe["verdict"]}
     n = pooled["samples_per_prompt"]
-    return {"seeds": list(recipe["seeds"]), "verdict": recipe["verdict"],
-            "delta_mean_reward": _ci(pooled["delta_mean_reward"]),
-            **{key: round(value, 3) for key, value in (
+    return {
+        "seeds": list(recipe["seeds"]),
+        "verdict": recipe["verdict"],
+        "delta_mean_reward": _ci(pooled["delta_mean_reward"]),
+        **{
+            key: round(value, 3)
+            for key, value in (
                 ("pass1_step0", pooled["step0"]["pass@1"]),
                 ("pass1_final", pooled["final"]["pass@1"]),
                 ("passn_step0", pooled["step0"][f"pass@{n}"]),
-                ("passn_final", pooled["final"][f"pass@{n}"]))},
-            "tags": {s["tag"]: {"delta": _ci(s["delta_mean_reward"]),
-                                "passn_delta": _ci(s[f"delta_pass@{n}"]),
-                                "regressed_seeds": s["regressed_seeds"],
-                                "regressed": s["regressed"]} for s in pooled["slices"]}}
+                ("passn_final", pooled["final"][f"pass@{n}"]),
+            )
+        },
+        "tags": {
+            s["tag"]: {
+                "delta": _ci(s["delta_mean_reward"]),
+                "passn_delta": _ci(s[f"delta_pass@{n}"]),
+                "regressed_seeds": s["regressed_seeds"],
+                "regressed": s["regressed"],
+            }
+            for s in pooled["slices"]
+        },
+    }
 
 
 def seed_line(seed: int, summary: Mapping, train_summary: Mapping) -> dict:
     """One seed's line in the recipe's table: its own verdict (one run's) and figures."""
     split = summary[summary["verdict_split"]]
     n = split["samples_per_prompt"]
-    return {"seed": seed, "samples": n, "verdict": summary["verdict"],
-            "verdict_line": summary["verdict_line"],
-            "delta_mean_reward": _ci(split["delta_mean_reward"]),
-            "pass1_final": split["pass_at_k"]["final"]["1"],
-            "passn_final": split["pass_at_k"]["final"][str(n)],
-            "regressed_tags": list(summary.get("regressed_tags") or []),
-            "validation_reward": validation_score(train_summary)}
+    return {
+        "seed": seed,
+        "samples": n,
+        "verdict": summary["verdict"],
+        "verdict_line": summary["verdict_line"],
+        "delta_mean_reward": _ci(split["delta_mean_reward"]),
+        "pass1_final": split["pass_at_k"]["final"]["1"],
+        "passn_final": split["pass_at_k"]["final"][str(n)],
+        "regressed_tags": list(summary.get("regressed_tags") or []),
+        "validation_reward": validation_score(train_summary),
+    }
 
 
-def recipe_audit(seeds: Sequence[int], evaluated: Mapping[int, Mapping],
-                 failed: Mapping[int, str], rule: SliceRule, confidence: float = 0.95,
-                 n_resamples: int = 10000) -> dict:
+def recipe_audit(
+    seeds: Sequence[int],
+    evaluated: Mapping[int, Mapping],
+    failed: Mapping[int, str],
+    rule: SliceRule,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+) -> dict:
     """The recipe's audit from the seeds that ran to the end. `evaluated`: seed -> {"summary"
     (evaluate's), "records" (its per-prompt records), "train" (train's summary)}; `failed`:
     seed -> the line saying why it has no result. Fewer than MIN_SEEDS seeds: no verdict."""
     lines = [seed_line(s, e["summary"], e["train"]) for s, e in sorted(evaluated.items())]
-    out = {"seeds": list(seeds), "evaluated": sorted(evaluated), "failed": dict(sorted(
-        failed.items())), "seed_lines": lines}
+    out = {
+        "seeds": list(seeds),
+        "evaluated": sorted(evaluated),
+        "failed": dict(sorted(failed.items())),
+        "seed_lines": lines,
+    }
     if evaluated:  # one seed's model is published, whatever the number of seeds
         published, why = pick_seed({s: e["train"] for s, e in evaluated.items()})
         out.update(published_seed=published, published_reason=why)
     if len(evaluated) < MIN_SEEDS:
         missing = "; ".join(f"seed {s}: {line}" for s, line in sorted(failed.items()))
-        return {**out, "verdict": NO_VERDICT, "pooled": None,
-                "verdict_line": f"{NO_VERDICT}: {len(evaluated)} of {len(seeds)} seeds ran to "
-                                f"the end, and a verdict needs {MIN_SEEDS}"
-                                + (f" ({missing})" if missing else "")}
+        return {
+            **out,
+            "verdict": NO_VERDICT,
+            "pooled": None,
+            "verdict_line": f"{NO_VERDICT}: {len(evaluated)} of {len(seeds)} seeds ran to "
+            f"the end, and a verdict needs {MIN_SEEDS}" + (f" ({missing})" if missing else ""),
+        }
     split = next(iter(evaluated.values()))["summary"]["verdict_split"]
-    runs = {s: [r for r in e["records"] if r.get("split") == split]
-            for s, e in sorted(evaluated.items())}
+    runs = {
+        s: [r for r in e["records"] if r.get("split") == split]
+        for s, e in sorted(evaluated.items())
+    }
     n = next(iter(evaluated.values()))["summary"][split]["samples_per_prompt"]
-    pooled = pooled_audit(runs, n, rule, confidence, n_resamples,
-                          seed_regressions={line["seed"]: line["regressed_tags"]
-                                            for line in lines})
+    pooled = pooled_audit(
+        runs,
+        n,
+        rule,
+        confidence,
+        n_resamples,
+        seed_regressions={line["seed"]: line["regressed_tags"] for line in lines},
+    )
     verdict = audit_verdict(pooled)
-    return {**out, "split": split, "pooled": pooled, "verdict": verdict,
-            "verdict_line": verdict_line(verdict, pooled)}
+    return {
+        **out,
+        "split": split,
+        "pooled": pooled,
+        "verdict": verdict,
+        "verdict_line": verdict_line(verdict, pooled),
+    }
 
 
 # --------------------------------------------------------------------------- recipe against recipe
 
-def recipe_difference(runs_x: Mapping[int, Sequence[Mapping]],
-                      runs_y: Mapping[int, Sequence[Mapping]], confidence: float = 0.95,
-                      n_resamples: int = 10000, seed: int = 0) -> dict:
+
+def recipe_difference(
+    runs_x: Mapping[int, Sequence[Mapping]],
+    runs_y: Mapping[int, Sequence[Mapping]],
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+    seed: int = 0,
+) -> dict:
     """Recipe X against recipe Y on the same held-out rows, each over its own seeds: the
     difference of their mean held-out deltas (X - Y) with a bootstrap interval that draws X's
     seeds, Y's seeds and the prompts (the same prompts for both: paired), and the probability of
@@ -219,11 +304,12 @@ def recipe_difference(runs_x: Mapping[int, Sequence[Mapping]],
     >>> round(d["value"], 3), d["probability_of_improvement"], d["verdict"]
     (0.4, 1.0, 'better')
     """
+
     def table(runs):
         aligned = _aligned(runs)
-        return np.array([[r["final_reward"] - r["step0_reward"] for r in rs]
-                         for rs in aligned.values()]), [r["id"] for r in next(iter(
-                             aligned.values()))]
+        return np.array(
+            [[r["final_reward"] - r["step0_reward"] for r in rs] for rs in aligned.values()]
+        ), [r["id"] for r in next(iter(aligned.values()))]
 
     x, ids_x = table(runs_x)
     y, ids_y = table(runs_y)
@@ -243,18 +329,35 @@ def recipe_difference(runs_x: Mapping[int, Sequence[Mapping]],
         low = high = value
         diffs = x.mean(axis=0) - y.mean(axis=0)
         if np.ptp(diffs) > 0:
-            interval = bootstrap((diffs,), np.mean, confidence_level=confidence,
-                                 n_resamples=n_resamples, method="percentile",
-                                 random_state=np.random.default_rng(seed)).confidence_interval
+            interval = bootstrap(
+                (diffs,),
+                np.mean,
+                confidence_level=confidence,
+                n_resamples=n_resamples,
+                method="percentile",
+                random_state=np.random.default_rng(seed),
+            ).confidence_interval
             low, high = float(interval.low), float(interval.high)
     else:
-        interval = bootstrap((np.arange(len(x)), np.arange(len(y)), np.arange(x.shape[1])),
-                             statistic, paired=False, vectorized=True,
-                             confidence_level=confidence, n_resamples=n_resamples,
-                             method="percentile", batch=1000,
-                             random_state=np.random.default_rng(seed)).confidence_interval
+        interval = bootstrap(
+            (np.arange(len(x)), np.arange(len(y)), np.arange(x.shape[1])),
+            statistic,
+            paired=False,
+            vectorized=True,
+            confidence_level=confidence,
+            n_resamples=n_resamples,
+            method="percentile",
+            batch=1000,
+            random_state=np.random.default_rng(seed),
+        ).confidence_interval
         low, high = float(interval.low), float(interval.high)
     verdict = "better" if low > 0 else "worse" if high < 0 else "tie"
-    return {"value": value, "ci_low": low, "ci_high": high,
-            "probability_of_improvement": improvement, "seeds_x": len(x), "seeds_y": len(y),
-            "verdict": verdict}
+    return {
+        "value": value,
+        "ci_low": low,
+        "ci_high": high,
+        "probability_of_improvement": improvement,
+        "seeds_x": len(x),
+        "seeds_y": len(y),
+        "verdict": verdict,
+    }

@@ -29,6 +29,7 @@ POLICIES = ("step0", "final")
 
 # --------------------------------------------------------------------------- pass@k
 
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k estimator (Chen et al. 2021): the chance that k of the n samples,
     drawn without replacement, hold at least one of the c correct ones: 1 - C(n-c, k) / C(n, k).
@@ -49,7 +50,7 @@ def k_values(n: int) -> list[int]:
     >>> k_values(32), k_values(12), k_values(1)
     ([1, 2, 4, 8, 16, 32], [1, 2, 4, 8, 12], [1])
     """
-    ks = [2 ** i for i in range(n.bit_length()) if 2 ** i < n]
+    ks = [2**i for i in range(n.bit_length()) if 2**i < n]
     return [*ks, n]
 
 
@@ -88,19 +89,23 @@ def crossing(curves: Mapping[str, Mapping[str, float]]) -> str | None:
             return f"k >= {found[0]}"
         return "k = " + ", ".join(map(str, found))
 
-    return (f"the final model solves more prompts at {where(final_ahead)}; the base model "
-            f"solves more at {where(base_ahead)}")
+    return (
+        f"the final model solves more prompts at {where(final_ahead)}; the base model "
+        f"solves more at {where(base_ahead)}"
+    )
 
 
 # --------------------------------------------------------------------------- rules
+
 
 @dataclass(frozen=True)
 class SliceRule:
     """When a set of rows has regressed, and which tags the verdict weighs (params.yaml
     `report`)."""
-    min_rows: int = 8          # tags with fewer rows are reported, not weighed in the verdict
-    drop_from: float = 0.1     # success or pass@n falling from at least this ...
-    drop_to: float = 0.02      # ... to at most this: the kind of problem was forgotten
+
+    min_rows: int = 8  # tags with fewer rows are reported, not weighed in the verdict
+    drop_from: float = 0.1  # success or pass@n falling from at least this ...
+    drop_to: float = 0.02  # ... to at most this: the kind of problem was forgotten
 
 
 def _ci_text(d: Mapping) -> str:
@@ -109,24 +114,41 @@ def _ci_text(d: Mapping) -> str:
 
 def _policy_stats(records: Sequence[Mapping], policy: str, n: int) -> dict:
     counts = [r[f"{policy}_correct"] for r in records]
-    return {"mean_reward": finite_mean(r[f"{policy}_reward"] for r in records),
-            "greedy_success": finite_mean(r[f"{policy}_greedy_correct"] for r in records),
-            "pass@1": finite_mean(pass_at_k(n, c, 1) for c in counts),
-            f"pass@{n}": finite_mean(pass_at_k(n, c, n) for c in counts)}
+    return {
+        "mean_reward": finite_mean(r[f"{policy}_reward"] for r in records),
+        "greedy_success": finite_mean(r[f"{policy}_greedy_correct"] for r in records),
+        "pass@1": finite_mean(pass_at_k(n, c, 1) for c in counts),
+        f"pass@{n}": finite_mean(pass_at_k(n, c, n) for c in counts),
+    }
 
 
-def compare(records: Sequence[Mapping], n: int, confidence: float = 0.95,
-            n_resamples: int = 10000, seed: int = 0) -> dict:
+def compare(
+    records: Sequence[Mapping],
+    n: int,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+    seed: int = 0,
+) -> dict:
     """Step 0 and final on a set of rows: each policy's mean reward, greedy success, pass@1 and
     pass@n, and the paired deltas of mean reward, pass@1 and pass@n with their bootstrap CIs
     over the rows."""
-    out = {"rows": len(records), **{p: _policy_stats(records, p, n) for p in POLICIES},
-           "delta_mean_reward": paired_ci([r["final_reward"] - r["step0_reward"]
-                                           for r in records], confidence, n_resamples, seed)}
+    out = {
+        "rows": len(records),
+        **{p: _policy_stats(records, p, n) for p in POLICIES},
+        "delta_mean_reward": paired_ci(
+            [r["final_reward"] - r["step0_reward"] for r in records], confidence, n_resamples, seed
+        ),
+    }
     for k in sorted({1, n}):
         out[f"delta_pass@{k}"] = paired_ci(
-            [pass_at_k(n, r["final_correct"], k) - pass_at_k(n, r["step0_correct"], k)
-             for r in records], confidence, n_resamples, seed)
+            [
+                pass_at_k(n, r["final_correct"], k) - pass_at_k(n, r["step0_correct"], k)
+                for r in records
+            ],
+            confidence,
+            n_resamples,
+            seed,
+        )
     return out
 
 
@@ -161,19 +183,35 @@ def regression_reasons(stats: Mapping, n: int, rule: SliceRule) -> list[str]:
         reasons.append(f"success {before['pass@1']:.2f} -> {after['pass@1']:.2f}")
     key, narrowed = f"pass@{n}", stats[f"delta_pass@{n}"]
     if n > 1 and (dropped(key) or narrowed["ci_high"] < 0):
-        reasons.append(f"{key} {before[key]:.2f} -> {after[key]:.2f}"
-                       + (f", delta {_ci_text(narrowed)}" if narrowed["ci_high"] < 0 else ""))
+        reasons.append(
+            f"{key} {before[key]:.2f} -> {after[key]:.2f}"
+            + (f", delta {_ci_text(narrowed)}" if narrowed["ci_high"] < 0 else "")
+        )
     return reasons
 
 
-def slices(records: Sequence[Mapping], n: int, rule: SliceRule, confidence: float = 0.95,
-           n_resamples: int = 10000, seed: int = 0) -> list[dict]:
+def slices(
+    records: Sequence[Mapping],
+    n: int,
+    rule: SliceRule,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+    seed: int = 0,
+) -> list[dict]:
     """One entry per tag found in the records (sorted): compare() on its rows, whether it
     regressed and why, and whether it weighs in the verdict (rows >= rule.min_rows)."""
     out = []
     for tag in sorted({t for r in records for t in r.get("tags") or ()}):
-        entry = {"tag": tag, **compare([r for r in records if tag in (r.get("tags") or ())], n,
-                                       confidence, n_resamples, seed)}
+        entry = {
+            "tag": tag,
+            **compare(
+                [r for r in records if tag in (r.get("tags") or ())],
+                n,
+                confidence,
+                n_resamples,
+                seed,
+            ),
+        }
         entry["reasons"] = regression_reasons(entry, n, rule)
         entry["regressed"] = bool(entry["reasons"])
         entry["weighed"] = entry["rows"] >= rule.min_rows
@@ -191,14 +229,14 @@ def solutions(records: Sequence[Mapping]) -> dict:
     >>> s["lost"], s["new"], s["kept"]
     ([{'id': 'a', 'tags': ['sub'], 'prompt': ''}], [{'id': 'b', 'tags': [], 'prompt': ''}], 1)
     """
+
     def entry(r: Mapping) -> dict:
         return {"id": r["id"], "tags": list(r.get("tags") or ()), "prompt": r.get("prompt", "")}
 
     lost = [entry(r) for r in records if r["step0_correct"] > 0 and r["final_correct"] == 0]
     new = [entry(r) for r in records if r["step0_correct"] == 0 and r["final_correct"] > 0]
     kept = sum(r["step0_correct"] > 0 and r["final_correct"] > 0 for r in records)
-    return {"lost": lost, "new": new, "kept": kept, "lost_count": len(lost),
-            "new_count": len(new)}
+    return {"lost": lost, "new": new, "kept": kept, "lost_count": len(lost), "new_count": len(new)}
 
 
 def diversity(records: Sequence[Mapping], policy: str) -> dict:
@@ -213,38 +251,60 @@ def diversity(records: Sequence[Mapping], policy: str) -> dict:
     {'distinct_correct_per_solved': 2.0, 'distinct_share': 0.5, 'entropy': 0.875}
     """
     solved = [r for r in records if r[f"{policy}_correct"] > 0]
-    weighted = [(r[f"{policy}_entropy"], r[f"{policy}_tokens"]) for r in records
-                if r.get(f"{policy}_entropy") is not None and r.get(f"{policy}_tokens")]
+    weighted = [
+        (r[f"{policy}_entropy"], r[f"{policy}_tokens"])
+        for r in records
+        if r.get(f"{policy}_entropy") is not None and r.get(f"{policy}_tokens")
+    ]
     tokens = sum(t for _, t in weighted)
     samples = sum(r["samples"] for r in records)
     # None, not NaN, where there is nothing to measure (no prompt solved): JSON has no NaN
-    return {"distinct_correct_per_solved": finite_mean(r[f"{policy}_distinct_correct"]
-                                                       for r in solved) if solved else None,
-            "distinct_share": sum(r[f"{policy}_distinct"] for r in records) / samples
-            if samples else None,
-            "entropy": sum(e * t for e, t in weighted) / tokens if tokens else None}
+    return {
+        "distinct_correct_per_solved": finite_mean(r[f"{policy}_distinct_correct"] for r in solved)
+        if solved
+        else None,
+        "distinct_share": sum(r[f"{policy}_distinct"] for r in records) / samples
+        if samples
+        else None,
+        "entropy": sum(e * t for e, t in weighted) / tokens if tokens else None,
+    }
 
 
 # --------------------------------------------------------------------------- one split
 
-def split_audit(records: Sequence[Mapping], n: int, rule: SliceRule, confidence: float = 0.95,
-                n_resamples: int = 10000, seed: int = 0) -> dict:
+
+def split_audit(
+    records: Sequence[Mapping],
+    n: int,
+    rule: SliceRule,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+    seed: int = 0,
+) -> dict:
     """Everything above for one split's records: pass@k curves, where they cross, the paired
     deltas at k = 1 and k = n, what the whole split lost (`losses`: regression_reasons without
     the mean reward, which the verdict reads itself), the slices, the solutions lost and new, and
     diversity."""
     whole = compare(records, n, confidence, n_resamples, seed)
     curves = {p: pass_at_k_curve([r[f"{p}_correct"] for r in records], n) for p in POLICIES}
-    return {"samples_per_prompt": n, "pass_at_k": curves, "crossing": crossing(curves),
-            **{key: whole[key] for key in whole if key.startswith("delta_pass@")},
-            "losses": [reason for reason in regression_reasons(whole, n, rule)
-                       if not reason.startswith("mean reward")],
-            "slices": slices(records, n, rule, confidence, n_resamples, seed),
-            "solutions": solutions(records),
-            "diversity": {p: diversity(records, p) for p in POLICIES}}
+    return {
+        "samples_per_prompt": n,
+        "pass_at_k": curves,
+        "crossing": crossing(curves),
+        **{key: whole[key] for key in whole if key.startswith("delta_pass@")},
+        "losses": [
+            reason
+            for reason in regression_reasons(whole, n, rule)
+            if not reason.startswith("mean reward")
+        ],
+        "slices": slices(records, n, rule, confidence, n_resamples, seed),
+        "solutions": solutions(records),
+        "diversity": {p: diversity(records, p) for p in POLICIES},
+    }
 
 
 # --------------------------------------------------------------------------- the verdict
+
 
 def overall_verdict(ci: Mapping) -> str:
     """improved / regressed when the CI excludes 0, else no significant change.
@@ -303,8 +363,10 @@ def verdict_line(verdict: str, split: Mapping) -> str:
     >>> verdict_line("mixed", split)
     'mixed: improved overall (+0.188 [+0.108, +0.271]), regressed on sub (16 rows: pass@8 0.31 -> 0.00)'
     """
-    text = f"{verdict}: {overall_verdict(split['delta_mean_reward'])} overall " \
-           f"({_ci_text(split['delta_mean_reward'])})"
+    text = (
+        f"{verdict}: {overall_verdict(split['delta_mean_reward'])} overall "
+        f"({_ci_text(split['delta_mean_reward'])})"
+    )
     if split["losses"]:
         text += f", narrowed overall ({'; '.join(split['losses'])})"
     regressed = weighed_regressions(split)

@@ -10,16 +10,32 @@ from typing import Any
 
 from transformers import PrinterCallback, ProgressCallback
 
-from rlvr.core.metric_keys import (BETA, CORRECTNESS, FIRST_BATCH_KL, GREEDY_SUCCESS, KEPT_SHARE, KL,
-                                   LOSS, MEAN_REWARD, REWARD, VALIDATION_PREFIX)
+from rlvr.core.metric_keys import (
+    BETA,
+    CORRECTNESS,
+    FIRST_BATCH_KL,
+    GREEDY_SUCCESS,
+    KEPT_SHARE,
+    KL,
+    LOSS,
+    MEAN_REWARD,
+    REWARD,
+    VALIDATION_PREFIX,
+)
 from rlvr.core.stats import drift_kl
 
 # What the console shows of a GRPO log line (every key still goes to history.jsonl and DVCLive).
 CONSOLE_KEYS = ((REWARD, "reward"), (CORRECTNESS, "correctness"), (KL, "kl"), (BETA, "beta"))
 
 
-def compact_line(label: str, step: int, max_steps: int, logs: dict[str, Any],
-                 keys: Sequence[tuple[str, str]], seconds_per_step: float | None) -> str:
+def compact_line(
+    label: str,
+    step: int,
+    max_steps: int,
+    logs: dict[str, Any],
+    keys: Sequence[tuple[str, str]],
+    seconds_per_step: float | None,
+) -> str:
     """One console line for a logged step: the keys a person follows, and the pace.
 
     >>> compact_line("train", 25, 400, {"reward": 0.5, "kl": 0.01234, "beta": 0.05, "loss": 0.1},
@@ -52,8 +68,9 @@ class ConsoleProgress(ProgressCallback):
     """The Trainer's progress bar, with one compact line every `every` steps (and at the last)
     instead of the Trainer's whole log dict at every step."""
 
-    def __init__(self, label: str, every: int, keys: Sequence[tuple[str, str]] = CONSOLE_KEYS
-                 ) -> None:
+    def __init__(
+        self, label: str, every: int, keys: Sequence[tuple[str, str]] = CONSOLE_KEYS
+    ) -> None:
         super().__init__()
         self.label, self.every, self.keys = label, every, keys
         self.mark: tuple[float, int] | None = None
@@ -64,26 +81,38 @@ class ConsoleProgress(ProgressCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         step = state.global_step
-        if (state.is_world_process_zero and self.training_bar is not None and logs
-                and VALIDATION_PREFIX + MEAN_REWARD in logs):
+        if (
+            state.is_world_process_zero
+            and self.training_bar is not None
+            and logs
+            and VALIDATION_PREFIX + MEAN_REWARD in logs
+        ):
             self.training_bar.write(
                 f"{self.label}: step {step}/{state.max_steps} | validation: mean reward "
                 f"{logs[VALIDATION_PREFIX + MEAN_REWARD]:.3f} | greedy success "
-                f"{logs.get(VALIDATION_PREFIX + GREEDY_SUCCESS, float('nan')):.3f}")
+                f"{logs.get(VALIDATION_PREFIX + GREEDY_SUCCESS, float('nan')):.3f}"
+            )
             return
-        if (not state.is_world_process_zero or self.training_bar is None or not logs
-                or LOSS not in logs or (step % self.every and step != state.max_steps)):
+        if (
+            not state.is_world_process_zero
+            or self.training_bar is None
+            or not logs
+            or LOSS not in logs
+            or (step % self.every and step != state.max_steps)
+        ):
             return
         now, pace = time.monotonic(), None
         if self.mark is not None and step > self.mark[1]:
             pace = (now - self.mark[0]) / (step - self.mark[1])
         self.mark = (now, step)
-        self.training_bar.write(compact_line(self.label, step, state.max_steps, logs, self.keys,
-                                             pace))
+        self.training_bar.write(
+            compact_line(self.label, step, state.max_steps, logs, self.keys, pace)
+        )
 
 
-def use_console_progress(trainer, label: str, every: int,
-                         keys: Sequence[tuple[str, str]] = CONSOLE_KEYS) -> None:
+def use_console_progress(
+    trainer, label: str, every: int, keys: Sequence[tuple[str, str]] = CONSOLE_KEYS
+) -> None:
     """Swap the Trainer's progress printer for ConsoleProgress."""
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)

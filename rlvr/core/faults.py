@@ -99,11 +99,19 @@ def full_disk_folder(error: BaseException, folder: str | Path | None = None) -> 
 def disk_full_line(folder: str, rerun: str, needed: int | None = None) -> str:
     """What the stage says when the disk filled while it wrote in `folder`."""
     free = free_bytes(folder)
-    space = ", ".join(filter(None, [
-        f"about {human_bytes(needed)} needed" if needed else None,
-        f"{human_bytes(free)} free" if free is not None else None]))
-    return (f"the disk is full: writing in {folder} failed ({space}); free some space, "
-            f"then rerun: {rerun}")
+    space = ", ".join(
+        filter(
+            None,
+            [
+                f"about {human_bytes(needed)} needed" if needed else None,
+                f"{human_bytes(free)} free" if free is not None else None,
+            ],
+        )
+    )
+    return (
+        f"the disk is full: writing in {folder} failed ({space}); free some space, "
+        f"then rerun: {rerun}"
+    )
 
 
 def _raise_stopped(signum, frame) -> None:

@@ -58,8 +58,13 @@ FIRST_BATCH_KL = "dynamic_sampling/kl_first_batch"
 
 # Keys that measure time or throughput: kept out of the metric files, which must be identical
 # between two runs with the same seed.
-TIMING_KEYS = (STEP_TIME, TRAIN_RUNTIME, "train_samples_per_second",
-               "train_steps_per_second", "total_flos")
+TIMING_KEYS = (
+    STEP_TIME,
+    TRAIN_RUNTIME,
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "total_flos",
+)
 # A NaN or Inf in any of these stops the run (callbacks.FiniteGuardCallback).
 GUARDED_KEYS = (LOSS, KL, FIRST_BATCH_KL, GRAD_NORM)
 

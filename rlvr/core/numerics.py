@@ -34,8 +34,7 @@ THREADS_DEFAULT = 2
 REPRODUCIBLE_DEFAULT = True
 # The variables a reproducible run sets, beyond the thread count (x86-64 only: the names and
 # values are x86's).
-PINNED_ISA = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-              "MKL_CBWR": "COMPATIBLE"}
+PINNED_ISA = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"}
 X86_64 = ("x86_64", "amd64")
 
 
@@ -47,8 +46,12 @@ def numerics_env(threads: int, reproducible: bool, machine: str | None = None) -
     >>> numerics_env(1, True, "x86_64")["MKL_CBWR"], "MKL_CBWR" in numerics_env(1, True, "aarch64")
     ('COMPATIBLE', False)
     """
-    env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "OMP_DYNAMIC": "FALSE", "MKL_DYNAMIC": "FALSE"}
+    env = {
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OMP_DYNAMIC": "FALSE",
+        "MKL_DYNAMIC": "FALSE",
+    }
     if reproducible and (machine or platform.machine()).lower() in X86_64:
         env.update(PINNED_ISA)
     return env
@@ -58,8 +61,10 @@ def pin(threads: int, reproducible: bool) -> dict[str, str]:
     """Set numerics_env in this process (children inherit it); returns what it set. Must run
     before torch is imported: ATen, MKL and oneDNN read these once, when they start."""
     if "torch" in sys.modules:
-        raise RuntimeError("rlvr.core.numerics.pin: torch is already imported, so its numerics are "
-                           "already decided: pin before importing it")
+        raise RuntimeError(
+            "rlvr.core.numerics.pin: torch is already imported, so its numerics are "
+            "already decided: pin before importing it"
+        )
     env = numerics_env(threads, reproducible)
     os.environ.update(env)
     return env
@@ -102,12 +107,14 @@ def numerics_in_force() -> dict:
     prepare summaries): the same on every x86-64 machine when pinned."""
     import torch
 
-    return {"machine": platform.machine(),
-            "pinned": all(os.environ.get(k) == v for k, v in PINNED_ISA.items()),
-            "torch_threads": torch.get_num_threads(),
-            "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": os.environ.get("MKL_CBWR", "off"),
-            "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "native")}
+    return {
+        "machine": platform.machine(),
+        "pinned": all(os.environ.get(k) == v for k, v in PINNED_ISA.items()),
+        "torch_threads": torch.get_num_threads(),
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl_cbwr": os.environ.get("MKL_CBWR", "off"),
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "native"),
+    }
 
 
 def describe(numerics: Mapping | None) -> str:
@@ -122,8 +129,13 @@ def describe(numerics: Mapping | None) -> str:
     """
     if not numerics:
         return "not recorded"
-    mode = ("pinned numerics (runtime.reproducible)" if numerics.get("pinned")
-            else "not pinned (runtime.reproducible: false): this CPU's own kernels")
-    return (f"{numerics.get('machine')}, {mode}: {numerics.get('torch_threads')} torch threads, "
-            f"ATen {numerics.get('aten_cpu_capability')}, MKL_CBWR {numerics.get('mkl_cbwr')}, "
-            f"oneDNN up to {numerics.get('onednn_max_cpu_isa')}")
+    mode = (
+        "pinned numerics (runtime.reproducible)"
+        if numerics.get("pinned")
+        else "not pinned (runtime.reproducible: false): this CPU's own kernels"
+    )
+    return (
+        f"{numerics.get('machine')}, {mode}: {numerics.get('torch_threads')} torch threads, "
+        f"ATen {numerics.get('aten_cpu_capability')}, MKL_CBWR {numerics.get('mkl_cbwr')}, "
+        f"oneDNN up to {numerics.get('onednn_max_cpu_isa')}"
+    )

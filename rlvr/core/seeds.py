@@ -28,6 +28,7 @@ class SeedPaths:
     >>> seed_paths(PathsParams(), 2).eval_per_prompt
     'reports/eval/seed-2/per_prompt.jsonl'
     """
+
     paths: Any
     seed: int
 

@@ -4,8 +4,8 @@ NaN and infinities are skipped, and a mean of nothing is NaN."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
 import warnings
+from collections.abc import Iterable, Sequence
 
 from rlvr.core.metric_keys import FIRST_BATCH_KL, KL
 
@@ -24,7 +24,7 @@ def finite_mean(values: Iterable[float | None]) -> float:
 
 def window_mean(values: Sequence[float | None], start: int, end: int) -> float:
     """finite_mean of values[start:end], with start and end clamped at 0."""
-    return finite_mean(values[max(0, start):max(0, end)])
+    return finite_mean(values[max(0, start) : max(0, end)])
 
 
 def moving_average(values: Sequence[float | None], window: int) -> list[float]:
@@ -39,6 +39,7 @@ def moving_average(values: Sequence[float | None], window: int) -> list[float]:
 
 
 # --------------------------------------------------------------------------- which KL to read
+
 
 def drift_kl(entry: dict) -> float | None:
     """How far the policy had moved from the reference at a logged step (k3, per token).
@@ -70,8 +71,10 @@ def kl_source(history: Sequence[dict]) -> str:
 
 # --------------------------------------------------------------------------- paired comparison
 
-def paired_ci(deltas: Sequence[float], confidence: float = 0.95, n_resamples: int = 10000,
-              seed: int = 0) -> dict:
+
+def paired_ci(
+    deltas: Sequence[float], confidence: float = 0.95, n_resamples: int = 10000, seed: int = 0
+) -> dict:
     """Mean of per-prompt deltas with a bootstrap CI over prompts (scipy.stats.bootstrap, BCa;
     the percentile interval where BCa is undefined, as on a few rows that barely vary).
 
@@ -88,16 +91,25 @@ def paired_ci(deltas: Sequence[float], confidence: float = 0.95, n_resamples: in
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # scipy warns, then returns NaN, where BCa fails
-            interval = bootstrap((values,), np.mean, confidence_level=confidence,
-                                 n_resamples=n_resamples, method=method,
-                                 random_state=np.random.default_rng(seed)).confidence_interval
+            interval = bootstrap(
+                (values,),
+                np.mean,
+                confidence_level=confidence,
+                n_resamples=n_resamples,
+                method=method,
+                random_state=np.random.default_rng(seed),
+            ).confidence_interval
         if math.isfinite(interval.low) and math.isfinite(interval.high):
             break
     return {"value": mean, "ci_low": float(interval.low), "ci_high": float(interval.high)}
 
 
-def seeds_and_prompts_ci(deltas: Sequence[Sequence[float]], confidence: float = 0.95,
-                         n_resamples: int = 10000, seed: int = 0) -> dict:
+def seeds_and_prompts_ci(
+    deltas: Sequence[Sequence[float]],
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+    seed: int = 0,
+) -> dict:
     """Mean of a seeds x prompts table of paired deltas, with a bootstrap CI that holds both
     training noise and prompt noise: each resample draws seeds with replacement and, crossed
     with them, prompts with replacement (a two-level bootstrap; scipy.stats.bootstrap over two
@@ -129,8 +141,15 @@ def seeds_and_prompts_ci(deltas: Sequence[Sequence[float]], confidence: float = 
         per_prompt = table[s].mean(axis=-2)  # each resample's seeds, averaged per prompt
         return np.take_along_axis(per_prompt, p, axis=-1).mean(axis=-1)
 
-    interval = bootstrap((np.arange(seeds), np.arange(prompts)), statistic, paired=False,
-                         vectorized=True, confidence_level=confidence, n_resamples=n_resamples,
-                         method="percentile", batch=1000,
-                         random_state=np.random.default_rng(seed)).confidence_interval
+    interval = bootstrap(
+        (np.arange(seeds), np.arange(prompts)),
+        statistic,
+        paired=False,
+        vectorized=True,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="percentile",
+        batch=1000,
+        random_state=np.random.default_rng(seed),
+    ).confidence_interval
     return {"value": mean, "ci_low": float(interval.low), "ci_high": float(interval.high)}

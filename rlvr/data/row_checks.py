@@ -17,9 +17,16 @@ from regex import _regex_core as regex_core  # its parser: how many elements a p
 
 from rlvr.data.rows import Line
 from rlvr.rewards.registry import VERIFIERS, score_correctness, verifier_problems
-from rlvr.rewards.verifiers import (ANSWER_CLOSE, ANSWER_OPEN, COUNTDOWN_SEARCH_NODES, MAX_COUNTDOWN_VALUE,
-                                    CountdownSearchExceeded, countdown_reward, countdown_solution,
-                                    format_reward)
+from rlvr.rewards.verifiers import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    COUNTDOWN_SEARCH_NODES,
+    MAX_COUNTDOWN_VALUE,
+    CountdownSearchExceeded,
+    countdown_reward,
+    countdown_solution,
+    format_reward,
+)
 
 # The longest exact_match target or regex pattern a row may give, in characters: far above any
 # answer or format (the default format pattern has 41), far below what would slow every reward
@@ -45,9 +52,19 @@ TAG = re.compile(r"[a-z0-9_.-]{1,32}")
 _SHOWN_CHARS = 80
 
 # Columns that explain a failing row; each rule names the one it prints (Rule.detail).
-DETAIL_COLUMNS = ["line_detail", "text_detail", "fields_detail", "bounds_detail", "regex_detail",
-                   "countdown_detail", "exact_match_detail", "format_detail", "tokenizer_detail",
-                   "split_detail", "tags_detail"]
+DETAIL_COLUMNS = [
+    "line_detail",
+    "text_detail",
+    "fields_detail",
+    "bounds_detail",
+    "regex_detail",
+    "countdown_detail",
+    "exact_match_detail",
+    "format_detail",
+    "tokenizer_detail",
+    "split_detail",
+    "tags_detail",
+]
 # How many of a row's characters outside the tokenizer's alphabet its problem line names.
 _SHOWN_UNENCODABLE = 8
 
@@ -83,8 +100,9 @@ def _controls_detail(obj: dict) -> tuple[bool, str]:
     for name, value in fields:
         control = _CONTROL.search(value) if isinstance(value, str) else None
         if control:
-            found.append(f"{name} has U+{ord(control.group()):04X} at character "
-                         f"{control.start() + 1}")
+            found.append(
+                f"{name} has U+{ord(control.group()):04X} at character {control.start() + 1}"
+            )
     return not found, "; ".join(found)
 
 
@@ -101,11 +119,13 @@ def _tags_detail(obj: dict) -> tuple[bool | None, str]:
     tags = obj["tags"]
     if not isinstance(tags, list) or not 1 <= len(tags) <= MAX_TAGS:
         return False, f"tags must be a list of 1-{MAX_TAGS} strings, got {quoted(tags)}"
-    found = [f"tag {quoted(t)} is not 1-32 characters of a-z 0-9 _ . -" for t in tags
-             if not isinstance(t, str) or not TAG.fullmatch(t)]
+    found = [
+        f"tag {quoted(t)} is not 1-32 characters of a-z 0-9 _ . -"
+        for t in tags
+        if not isinstance(t, str) or not TAG.fullmatch(t)
+    ]
     names = [t for t in tags if isinstance(t, str)]
-    found += [f"tag {quoted(t)} is repeated" for t in sorted(set(names))
-              if names.count(t) > 1]
+    found += [f"tag {quoted(t)} is repeated" for t in sorted(set(names)) if names.count(t) > 1]
     return not found, "; ".join(found)
 
 
@@ -156,23 +176,29 @@ def _bounds_detail(verifier: Any, fields_ok: bool | None) -> tuple[bool | None, 
             if abs(value) > MAX_COUNTDOWN_VALUE:
                 digits = len(str(abs(value)))
                 shown = str(value) if digits <= 32 else f"of {digits} digits"
-                found.append(f"{name} {shown} is beyond {MAX_COUNTDOWN_VALUE:,} in absolute "
-                             "value (rlvr.rewards.verifiers.MAX_COUNTDOWN_VALUE)")
+                found.append(
+                    f"{name} {shown} is beyond {MAX_COUNTDOWN_VALUE:,} in absolute "
+                    "value (rlvr.rewards.verifiers.MAX_COUNTDOWN_VALUE)"
+                )
                 break
     for key in ("target", "pattern"):
         value = verifier.get(key)
         if isinstance(value, str) and len(value) > MAX_VERIFIER_TEXT_CHARS:
-            found.append(f"{key} has {len(value)} characters, more than {MAX_VERIFIER_TEXT_CHARS} "
-                         "(rlvr.data.row_checks.MAX_VERIFIER_TEXT_CHARS)")
+            found.append(
+                f"{key} has {len(value)} characters, more than {MAX_VERIFIER_TEXT_CHARS} "
+                "(rlvr.data.row_checks.MAX_VERIFIER_TEXT_CHARS)"
+            )
     if verifier["type"] == "regex" and not found:
         try:
             size = regex_elements(verifier["pattern"])
         except (regex.error, RecursionError):
             size = 0  # regex_compiles reports it
         if size > MAX_REGEX_ELEMENTS:
-            found.append(f"pattern expands to {size:,} elements when compiled (counted repeats "
-                         f"unrolled), more than {MAX_REGEX_ELEMENTS:,} "
-                         "(rlvr.data.row_checks.MAX_REGEX_ELEMENTS)")
+            found.append(
+                f"pattern expands to {size:,} elements when compiled (counted repeats "
+                f"unrolled), more than {MAX_REGEX_ELEMENTS:,} "
+                "(rlvr.data.row_checks.MAX_REGEX_ELEMENTS)"
+            )
     return not found, "; ".join(found)
 
 
@@ -199,8 +225,9 @@ def _regex_compiles(verifier: Any, fields_ok: bool | None) -> tuple[bool | None,
         return False, f"pattern {quoted(verifier['pattern'])}: nests too deeply"
 
 
-def _countdown_solvable(verifier: Any, fields_ok: bool | None
-                        ) -> tuple[bool | None, bool | None, str, str | None]:
+def _countdown_solvable(
+    verifier: Any, fields_ok: bool | None
+) -> tuple[bool | None, bool | None, str, str | None]:
     """(searched within the budget, solvable, why not, the solver's answer): None where the rule
     does not apply."""
     if not fields_ok or verifier.get("type") != "countdown":
@@ -210,19 +237,26 @@ def _countdown_solvable(verifier: Any, fields_ok: bool | None
     try:
         solution = countdown_solution(numbers, target, division, max_nodes=COUNTDOWN_SEARCH_NODES)
     except CountdownSearchExceeded:
-        return False, None, (f"{target} from {numbers}"
-                             f"{' with division' if division else ''}"), None
+        return False, None, (f"{target} from {numbers}{' with division' if division else ''}"), None
     if solution is None:
         return True, False, f"{target} cannot be made from {numbers}", None
     # The verifier has the last word: a row counts as answerable only if it rewards an answer.
     if countdown_reward(solution, numbers, target, division) != 1.0:
-        return True, False, (f"the verifier scores the solver's answer {solution!r} as 0, so no "
-                             f"answer to {target} from {numbers} can earn a reward"), None
+        return (
+            True,
+            False,
+            (
+                f"the verifier scores the solver's answer {solution!r} as 0, so no "
+                f"answer to {target} from {numbers} can earn a reward"
+            ),
+            None,
+        )
     return True, True, "", solution
 
 
-def _format_accepts(answer: str | None, format_pattern: str | None, boxed: bool = False
-                    ) -> tuple[bool | None, str]:
+def _format_accepts(
+    answer: str | None, format_pattern: str | None, boxed: bool = False
+) -> tuple[bool | None, str]:
     """Does the format reward accept the row's known-correct answer (the countdown solver's, the
     exact_match or math target), bare or in answer tags (the block the verifier reads), or for
     a math row in `\\boxed{}` too? None where there is no such answer or no format reward."""
@@ -231,10 +265,15 @@ def _format_accepts(answer: str | None, format_pattern: str | None, boxed: bool 
     forms = [answer, f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}", *([f"\\boxed{{{answer}}}"] * boxed)]
     if any(format_reward(form, format_pattern) == 1.0 for form in forms):
         return True, ""
-    where = f"bare, in {ANSWER_OPEN} tags or in \\boxed{{}}" if boxed else \
-        f"bare or in {ANSWER_OPEN} tags"
-    return False, (f"its correct answer {quoted(answer)} does not match "
-                   f"{quoted(format_pattern)}, {where}, so the format reward would punish it")
+    where = (
+        f"bare, in {ANSWER_OPEN} tags or in \\boxed{{}}"
+        if boxed
+        else f"bare or in {ANSWER_OPEN} tags"
+    )
+    return False, (
+        f"its correct answer {quoted(answer)} does not match "
+        f"{quoted(format_pattern)}, {where}, so the format reward would punish it"
+    )
 
 
 def _exact_match_answerable(verifier: Any, fields_ok: bool | None) -> tuple[bool | None, str]:
@@ -245,26 +284,32 @@ def _exact_match_answerable(verifier: Any, fields_ok: bool | None) -> tuple[bool
         return None, ""
     if score_correctness(verifier["target"], verifier) == 1.0:
         return True, ""
-    return False, (f"the verifier scores the target {verifier['target']!r} itself as 0, so no "
-                   "answer can earn a reward")
+    return False, (
+        f"the verifier scores the target {verifier['target']!r} itself as 0, so no "
+        "answer can earn a reward"
+    )
 
 
 def lines_frame(lines: Sequence[Line]) -> pd.DataFrame:
     """One row per line; a line that fails one line rule is None (not checked) for the others."""
+
     def flag(line: Line, kind: str) -> bool | None:
         if line.obj is not None:
             return True
         return False if line.kind == kind else None
 
-    return pd.DataFrame({
-        "line": [line.number for line in lines],
-        "id": [None for _ in lines],
-        "is_text": [flag(line, "text") for line in lines],
-        "length_ok": [flag(line, "length") for line in lines],
-        "is_json_object": [flag(line, "json") for line in lines],
-        **{column: ["" for _ in lines] for column in DETAIL_COLUMNS},
-        "line_detail": [line.error or "" for line in lines],
-    }, columns=["line", "id", "is_text", "length_ok", "is_json_object", *DETAIL_COLUMNS])
+    return pd.DataFrame(
+        {
+            "line": [line.number for line in lines],
+            "id": [None for _ in lines],
+            "is_text": [flag(line, "text") for line in lines],
+            "length_ok": [flag(line, "length") for line in lines],
+            "is_json_object": [flag(line, "json") for line in lines],
+            **{column: ["" for _ in lines] for column in DETAIL_COLUMNS},
+            "line_detail": [line.error or "" for line in lines],
+        },
+        columns=["line", "id", "is_text", "length_ok", "is_json_object", *DETAIL_COLUMNS],
+    )
 
 
 def _encodable(prompt: Any, answer: str | None, alphabet: str | None) -> tuple[bool | None, str]:
@@ -276,13 +321,20 @@ def _encodable(prompt: Any, answer: str | None, alphabet: str | None) -> tuple[b
     if not missing:
         return True, ""
     shown = ", ".join(quoted(c) for c in missing[:_SHOWN_UNENCODABLE])
-    more = f" and {len(missing) - _SHOWN_UNENCODABLE} more" if len(missing) > _SHOWN_UNENCODABLE \
+    more = (
+        f" and {len(missing) - _SHOWN_UNENCODABLE} more"
+        if len(missing) > _SHOWN_UNENCODABLE
         else ""
+    )
     return False, f"{shown}{more}"
 
 
-def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None = None,
-               format_pattern: str | None = None, alphabet: str | None = None) -> pd.DataFrame:
+def rows_frame(
+    lines: Sequence[Line],
+    other_prompts: dict[str, set[str]] | None = None,
+    format_pattern: str | None = None,
+    alphabet: str | None = None,
+) -> pd.DataFrame:
     """One row per JSON object, with the flags the custom rules need and the text explaining them.
     `other_prompts` (file -> its prompts) names, per row, the other files holding its prompt;
     `format_pattern`: the format reward's pattern (None: no format reward), which must accept
@@ -303,41 +355,64 @@ def rows_frame(lines: Sequence[Line], other_prompts: dict[str, set[str]] | None 
         compiles, regex_detail = _regex_compiles(verifier, usable)
         searched, solvable, solve_detail, solution = _countdown_solvable(verifier, usable)
         answerable, answer_detail = _exact_match_answerable(verifier, usable)
-        known = (solution if solvable else verifier["target"]
-                 if answerable or (usable and kind == "math") else None)
+        known = (
+            solution
+            if solvable
+            else verifier["target"]
+            if answerable or (usable and kind == "math")
+            else None
+        )
         formatted, format_detail = _format_accepts(known, format_pattern, kind == "math")
         encodable, tokenizer_detail = _encodable(obj.get("prompt"), known, alphabet)
         tags_ok, tags_detail = _tags_detail(obj)
-        records.append({
-            "line": line.number,
-            "id": _text(obj.get("id")),
-            "prompt": _text(obj.get("prompt")),
-            "verifier_type": _text(kind),
-            "text_ok": text_ok,
-            "verifier_fields_ok": fields_ok,
-            "verifier_bounds_ok": bounds_ok,
-            "regex_compiles": compiles,
-            "countdown_searched": searched,
-            "countdown_solvable": solvable,
-            "exact_match_answerable": answerable,
-            "format_accepts_answer": formatted,
-            "tokenizer_encodes": encodable,
-            "tags_ok": tags_ok,
-            "line_detail": "",
-            "text_detail": text_detail,
-            "fields_detail": fields_detail,
-            "bounds_detail": bounds_detail,
-            "regex_detail": regex_detail,
-            "countdown_detail": solve_detail,
-            "exact_match_detail": answer_detail,
-            "format_detail": format_detail,
-            "tokenizer_detail": tokenizer_detail,
-            "split_detail": ", ".join(f"also in {path}" for path, prompts in other_prompts.items()
-                                      if obj.get("prompt") in prompts),
-            "tags_detail": tags_detail,
-        })
-    columns = ["line", "id", "prompt", "verifier_type", "text_ok", "verifier_fields_ok",
-               "verifier_bounds_ok", "regex_compiles", "countdown_searched", "countdown_solvable",
-               "exact_match_answerable", "format_accepts_answer", "tokenizer_encodes", "tags_ok",
-               *DETAIL_COLUMNS]
+        records.append(
+            {
+                "line": line.number,
+                "id": _text(obj.get("id")),
+                "prompt": _text(obj.get("prompt")),
+                "verifier_type": _text(kind),
+                "text_ok": text_ok,
+                "verifier_fields_ok": fields_ok,
+                "verifier_bounds_ok": bounds_ok,
+                "regex_compiles": compiles,
+                "countdown_searched": searched,
+                "countdown_solvable": solvable,
+                "exact_match_answerable": answerable,
+                "format_accepts_answer": formatted,
+                "tokenizer_encodes": encodable,
+                "tags_ok": tags_ok,
+                "line_detail": "",
+                "text_detail": text_detail,
+                "fields_detail": fields_detail,
+                "bounds_detail": bounds_detail,
+                "regex_detail": regex_detail,
+                "countdown_detail": solve_detail,
+                "exact_match_detail": answer_detail,
+                "format_detail": format_detail,
+                "tokenizer_detail": tokenizer_detail,
+                "split_detail": ", ".join(
+                    f"also in {path}"
+                    for path, prompts in other_prompts.items()
+                    if obj.get("prompt") in prompts
+                ),
+                "tags_detail": tags_detail,
+            }
+        )
+    columns = [
+        "line",
+        "id",
+        "prompt",
+        "verifier_type",
+        "text_ok",
+        "verifier_fields_ok",
+        "verifier_bounds_ok",
+        "regex_compiles",
+        "countdown_searched",
+        "countdown_solvable",
+        "exact_match_answerable",
+        "format_accepts_answer",
+        "tokenizer_encodes",
+        "tags_ok",
+        *DETAIL_COLUMNS,
+    ]
     return pd.DataFrame.from_records(records, columns=columns).astype(object)

@@ -28,6 +28,7 @@ class DataError(PipelineError, ValueError):
 class Row:
     """One prompt and the verifier that scores answers to it; optional tags name the kinds of
     problem it belongs to (the audit reports each tag's rows apart: rlvr.audit.slices)."""
+
     id: str
     prompt: str
     verifier: Mapping[str, Any]
@@ -53,6 +54,7 @@ class Line:
 
     `kind` says what went wrong: "text" (not UTF-8 text), "length" (over MAX_LINE_BYTES) or
     "json" (text, but not a JSON object)."""
+
     number: int
     obj: dict[str, Any] | None
     error: str | None
@@ -85,11 +87,16 @@ def _parse_line(number: int, raw: bytes) -> Line:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        return Line(number, None, f"byte {error.start + 1} (0x{raw[error.start]:02x}): "
-                                  f"{error.reason}", kind="text")
+        return Line(
+            number,
+            None,
+            f"byte {error.start + 1} (0x{raw[error.start]:02x}): {error.reason}",
+            kind="text",
+        )
     try:
-        obj = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
-                         parse_constant=_parse_constant)
+        obj = json.loads(
+            text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant
+        )
     except json.JSONDecodeError as error:
         return Line(number, None, f"not valid JSON ({error.msg})")
     except _NotJson as error:
@@ -101,8 +108,13 @@ def _parse_line(number: int, raw: bytes) -> Line:
     try:  # a \ud800 escape parses to a lone surrogate, which no UTF-8 text (or pandas) can hold
         json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as error:
-        return Line(number, None, f"the escape \\u{ord(error.object[error.start]):04x} is a lone "
-                                  "surrogate, not a character", kind="text")
+        return Line(
+            number,
+            None,
+            f"the escape \\u{ord(error.object[error.start]):04x} is a lone "
+            "surrogate, not a character",
+            kind="text",
+        )
     return Line(number, obj, None)
 
 
@@ -153,12 +165,20 @@ def read_rows(path: str | Path) -> list[Row]:
     rows = []
     for line in read_lines(path):
         if line.obj is None:
-            what = {"text": "not UTF-8 text: ",
-                    "length": f"longer than {MAX_LINE_BYTES} bytes: "}.get(line.kind, "")
+            what = {
+                "text": "not UTF-8 text: ",
+                "length": f"longer than {MAX_LINE_BYTES} bytes: ",
+            }.get(line.kind, "")
             raise DataError(f"{path}: line {line.number}: {what}{line.error}")
         try:
-            rows.append(Row(id=line.obj["id"], prompt=line.obj["prompt"],
-                            verifier=line.obj["verifier"], tags=tuple(line.obj.get("tags") or ())))
+            rows.append(
+                Row(
+                    id=line.obj["id"],
+                    prompt=line.obj["prompt"],
+                    verifier=line.obj["verifier"],
+                    tags=tuple(line.obj.get("tags") or ()),
+                )
+            )
         except KeyError as missing:
             raise DataError(f"{path}: line {line.number}: field {missing} is missing") from None
     return rows
@@ -166,9 +186,13 @@ def read_rows(path: str | Path) -> list[Row]:
 
 def write_jsonl(path: str | Path, rows: Iterable[Row | Mapping[str, Any]]) -> None:
     """Write rows as JSONL atomically: the file is either the old one or the complete new one."""
-    write_text_atomic(path, "".join(
-        json.dumps(r.to_json() if isinstance(r, Row) else dict(r), ensure_ascii=False) + "\n"
-        for r in rows))
+    write_text_atomic(
+        path,
+        "".join(
+            json.dumps(r.to_json() if isinstance(r, Row) else dict(r), ensure_ascii=False) + "\n"
+            for r in rows
+        ),
+    )
 
 
 def to_hf_dataset(rows: Iterable[Row], conversational: bool = False):
@@ -183,9 +207,13 @@ def to_hf_dataset(rows: Iterable[Row], conversational: bool = False):
     from datasets import Dataset  # heavy import, only where a dataset is built
 
     rows = list(rows)
-    return Dataset.from_dict({
-        "id": [r.id for r in rows],
-        "prompt": [[{"role": "user", "content": r.prompt}] if conversational else r.prompt
-                   for r in rows],
-        "verifier": [json.dumps(dict(r.verifier), sort_keys=True) for r in rows],
-    })
+    return Dataset.from_dict(
+        {
+            "id": [r.id for r in rows],
+            "prompt": [
+                [{"role": "user", "content": r.prompt}] if conversational else r.prompt
+                for r in rows
+            ],
+            "verifier": [json.dumps(dict(r.verifier), sort_keys=True) for r in rows],
+        }
+    )

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 from math import comb
+from typing import Any
 
 from rlvr.core.stats import finite_mean
 
@@ -25,7 +25,7 @@ def group_checks(prompts: Sequence[Any], advantages: Sequence[float], num_genera
     sizes.append(current)
     means, start = [], 0
     for size in sizes:
-        group = advantages[start:start + size]
+        group = advantages[start : start + size]
         means.append(sum(group) / size)
         start += size
     return {
@@ -56,14 +56,18 @@ class RunningMeanBaseline:
         batch_mean = finite_mean(rewards)
         batch_mean = 0.0 if math.isnan(batch_mean) else batch_mean
         baseline = batch_mean if self.value is None else self.value
-        self.value = (batch_mean if self.value is None
-                      else self.momentum * self.value + (1 - self.momentum) * batch_mean)
+        self.value = (
+            batch_mean
+            if self.value is None
+            else self.momentum * self.value + (1 - self.momentum) * batch_mean
+        )
         return [r - baseline if math.isfinite(r) else 0.0 for r in rewards]
 
 
 # --- Remedies for forgetting a rare kind of answer (train.advantage pass_at_k,
 # train.positive_weight, train.unlikeliness): pure functions on one batch of G-sized groups,
 # every rank's completions in rank order. "correct" means the correctness reward is 1.
+
 
 def pass_at_k_advantages(correct: Sequence[bool], num_generations: int, k: int) -> list[float]:
     """Pass@k training's analytic advantages (Chen et al. 2025, "Pass@k Training for Adaptively
@@ -84,7 +88,7 @@ def pass_at_k_advantages(correct: Sequence[bool], num_generations: int, k: int) 
     """
     advantages = []
     for start in range(0, len(correct), num_generations):
-        group = list(correct[start:start + num_generations])
+        group = list(correct[start : start + num_generations])
         n, c = len(group), sum(group)
         if not 0 < c < n or k > n:
             advantages += [0.0] * n
@@ -99,8 +103,9 @@ def pass_at_k_advantages(correct: Sequence[bool], num_generations: int, k: int) 
     return advantages
 
 
-def unlikeliness_penalties(correct: Sequence[bool], logps: Sequence[float],
-                           num_generations: int, strength: float) -> list[float]:
+def unlikeliness_penalties(
+    correct: Sequence[bool], logps: Sequence[float], num_generations: int, strength: float
+) -> list[float]:
     """The unlikeliness reward (He et al. 2025, "Rewarding the Unlikely: Lifting GRPO Beyond
     Distribution Sharpening", eq. 3): a correct sample's reward R becomes
     R (1 - strength (G - rank) / G), rank 0 being the group's most likely correct sample under
@@ -113,8 +118,9 @@ def unlikeliness_penalties(correct: Sequence[bool], logps: Sequence[float],
     """
     penalties = [0.0] * len(correct)
     for start in range(0, len(correct), num_generations):
-        indices = [i for i in range(start, min(start + num_generations, len(correct)))
-                   if correct[i]]
+        indices = [
+            i for i in range(start, min(start + num_generations, len(correct))) if correct[i]
+        ]
         for rank, i in enumerate(sorted(indices, key=lambda i: -logps[i])):
             penalties[i] = strength * (num_generations - rank) / num_generations
     return penalties

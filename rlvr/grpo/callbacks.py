@@ -12,16 +12,22 @@ import os
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
-from dvclive.plots import Metric
 from dvclive import Live
+from dvclive.plots import Metric
+from transformers import TrainerCallback
 
-from rlvr.params.training_params import BetaScheduleParams
 from rlvr.core.errors import PipelineError
-from rlvr.grpo.checkpoints import last_checkpoint
-from rlvr.core.metric_keys import (GUARDED_KEYS, LOSS, MEAN_REWARD, TIMING_KEYS,
-                                   VALIDATION_CURVE_PREFIX, VALIDATION_PREFIX)
+from rlvr.core.metric_keys import (
+    GUARDED_KEYS,
+    LOSS,
+    MEAN_REWARD,
+    TIMING_KEYS,
+    VALIDATION_CURVE_PREFIX,
+    VALIDATION_PREFIX,
+)
 from rlvr.core.stats import drift_kl
+from rlvr.grpo.checkpoints import last_checkpoint
+from rlvr.params.training_params import BetaScheduleParams
 
 
 class NonFiniteMetric(PipelineError):
@@ -105,14 +111,20 @@ class FiniteGuardCallback(TrainerCallback):
                 last = last_checkpoint(self.checkpoint_dir) if self.checkpoint_dir else None
                 raise NonFiniteMetric(
                     f"step {state.global_step}: {key} = {value} is not finite; training stopped. "
-                    f"Last good checkpoint: {last or 'none'}. Lower the learning rate or raise beta.")
+                    f"Last good checkpoint: {last or 'none'}. Lower the learning rate or raise beta."
+                )
 
 
 def loggable(logs: dict[str, Any]) -> dict[str, float]:
     """The numeric, non-timing entries of a log line."""
-    return {k: float(v) for k, v in logs.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)
-            and k not in TIMING_KEYS and k not in ("step", "epoch")}
+    return {
+        k: float(v)
+        for k, v in logs.items()
+        if isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and k not in TIMING_KEYS
+        and k not in ("step", "epoch")
+    }
 
 
 def validation_entry(logs: dict[str, Any]) -> dict[str, float]:
@@ -126,8 +138,11 @@ def validation_entry(logs: dict[str, Any]) -> dict[str, float]:
     """
     if VALIDATION_PREFIX + MEAN_REWARD not in logs:
         return {}
-    return {key[len(VALIDATION_PREFIX):]: float(value) for key, value in sorted(logs.items())
-            if key.startswith(VALIDATION_PREFIX)}  # sorted: as a restored history has them
+    return {
+        key[len(VALIDATION_PREFIX) :]: float(value)
+        for key, value in sorted(logs.items())
+        if key.startswith(VALIDATION_PREFIX)
+    }  # sorted: as a restored history has them
 
 
 class LiveCurvesCallback(TrainerCallback):

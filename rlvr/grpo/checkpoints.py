@@ -7,15 +7,15 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import struct
 import sys
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-import struct
-import zipfile
 
-from trl.trainer.utils import RepeatSampler
 import torch
+from trl.trainer.utils import RepeatSampler
 
 from rlvr.grpo.distributed import world_size
 
@@ -31,10 +31,13 @@ def _safetensors_problem(file: Path) -> str | None:
         with open(file, "rb") as handle:
             (header_len,) = struct.unpack("<Q", handle.read(8))
             header = json.loads(handle.read(header_len))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
-                  default=0)
+        end = max(
+            (v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0
+        )
         if file.stat().st_size != 8 + header_len + end:
-            return f"{file.name} is truncated ({file.stat().st_size} of {8 + header_len + end} bytes)"
+            return (
+                f"{file.name} is truncated ({file.stat().st_size} of {8 + header_len + end} bytes)"
+            )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error) as error:
         return f"{file.name} is unreadable ({type(error).__name__})"
     return None
@@ -49,8 +52,9 @@ def rng_state_files(ranks: int) -> list[str]:
     return ["rng_state.pth"] if ranks == 1 else [f"rng_state_{r}.pth" for r in range(ranks)]
 
 
-def checkpoint_problem(folder: str | Path, extra_files: Sequence[str] = (),
-                       ranks: int | None = None) -> str | None:
+def checkpoint_problem(
+    folder: str | Path, extra_files: Sequence[str] = (), ranks: int | None = None
+) -> str | None:
     """Why a checkpoint cannot be resumed, or None when every file it needs is whole.
 
     Checked without loading anything: trainer_state.json parses, the weights' safetensors header
@@ -90,8 +94,12 @@ def checkpoint_problem(folder: str | Path, extra_files: Sequence[str] = (),
     return None
 
 
-def last_checkpoint(folder: str | Path | None, extra_files: Sequence[str] = (),
-                    warn: bool = False, ranks: int | None = None) -> str | None:
+def last_checkpoint(
+    folder: str | Path | None,
+    extra_files: Sequence[str] = (),
+    warn: bool = False,
+    ranks: int | None = None,
+) -> str | None:
     """The newest checkpoint-N in folder that can be resumed, or None.
 
     A checkpoint cut short by a kill (the Trainer writes trainer_state.json last) or damaged later
@@ -99,8 +107,14 @@ def last_checkpoint(folder: str | Path | None, extra_files: Sequence[str] = (),
     """
     if folder is None or not Path(folder).is_dir():
         return None
-    numbered = sorted(((int(p.name.split("-")[1]), p) for p in Path(folder).glob("checkpoint-*")
-                       if p.name.split("-")[1].isdigit()), reverse=True)
+    numbered = sorted(
+        (
+            (int(p.name.split("-")[1]), p)
+            for p in Path(folder).glob("checkpoint-*")
+            if p.name.split("-")[1].isdigit()
+        ),
+        reverse=True,
+    )
     for _, candidate in numbered:
         problem = checkpoint_problem(candidate, extra_files, ranks)
         if problem is None:
@@ -115,8 +129,11 @@ def fingerprint(*parts: Any) -> str:
     digest = hashlib.sha256()
     for part in parts:
         if isinstance(part, Path):
-            files = sorted(p for p in part.rglob("*") if p.is_file() and "__pycache__" not in
-                           p.parts) if part.is_dir() else [part]
+            files = (
+                sorted(p for p in part.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+                if part.is_dir()
+                else [part]
+            )
             for file in files:
                 digest.update(str(file.relative_to(part) if part.is_dir() else file.name).encode())
                 digest.update(file.read_bytes())
@@ -125,8 +142,9 @@ def fingerprint(*parts: Any) -> str:
     return digest.hexdigest()
 
 
-def resumable_checkpoint(folder: str | Path, run_fingerprint: str,
-                         extra_files: Sequence[str] = ()) -> str | None:
+def resumable_checkpoint(
+    folder: str | Path, run_fingerprint: str, extra_files: Sequence[str] = ()
+) -> str | None:
     """The newest whole checkpoint of this very run in the folder, if there is one.
 
     Checkpoints of a different run (other params, base model or data) are deleted so they can
@@ -142,8 +160,11 @@ def resumable_checkpoint(folder: str | Path, run_fingerprint: str,
             recorded = None
         if recorded != run_fingerprint:
             if any(folder.glob("checkpoint-*")):
-                print(f"train: the checkpoints in {folder} are of another run (params, data, base "
-                      "model or code differ): starting over", file=sys.stderr)
+                print(
+                    f"train: the checkpoints in {folder} are of another run (params, data, base "
+                    "model or code differ): starting over",
+                    file=sys.stderr,
+                )
             for entry in folder.iterdir():  # its contents: the folder may be a mounted disk
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry)

@@ -12,24 +12,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trl import GRPOConfig
 from peft import LoraConfig
+from trl import GRPOConfig
 
+from rlvr.core.metric_keys import MEAN_REWARD, VALIDATION_PREFIX
 from rlvr.params.config import ParamsError
 from rlvr.params.training_params import GRPOParams, ModelParams, TrainParams
-from rlvr.core.metric_keys import MEAN_REWARD, VALIDATION_PREFIX
 from rlvr.rewards.registry import normalized_weights
 
-PIPELINE_KNOBS = ("max_sampling_rounds", "advantage", "running_mean_momentum", "pass_at_k",
-                  "positive_weight", "unlikeliness", "resample_unsolved")
+PIPELINE_KNOBS = (
+    "max_sampling_rounds",
+    "advantage",
+    "running_mean_momentum",
+    "pass_at_k",
+    "positive_weight",
+    "unlikeliness",
+    "resample_unsolved",
+)
 
 
 def _knob(name: str, help_prefix: str = "") -> Any:
     """A pipeline knob's GRPOConfig field from its one declaration, params.yaml's train.<name>
     (rlvr.params.training_params.TrainParams): its default and its help."""
     declared = TrainParams.__pydantic_fields__[name]
-    return field(default=declared.default,
-                 metadata={"help": f"{help_prefix}train.{name}: {declared.description}"})
+    return field(
+        default=declared.default,
+        metadata={"help": f"{help_prefix}train.{name}: {declared.description}"},
+    )
 
 
 @dataclass
@@ -38,10 +47,14 @@ class PipelineGRPOConfig(GRPOConfig):
     in params.yaml's train section (TrainParams: type, range, help); the fields take their
     default and help from there and their values are checked by its rules."""
 
-    max_sampling_rounds: int = field(default=0, metadata={
-        "help": "DAPO's dynamic sampling: train.max_sampling_rounds when train.dynamic_sampling "
-                "is on, 0 when off (every group trains). "
-                + TrainParams.__pydantic_fields__["dynamic_sampling"].description})
+    max_sampling_rounds: int = field(
+        default=0,
+        metadata={
+            "help": "DAPO's dynamic sampling: train.max_sampling_rounds when train.dynamic_sampling "
+            "is on, 0 when off (every group trains). "
+            + TrainParams.__pydantic_fields__["dynamic_sampling"].description
+        },
+    )
     advantage: str = _knob("advantage")
     running_mean_momentum: float = _knob("running_mean_momentum")
     pass_at_k: int = _knob("pass_at_k")
@@ -66,13 +79,18 @@ def knobs_as_params(config: PipelineGRPOConfig) -> TrainParams:
     # only what the knobs' rules read (pass_at_k <= G); TRL checks the batch shapes itself
     group = config.num_generations or GRPOParams.__pydantic_fields__["num_generations"].default
     grpo = GRPOParams(num_generations=group, per_device_train_batch_size=group)
-    return TrainParams(advantage=config.advantage,
-                       running_mean_momentum=config.running_mean_momentum,
-                       pass_at_k=config.pass_at_k, positive_weight=config.positive_weight,
-                       unlikeliness=config.unlikeliness, dynamic_sampling=rounds > 0,
-                       max_sampling_rounds=rounds or
-                       TrainParams.__pydantic_fields__["max_sampling_rounds"].default,
-                       resample_unsolved=config.resample_unsolved, grpo=grpo)
+    return TrainParams(
+        advantage=config.advantage,
+        running_mean_momentum=config.running_mean_momentum,
+        pass_at_k=config.pass_at_k,
+        positive_weight=config.positive_weight,
+        unlikeliness=config.unlikeliness,
+        dynamic_sampling=rounds > 0,
+        max_sampling_rounds=rounds
+        or TrainParams.__pydantic_fields__["max_sampling_rounds"].default,
+        resample_unsolved=config.resample_unsolved,
+        grpo=grpo,
+    )
 
 
 def as_trl_config(config: GRPOConfig) -> GRPOConfig:
@@ -86,10 +104,19 @@ def as_trl_config(config: GRPOConfig) -> GRPOConfig:
     return plain
 
 
-def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, seed: int,
-                reward_weights: Sequence[float], save_steps: int | None = None,
-                dynamic_sampling: bool = False, eval_steps: int = 0, select_best: bool = False,
-                chat_template_kwargs: Mapping[str, Any] | None = None) -> PipelineGRPOConfig:
+def grpo_config(
+    train: TrainParams,
+    *,
+    output_dir: str | Path,
+    max_steps: int,
+    seed: int,
+    reward_weights: Sequence[float],
+    save_steps: int | None = None,
+    dynamic_sampling: bool = False,
+    eval_steps: int = 0,
+    select_best: bool = False,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> PipelineGRPOConfig:
     """The run's config from params.yaml's train section: train.grpo under TRL's names, the
     pipeline's knobs (train.advantage, train.running_mean_momentum, and with dynamic_sampling and
     train.dynamic_sampling its rounds), plus what the pipeline fixes: log every step, report
@@ -101,25 +128,35 @@ def grpo_config(train: TrainParams, *, output_dir: str | Path, max_steps: int, s
     grpo = train.grpo
     # Which params a stage reads (dvc.yaml, rlvr/pipeline/stage.py) may depend on the caller's
     # arguments (smoke: no dynamic sampling), never on params' values: read them all first.
-    sampling = (train.dynamic_sampling, train.max_sampling_rounds, train.resample_unsolved
-                ) if dynamic_sampling else (False, 0, False)
+    sampling = (
+        (train.dynamic_sampling, train.max_sampling_rounds, train.resample_unsolved)
+        if dynamic_sampling
+        else (False, 0, False)
+    )
     sampled, sampling_rounds, resample_unsolved = sampling
     known = set(GRPOConfig.__dataclass_fields__)  # TRL's own: the pipeline's knobs come from train
     unknown = sorted(set(grpo.extra) - known)
     if unknown:
-        raise ParamsError(f"params.yaml: train.grpo.extra has unknown GRPOConfig field(s) "
-                          f"{unknown}; see trl.GRPOConfig for the names")
+        raise ParamsError(
+            f"params.yaml: train.grpo.extra has unknown GRPOConfig field(s) "
+            f"{unknown}; see trl.GRPOConfig for the names"
+        )
     fields = dict(grpo.extra)
     fields.setdefault("activation_checkpointing", False)
     # Several processes: every trained weight takes part in each forward pass, so DDP need not
     # search for unused ones (an extra autograd traversal per step, and a warning per rank).
     fields.setdefault("ddp_find_unused_parameters", False)
     if eval_steps:
-        fields.update(eval_strategy="steps", eval_steps=eval_steps, eval_on_start=True,
-                      # TRL's divisibility check; our evaluation batches on its own
-                      per_device_eval_batch_size=grpo.num_generations,
-                      metric_for_best_model=VALIDATION_PREFIX + MEAN_REWARD,
-                      greater_is_better=True, load_best_model_at_end=select_best)
+        fields.update(
+            eval_strategy="steps",
+            eval_steps=eval_steps,
+            eval_on_start=True,
+            # TRL's divisibility check; our evaluation batches on its own
+            per_device_eval_batch_size=grpo.num_generations,
+            metric_for_best_model=VALIDATION_PREFIX + MEAN_REWARD,
+            greater_is_better=True,
+            load_best_model_at_end=select_best,
+        )
     return PipelineGRPOConfig(
         output_dir=str(output_dir),
         max_steps=max_steps,
@@ -172,23 +209,34 @@ def check_trl_config(params) -> None:
     """Build the GRPOConfig (and LoraConfig) the smoke and train runs will build, so TRL's own
     checks run before any stage starts; raise ParamsError naming train.grpo with TRL's reason."""
     with tempfile.TemporaryDirectory() as scratch:
-        for steps, save_steps, sampled in ((params.smoke.max_steps, None, False),
-                                           (params.train.max_steps, params.train.save_steps, True)):
+        for steps, save_steps, sampled in (
+            (params.smoke.max_steps, None, False),
+            (params.train.max_steps, params.train.save_steps, True),
+        ):
             try:
-                grpo_config(params.train, output_dir=scratch, max_steps=steps,
-                            seed=params.seed, reward_weights=params.rewards.weights,
-                            save_steps=save_steps, dynamic_sampling=sampled,
-                            chat_template_kwargs=params.model.chat_template_kwargs)
+                grpo_config(
+                    params.train,
+                    output_dir=scratch,
+                    max_steps=steps,
+                    seed=params.seed,
+                    reward_weights=params.rewards.weights,
+                    save_steps=save_steps,
+                    dynamic_sampling=sampled,
+                    chat_template_kwargs=params.model.chat_template_kwargs,
+                )
             except (TypeError, ValueError) as error:
                 if isinstance(error, ParamsError):
                     raise
-                raise ParamsError(f"params.yaml: train.grpo: TRL's GRPOConfig rejects it: "
-                                  f"{' '.join(str(error).split())}") from None
+                raise ParamsError(
+                    f"params.yaml: train.grpo: TRL's GRPOConfig rejects it: "
+                    f"{' '.join(str(error).split())}"
+                ) from None
     try:
         peft_config(params.model)
     except (TypeError, ValueError) as error:
-        raise ParamsError(f"params.yaml: model.lora: peft's LoraConfig rejects it: "
-                          f"{' '.join(str(error).split())}") from None
+        raise ParamsError(
+            f"params.yaml: model.lora: peft's LoraConfig rejects it: {' '.join(str(error).split())}"
+        ) from None
 
 
 def peft_config(model: ModelParams):
@@ -197,5 +245,10 @@ def peft_config(model: ModelParams):
         return None
 
     lora = model.lora
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                      target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )

@@ -18,6 +18,9 @@ A rank dies with its launcher (a `kill -9` of `dvc repro` must not leave ranks t
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import logging
 import os
 import signal
 import socket
@@ -27,9 +30,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlvr.core.errors import PipelineError
-import importlib.util
-import logging
-import ctypes
 
 ACCELERATE_CONFIGS = Path("configs/accelerate")
 FAILURES_ENV = "RLVR_FAILURES_DIR"  # set by the launcher: where ranks report expected failures
@@ -59,8 +59,15 @@ def accelerate_config_file(name: str) -> Path | None:
     return ACCELERATE_CONFIGS / f"{name}.yaml" if name else None
 
 
-def launch_args(module: str, processes: int, *, use_cpu: bool, config_name: str = "",
-                port: int = 29500, script_args: Sequence[str] = ()) -> list[str]:
+def launch_args(
+    module: str,
+    processes: int,
+    *,
+    use_cpu: bool,
+    config_name: str = "",
+    port: int = 29500,
+    script_args: Sequence[str] = (),
+) -> list[str]:
     """The `accelerate launch` arguments that run `python -m module *script_args` in `processes`
     ranks.
 
@@ -77,8 +84,17 @@ def launch_args(module: str, processes: int, *, use_cpu: bool, config_name: str 
     if config is not None:
         head = ["--config_file", str(config), "--num_processes", str(processes)]
     else:
-        head = ["--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
-                "--mixed_precision", "no", "--dynamo_backend", "no"]
+        head = [
+            "--multi_gpu",
+            "--num_processes",
+            str(processes),
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+        ]
     return [*head, "--main_process_port", str(port), "-m", module, *script_args]
 
 
@@ -89,8 +105,15 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def launch(stage: str, module: str, processes: int, *, use_cpu: bool, config_name: str = "",
-           script_args: Sequence[str] = ()) -> int:
+def launch(
+    stage: str,
+    module: str,
+    processes: int,
+    *,
+    use_cpu: bool,
+    config_name: str = "",
+    script_args: Sequence[str] = (),
+) -> int:
     """Run `module` (with `script_args`) in `processes` ranks with accelerate's launcher; the exit
     code for the stage.
 
@@ -100,9 +123,11 @@ def launch(stage: str, module: str, processes: int, *, use_cpu: bool, config_nam
     from accelerate.commands.launch import launch_command, launch_command_parser
 
     if config_name.startswith("deepspeed") and importlib.util.find_spec("deepspeed") is None:
-        raise PipelineError(f"train.accelerate_config = '{config_name}' needs the deepspeed "
-                            "package, which is not installed here (pip install deepspeed on "
-                            "the GPU machine)")
+        raise PipelineError(
+            f"train.accelerate_config = '{config_name}' needs the deepspeed "
+            "package, which is not installed here (pip install deepspeed on "
+            "the GPU machine)"
+        )
     import torch
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
@@ -111,12 +136,23 @@ def launch(stage: str, module: str, processes: int, *, use_cpu: bool, config_nam
         raise PipelineError(
             f"train.processes = {processes} with train.grpo.use_cpu false needs {processes} GPUs; "
             f"this machine has {torch.cuda.device_count()}: each process would train alone. On "
-            "CPU set train.grpo.use_cpu true and train.accelerate_config '' (DDP over gloo)")
-    print(f"{stage}: launching {processes} processes with accelerate "
-          f"({config_name or ('DDP, gloo' if use_cpu else 'DDP')})", file=sys.stderr)
+            "CPU set train.grpo.use_cpu true and train.accelerate_config '' (DDP over gloo)"
+        )
+    print(
+        f"{stage}: launching {processes} processes with accelerate "
+        f"({config_name or ('DDP, gloo' if use_cpu else 'DDP')})",
+        file=sys.stderr,
+    )
     args = launch_command_parser().parse_args(
-        launch_args(module, processes, use_cpu=use_cpu, config_name=config_name,
-                    port=free_port(), script_args=script_args))
+        launch_args(
+            module,
+            processes,
+            use_cpu=use_cpu,
+            config_name=config_name,
+            port=free_port(),
+            script_args=script_args,
+        )
+    )
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="rlvr-ranks.") as failures:
         os.environ[FAILURES_ENV] = failures
@@ -128,8 +164,10 @@ def launch(stage: str, module: str, processes: int, *, use_cpu: bool, config_nam
             for message in sorted(set(filter(None, reports))):
                 print(message, file=sys.stderr)
             if not reports:  # no rank reported an expected failure: a crash, shown by the rank
-                print(f"{stage}: FAILED: a training process crashed (its traceback is above)",
-                      file=sys.stderr)
+                print(
+                    f"{stage}: FAILED: a training process crashed (its traceback is above)",
+                    file=sys.stderr,
+                )
             return 1
         finally:
             os.environ.pop(FAILURES_ENV, None)

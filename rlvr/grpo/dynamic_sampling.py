@@ -22,7 +22,7 @@ def local_group_spread(values, local_size: int, num_generations: int, rank: int)
     >>> local_group_spread(values, 4, 2, rank=0), local_group_spread(values, 4, 2, rank=1)
     ([False, True], [False, False])
     """
-    mine = values[rank * local_size:(rank + 1) * local_size].view(-1, num_generations)
+    mine = values[rank * local_size : (rank + 1) * local_size].view(-1, num_generations)
     finite = torch.isfinite(mine)
     high = torch.where(finite, mine, torch.full_like(mine, -math.inf)).max(dim=1).values
     low = torch.where(finite, mine, torch.full_like(mine, math.inf)).min(dim=1).values
@@ -39,9 +39,12 @@ def select_groups(output: dict, groups: Sequence[int], num_generations: int) -> 
     """The scored batch `output` (TRL's dict of per-completion tensors) cut down to `groups`."""
     rows = torch.tensor([g * num_generations + j for g in groups for j in range(num_generations)])
     size = len(output["advantages"])
-    return {key: value.index_select(0, rows.to(value.device))
-            if hasattr(value, "dim") and value.dim() > 0 and len(value) == size else value
-            for key, value in output.items()}
+    return {
+        key: value.index_select(0, rows.to(value.device))
+        if hasattr(value, "dim") and value.dim() > 0 and len(value) == size
+        else value
+        for key, value in output.items()
+    }
 
 
 def merge_groups(parts: Sequence[dict], pad_token_id: int) -> dict:

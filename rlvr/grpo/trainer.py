@@ -37,28 +37,42 @@ the installed libraries, and that every test named here exists.
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-import random
 
-from transformers import Trainer
-from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler
 import torch
-from trl.models.utils import disable_gradient_checkpointing
+from transformers import Trainer
 from transformers.trainer import TRAINING_ARGS_NAME
+from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import RepeatSampler
 
-from rlvr.grpo.advantages import (RunningMeanBaseline, group_checks, pass_at_k_advantages,
-                                   unlikeliness_penalties, weight_positive)
+from rlvr.core.metric_keys import (
+    BETA,
+    CORRECTNESS_REWARD,
+    FAILURES_SUFFIX,
+    FIRST_BATCH_KL,
+    KEPT_SHARE,
+    LOSS,
+    OVERSAMPLING,
+    RESAMPLED_UNSOLVED,
+    RUNNING_MEAN_BASELINE,
+    SAMPLING_ROUNDS,
+)
+from rlvr.grpo.advantages import (
+    RunningMeanBaseline,
+    group_checks,
+    pass_at_k_advantages,
+    unlikeliness_penalties,
+    weight_positive,
+)
 from rlvr.grpo.callbacks import validation_entry
 from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, EpochReplaySampler
 from rlvr.grpo.config import PipelineGRPOConfig, as_trl_config
 from rlvr.grpo.dynamic_sampling import local_group_spread, loss_mask, merge_groups, select_groups
-from rlvr.core.metric_keys import (BETA, CORRECTNESS_REWARD, FAILURES_SUFFIX, FIRST_BATCH_KL,
-                                   KEPT_SHARE, LOSS, OVERSAMPLING, RESAMPLED_UNSOLVED,
-                                   RUNNING_MEAN_BASELINE, SAMPLING_ROUNDS)
 from rlvr.rewards.grpo_math import group_advantages, k3_kl
 
 
@@ -68,15 +82,21 @@ class PipelineGRPOTrainer(GRPOTrainer):
     (args.advantage running_mean), replaces TRL's group advantages by a running-mean baseline.
     `validation(model, tokenizer)` scores the validation rows in the evaluation loop."""
 
-    def __init__(self, *args, validation: Callable[[Any, Any], dict[str, float]] | None = None,
-                 **kwargs) -> None:
+    def __init__(
+        self, *args, validation: Callable[[Any, Any], dict[str, float]] | None = None, **kwargs
+    ) -> None:
         if not isinstance(kwargs.get("args"), PipelineGRPOConfig):
-            raise TypeError("PipelineGRPOTrainer needs args=PipelineGRPOConfig(...) (its knobs: "
-                            "rlvr.grpo.config.grpo_config builds one from params)")
+            raise TypeError(
+                "PipelineGRPOTrainer needs args=PipelineGRPOConfig(...) (its knobs: "
+                "rlvr.grpo.config.grpo_config builds one from params)"
+            )
         self._epoch_sampler: EpochReplaySampler | None = None  # set while super() builds it
         super().__init__(*args, **kwargs)
-        self.running_mean = (RunningMeanBaseline(self.args.running_mean_momentum)
-                             if self.args.advantage == "running_mean" else None)
+        self.running_mean = (
+            RunningMeanBaseline(self.args.running_mean_momentum)
+            if self.args.advantage == "running_mean"
+            else None
+        )
         self.batch_checks: list[dict] = []
         self.validation = validation
         self.validation_seconds = 0.0
@@ -98,8 +118,10 @@ class PipelineGRPOTrainer(GRPOTrainer):
         if self.validation is None:
             return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
         step = self.state.global_step
-        scored = next((e for e in self.state.log_history
-                       if e.get("step") == step and validation_entry(e)), None)
+        scored = next(
+            (e for e in self.state.log_history if e.get("step") == step and validation_entry(e)),
+            None,
+        )
         if scored is not None:  # a resumed run's eval_on_start: scored before the checkpoint
             return {k: v for k, v in scored.items() if k.startswith(metric_key_prefix + "_")}
         started = time.perf_counter()
@@ -107,8 +129,9 @@ class PipelineGRPOTrainer(GRPOTrainer):
         self.validation_seconds += time.perf_counter() - started
         metrics = {f"{metric_key_prefix}_{key}": value for key, value in scores.items()}
         Trainer.log(self, metrics)  # not TRL's log: that would fold in its training metrics
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control,
-                                                         metrics)
+        self.control = self.callback_handler.on_evaluate(
+            self.args, self.state, self.control, metrics
+        )
         return metrics
 
     def _get_train_sampler(self, dataset=None):
@@ -116,9 +139,13 @@ class PipelineGRPOTrainer(GRPOTrainer):
         if type(sampler) is not RepeatSampler:
             return sampler
         self._epoch_sampler = EpochReplaySampler(
-            sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
-            batch_size=sampler.batch_size, repeat_count=sampler.repeat_count,
-            shuffle=sampler.shuffle, seed=sampler.seed)
+            sampler.data_source,
+            mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size,
+            repeat_count=sampler.repeat_count,
+            shuffle=sampler.shuffle,
+            seed=sampler.seed,
+        )
         return self._epoch_sampler
 
     def _run_epoch(self, *args, **kwargs):
@@ -130,8 +157,9 @@ class PipelineGRPOTrainer(GRPOTrainer):
         return super()._run_epoch(*args, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
-                                                      completion_ids_list)
+        rewards_per_func = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
@@ -169,29 +197,37 @@ class PipelineGRPOTrainer(GRPOTrainer):
         for rounds in range(1, self.args.max_sampling_rounds + 1):
             output = self._score_batch(batch)
             first = first if first is not None else output
-            signal = local_group_spread(torch.tensor(self._signal_basis), len(batch), G,
-                                        self.accelerator.process_index)
+            signal = local_group_spread(
+                torch.tensor(self._signal_basis), len(batch), G, self.accelerator.process_index
+            )
             generated += len(signal)
-            chosen = [g for g, has in enumerate(signal) if has][:needed - kept]
+            chosen = [g for g, has in enumerate(signal) if has][: needed - kept]
             if chosen:
                 parts.append(select_groups(output, chosen, G))
                 kept += len(chosen)
             short = torch.tensor([needed - kept], device=self.accelerator.device)
-            if self.accelerator.gather(short).sum().item() == 0 \
-                    or rounds == self.args.max_sampling_rounds:
+            if (
+                self.accelerator.gather(short).sum().item() == 0
+                or rounds == self.args.max_sampling_rounds
+            ):
                 break
             again = self._unsolved_prompts(batch, chosen) if self.args.resample_unsolved else []
             resampled += len(again) // G
-            batch = again[:needed * G] + self._more_prompts(needed - len(again[:needed * G]) // G,
-                                                             rounds)
+            batch = again[: needed * G] + self._more_prompts(
+                needed - len(again[: needed * G]) // G, rounds
+            )
         # Every rank trains on as many groups as the rank that kept fewest (TRL's loss gathers
         # per-completion values, which needs equal batches); none kept anywhere: the first
         # batch, as without dynamic sampling.
-        common = int(self.accelerator.gather(
-            torch.tensor([kept], device=self.accelerator.device)).min().item())
+        common = int(
+            self.accelerator.gather(torch.tensor([kept], device=self.accelerator.device))
+            .min()
+            .item()
+        )
         if common:
-            merged = select_groups(merge_groups(parts, self.processing_class.pad_token_id),
-                                   range(common), G)
+            merged = select_groups(
+                merge_groups(parts, self.processing_class.pad_token_id), range(common), G
+            )
         else:
             merged = first
         metrics = self._metrics["train"]
@@ -211,8 +247,11 @@ class PipelineGRPOTrainer(GRPOTrainer):
         # drift KL is measured on the stored first batch with the policy as it is now, so the
         # series the diagnosis reads has one value per step, whatever num_iterations.
         generate_every = self.args.steps_per_generation * self.num_iterations
-        if self.args.max_sampling_rounds and self._kl_batch is not None \
-                and self._step % generate_every != 0:
+        if (
+            self.args.max_sampling_rounds
+            and self._kl_batch is not None
+            and self._step % generate_every != 0
+        ):
             self._log_first_batch_kl(self._kl_batch, fresh=True)
         return super().training_step(model, inputs, num_items_in_batch)
 
@@ -221,7 +260,8 @@ class PipelineGRPOTrainer(GRPOTrainer):
         if kl_sums is not None:  # the same beta on every rank: all of them reduce, or none
             kl_sums = self.accelerator.reduce(kl_sums, reduction="sum")
             self._metrics["train"][FIRST_BATCH_KL].append(
-                (kl_sums[0] / kl_sums[1].clamp(min=1.0)).item())
+                (kl_sums[0] / kl_sums[1].clamp(min=1.0)).item()
+            )
 
     def _first_batch_kl_sums(self, output, fresh: bool = False):
         """This rank's (sum, token count) of the per-token k3 KL, current policy to reference,
@@ -243,8 +283,9 @@ class PipelineGRPOTrainer(GRPOTrainer):
         if fresh and old is not None and self.args.use_bias_correction_kl:
             log_ratio = logps - old
             if self.args.importance_sampling_level == "sequence":
-                log_ratio = ((log_ratio * mask).sum(-1, keepdim=True)
-                             / mask.sum(-1, keepdim=True).clamp(min=1.0))
+                log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(
+                    -1, keepdim=True
+                ).clamp(min=1.0)
             kl = kl * log_ratio.exp()
         return torch.stack([(kl * mask).sum(), mask.sum().float()])
 
@@ -259,12 +300,18 @@ class PipelineGRPOTrainer(GRPOTrainer):
             return logps
         completion = output["completion_ids"]
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-        with torch.no_grad(), torch.random.fork_rng(devices=devices), \
-                disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+        with (
+            torch.no_grad(),
+            torch.random.fork_rng(devices=devices),
+            disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs),
+        ):
             logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, torch.cat([output["prompt_ids"], completion], dim=1),
+                self.model,
+                torch.cat([output["prompt_ids"], completion], dim=1),
                 torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
-                completion.size(1), batch_size=self.args.per_device_train_batch_size)
+                completion.size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )
         return logps
 
     def _unsolved_prompts(self, batch: list[dict], chosen: list[int]) -> list[dict]:
@@ -272,16 +319,22 @@ class PipelineGRPOTrainer(GRPOTrainer):
         answer and was not kept, each repeated G times, to be sampled again."""
         G = self.num_generations
         n = len(batch)
-        correct = self._correct()[self.accelerator.process_index * n:
-                                  (self.accelerator.process_index + 1) * n]
-        return [batch[g * G] for g in range(n // G)
-                if g not in chosen and not any(correct[g * G:(g + 1) * G]) for _ in range(G)]
+        correct = self._correct()[
+            self.accelerator.process_index * n : (self.accelerator.process_index + 1) * n
+        ]
+        return [
+            batch[g * G]
+            for g in range(n // G)
+            if g not in chosen and not any(correct[g * G : (g + 1) * G])
+            for _ in range(G)
+        ]
 
     def _more_prompts(self, count: int, round_: int) -> list[dict]:
         """`count` training rows, each repeated G times, drawn by a generator seeded by the seed,
         the step, the rank and the round: the same rows after a resume, with no state to save."""
-        rng = random.Random(f"{self.args.seed}-{self.state.global_step}-"
-                            f"{self.accelerator.process_index}-{round_}")
+        rng = random.Random(
+            f"{self.args.seed}-{self.state.global_step}-{self.accelerator.process_index}-{round_}"
+        )
         rows = rng.sample(range(len(self.train_dataset)), min(count, len(self.train_dataset)))
         return [self.train_dataset[i] for i in rows for _ in range(self.num_generations)]
 
@@ -300,23 +353,32 @@ class PipelineGRPOTrainer(GRPOTrainer):
             self._metrics["train"][RUNNING_MEAN_BASELINE].append(float(self.running_mean.value))
         elif self.args.advantage == "pass_at_k":
             self._signal_basis = [float(c) for c in self._correct()]
-            advantages = pass_at_k_advantages(self._correct(), self.num_generations,
-                                              self.args.pass_at_k)
+            advantages = pass_at_k_advantages(
+                self._correct(), self.num_generations, self.args.pass_at_k
+            )
         elif self.args.unlikeliness:
-            advantages = group_advantages(self._signal_basis, self.num_generations,
-                                          self.scale_rewards)
+            advantages = group_advantages(
+                self._signal_basis, self.num_generations, self.scale_rewards
+            )
         if advantages is not None:
             n = len(inputs)
-            local = advantages[self.accelerator.process_index * n:
-                               (self.accelerator.process_index + 1) * n]
-            output["advantages"] = torch.tensor(local, dtype=output["advantages"].dtype,
-                                                device=output["advantages"].device)
-        self.batch_checks.append(group_checks([x["prompt"] for x in inputs],
-                                              output["advantages"].tolist(), self.num_generations))
+            local = advantages[
+                self.accelerator.process_index * n : (self.accelerator.process_index + 1) * n
+            ]
+            output["advantages"] = torch.tensor(
+                local, dtype=output["advantages"].dtype, device=output["advantages"].device
+            )
+        self.batch_checks.append(
+            group_checks(
+                [x["prompt"] for x in inputs], output["advantages"].tolist(), self.num_generations
+            )
+        )
         if self.args.positive_weight != 1:
             output["advantages"] = torch.tensor(
                 weight_positive(output["advantages"].tolist(), self.args.positive_weight),
-                dtype=output["advantages"].dtype, device=output["advantages"].device)
+                dtype=output["advantages"].dtype,
+                device=output["advantages"].device,
+            )
         return output
 
     def _shaped_totals(self, output) -> list[float]:
@@ -329,8 +391,9 @@ class PipelineGRPOTrainer(GRPOTrainer):
         logps = self._policy_token_logps(output)
         sequence = self.accelerator.gather((logps * loss_mask(output)).sum(dim=1)).tolist()
         correct = self._correct()
-        penalties = unlikeliness_penalties(correct, sequence, self.num_generations,
-                                           self.args.unlikeliness)
+        penalties = unlikeliness_penalties(
+            correct, sequence, self.num_generations, self.args.unlikeliness
+        )
         weight = float(self.reward_weights[self.reward_func_names.index(CORRECTNESS_REWARD)])
         return [t - weight * p for t, p in zip(self._reward_totals().tolist(), penalties)]
 

@@ -19,12 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ruamel.yaml import YAML
 from dvc.exceptions import InvalidArgumentError
 from dvc.utils.hydra import apply_overrides as dvc_apply_overrides
+from ruamel.yaml import YAML
 
-from rlvr.params.config import PARAMS_FILE, Params, ParamsError, load_params
 from rlvr.core.files import share_with_umask
+from rlvr.params.config import PARAMS_FILE, Params, ParamsError, load_params
 
 PROFILES_DIR = Path("profiles")
 
@@ -43,8 +43,11 @@ def read_profile(name: str | Path) -> list[str]:
         overrides = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise ParamsError(f"{path}: cannot be read: {error}") from None
-    if not (isinstance(overrides, list) and overrides
-            and all(isinstance(o, str) and "=" in o for o in overrides)):
+    if not (
+        isinstance(overrides, list)
+        and overrides
+        and all(isinstance(o, str) and "=" in o for o in overrides)
+    ):
         raise ParamsError(f"{path}: must be a list of `-S` overrides such as train.grpo.beta=0")
     return overrides
 
@@ -61,12 +64,17 @@ def apply_overrides(path: str | Path, overrides: list[str], where: str) -> Param
     try:
         return load_params(path)
     except ParamsError as error:
-        raise ParamsError(f"{where}: gives a bad params.yaml: "
-                          f"{str(error).removeprefix('params.yaml: ')}") from None
+        raise ParamsError(
+            f"{where}: gives a bad params.yaml: {str(error).removeprefix('params.yaml: ')}"
+        ) from None
 
 
-def apply_profile(name: str | Path, params_path: str | Path = PARAMS_FILE,
-                  out: str | Path | None = None, extra: list[str] | tuple = ()) -> Params:
+def apply_profile(
+    name: str | Path,
+    params_path: str | Path = PARAMS_FILE,
+    out: str | Path | None = None,
+    extra: list[str] | tuple = (),
+) -> Params:
     """Write params_path with the profile's overrides (then `extra`) applied to `out` (params_path
     itself by default). Nothing is written unless the result keeps every params rule."""
     overrides = read_profile(name) + list(extra)
@@ -87,8 +95,13 @@ def apply_profile(name: str | Path, params_path: str | Path = PARAMS_FILE,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("profile", help="a name in profiles/ (gpu) or a YAML file")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="one more `-S` override, applied after the profile's")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more `-S` override, applied after the profile's",
+    )
     parser.add_argument("--params", default=str(PARAMS_FILE), help="the params file to start from")
     parser.add_argument("--out", help="where to write the result (default: --params itself)")
     args = parser.parse_args(argv)
@@ -98,9 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"profiles: {error}", file=sys.stderr)
         return 1
     count = len(read_profile(args.profile)) + len(args.set)
-    print(f"profiles: {args.out or args.params}: {profile_path(args.profile)} applied ({count} "
-          "overrides, by DVC's -S code); every params rule holds. The check_params stage checks "
-          "the GRPOConfig where it runs (bf16 needs a CUDA device).")
+    print(
+        f"profiles: {args.out or args.params}: {profile_path(args.profile)} applied ({count} "
+        "overrides, by DVC's -S code); every params rule holds. The check_params stage checks "
+        "the GRPOConfig where it runs (bf16 needs a CUDA device)."
+    )
     return 0
 
 

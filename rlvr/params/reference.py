@@ -21,8 +21,11 @@ REFERENCE_FILE = Path("docs/params.md")
 
 def params_schema() -> dict:
     """The JSON Schema of params.yaml (params.schema.json), draft 2020-12 as pydantic writes it."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            **json_schema(Params), "title": "params.yaml"}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **json_schema(Params),
+        "title": "params.yaml",
+    }
 
 
 def _allowed(node: dict) -> str:
@@ -39,18 +42,28 @@ def _allowed(node: dict) -> str:
     if high is not None:
         return f"{'<' if high_open else '<='} {high}"
     kind = node.get("type", "any")
-    return {"object": "mapping", "array": "list", "number": "number", "integer": "integer",
-            "boolean": "true / false", "string": "text"}.get(kind, kind)
+    return {
+        "object": "mapping",
+        "array": "list",
+        "number": "number",
+        "integer": "integer",
+        "boolean": "true / false",
+        "string": "text",
+    }.get(kind, kind)
 
 
 def params_reference() -> str:
     """docs/params.md: every params.yaml key with its default, its values and its help, one table
     per section, from the same declarations as the schema and the checks."""
     schema, defaults = json_schema(Params), Params()
-    lines = ["# Every knob of params.yaml", "",
-             "Generated from the params sections (rlvr/params/): `./dev run python -m "
-             f"rlvr.params.reference --docs > {REFERENCE_FILE}`. params.yaml says why each value is "
-             "what it is; the rules between keys are in each section's checks.", ""]
+    lines = [
+        "# Every knob of params.yaml",
+        "",
+        "Generated from the params sections (rlvr/params/): `./dev run python -m "
+        f"rlvr.params.reference --docs > {REFERENCE_FILE}`. params.yaml says why each value is "
+        "what it is; the rules between keys are in each section's checks.",
+        "",
+    ]
 
     def table(name: str, node: dict) -> None:
         node = deref(schema, node)
@@ -68,8 +81,16 @@ def params_reference() -> str:
             text = " ".join(field.get("description", "").split()).replace("|", "\\|")
             rows.append(f"| `{dotted}` | `{default}` | {_allowed(field)} | {text} |")
         if rows:
-            lines.extend([f"## {name or 'top level'}", "", "| key | default | values | what it "
-                          "does |", "|---|---|---|---|", *rows, ""])
+            lines.extend(
+                [
+                    f"## {name or 'top level'}",
+                    "",
+                    "| key | default | values | what it does |",
+                    "|---|---|---|---|",
+                    *rows,
+                    "",
+                ]
+            )
         for dotted, target in subsections:
             table(dotted, target)
 
@@ -83,5 +104,7 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["--docs"]:
         print(params_reference())
     else:
-        sys.exit(f"usage: python -m rlvr.params.reference --schema > {SCHEMA_FILE}\n"
-                 f"       python -m rlvr.params.reference --docs > {REFERENCE_FILE}")
+        sys.exit(
+            f"usage: python -m rlvr.params.reference --schema > {SCHEMA_FILE}\n"
+            f"       python -m rlvr.params.reference --docs > {REFERENCE_FILE}"
+        )

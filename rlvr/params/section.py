@@ -16,13 +16,20 @@ import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError,
-                      ValidationInfo, field_validator)
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
 from rlvr.core.errors import ParamsError
-
 
 # Strict after _from_text: a bool is no number, a number no bool, None no string, a tuple no list.
 Int = Annotated[int, Strict()]
@@ -35,6 +42,7 @@ NonEmptyStr = Annotated[str, Strict(), Field(min_length=1)]
 
 def holds(check: Callable[[Any], bool], text: str) -> AfterValidator:
     """A rule of one value that no Field constraint states: its error line ends with `text`."""
+
     def checked(value: Any) -> Any:
         if not check(value):
             raise PydanticCustomError("rule", text)
@@ -73,8 +81,9 @@ def _from_text(value: Any, annotation: Any) -> Any:
         return value
     if annotation is bool and isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    if (annotation is str or typing.get_origin(annotation) is Literal) \
-            and not isinstance(value, (str, dict, list)):
+    if (annotation is str or typing.get_origin(annotation) is Literal) and not isinstance(
+        value, (str, dict, list)
+    ):
         return str(value)
     return value
 
@@ -86,6 +95,7 @@ def _read_text(cls: Any, value: Any, info: ValidationInfo) -> Any:
 def section(path: str) -> Callable[[type], Any]:
     """Declare the params section at `path` (dotted; "" for the whole file). Built in code
     (GRPOParams(...), dataclasses.replace), a bad value is the same ParamsError line."""
+
     def declare(cls: type) -> Any:
         cls._read_text = field_validator("*", mode="before")(_read_text)
         cls = dataclass(cls, config=ConfigDict(extra="forbid", allow_inf_nan=False))
@@ -129,11 +139,18 @@ def deref(schema: dict, node: dict) -> dict:
 
 
 # pydantic's error types, in our words
-_WORDS = {"int_type": "must be an integer", "float_type": "must be a finite number",
-          "finite_number": "must be a finite number", "bool_type": "must be true or false",
-          "string_type": "must be a string", "dict_type": "must be a mapping",
-          "dataclass_type": "must be a mapping", "list_type": "must be a list",
-          "too_short": "must not be empty", "string_too_short": "must not be empty"}
+_WORDS = {
+    "int_type": "must be an integer",
+    "float_type": "must be a finite number",
+    "finite_number": "must be a finite number",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "dict_type": "must be a mapping",
+    "dataclass_type": "must be a mapping",
+    "list_type": "must be a list",
+    "too_short": "must not be empty",
+    "string_too_short": "must not be empty",
+}
 _BOUNDS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 _UNKNOWN_KEY = ("unexpected_keyword_argument", "invalid_key")  # invalid_key: not a string
 
@@ -149,8 +166,10 @@ def one_line(error: ValidationError, cls: type, path: str = "") -> str:
         keys = sorted((loc[-1] for loc in unknown if loc[:-1] == where), key=str)
         if keys:
             name, node = _locate(cls, where, path)
-            return (f"params.yaml: unknown key(s) {keys} in {name or 'top level'}; "
-                    f"known: {sorted(node['properties'])}")
+            return (
+                f"params.yaml: unknown key(s) {keys} in {name or 'top level'}; "
+                f"known: {sorted(node['properties'])}"
+            )
     cause = (first.get("ctx") or {}).get("error")
     if isinstance(cause, ParamsError):  # a model validator's require
         return str(cause)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlvr.grpo.config import check_trl_config
 from rlvr.params.config import PARAMS_FILE, Params, ParamsError, load_params
 from rlvr.pipeline.experiments import experiment_params
 from rlvr.rewards.registry import check_reward_names
-from rlvr.grpo.config import check_trl_config
 
 
 def check_run_params(params: Params) -> None:
@@ -18,8 +18,10 @@ def check_run_params(params: Params) -> None:
     check_trl_config(params)
     report = params.report
     if report.slice_drop_to >= report.slice_drop_from:  # else every tag would count as forgotten
-        raise ParamsError(f"params.yaml: report.slice_drop_to = {report.slice_drop_to!r}: must be "
-                          f"below report.slice_drop_from ({report.slice_drop_from!r})")
+        raise ParamsError(
+            f"params.yaml: report.slice_drop_to = {report.slice_drop_to!r}: must be "
+            f"below report.slice_drop_from ({report.slice_drop_from!r})"
+        )
 
 
 def check_params_file(path: str | Path = PARAMS_FILE) -> Params:
@@ -31,6 +33,8 @@ def check_params_file(path: str | Path = PARAMS_FILE) -> Params:
         try:
             check_run_params(experiment)
         except ParamsError as error:
-            raise ParamsError(f"params.yaml: {where} = {overrides!r}: gives a bad params.yaml: "
-                              f"{str(error).removeprefix('params.yaml: ')}") from None
+            raise ParamsError(
+                f"params.yaml: {where} = {overrides!r}: gives a bad params.yaml: "
+                f"{str(error).removeprefix('params.yaml: ')}"
+            ) from None
     return params

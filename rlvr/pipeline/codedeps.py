@@ -15,10 +15,10 @@ import ast
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from rlvr.params.config import load_params
-
 from dvc.dependency.param import ParamsDependency
 from dvc.repo import Repo
+
+from rlvr.params.config import load_params
 
 # Files every stage depends on besides code: the pinned library versions and the package and
 # pytest configuration (a changed pin changes what the library code does).
@@ -61,7 +61,7 @@ def imported_modules(root: Path, file: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 package = _package_of(root, file)
-                package = package[:len(package) - (node.level - 1)]
+                package = package[: len(package) - (node.level - 1)]
                 base = ".".join(package + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
@@ -73,8 +73,12 @@ def imported_modules(root: Path, file: Path) -> set[str]:
 def project_imports(root: Path, file: Path) -> set[Path]:
     """The project's files that importing `file` runs next: each module it imports anywhere and
     the __init__.py of every package on the way."""
-    return {dep for module in imported_modules(root, file) if _module_file(root, module)
-            for dep in _with_packages(root, module)}
+    return {
+        dep
+        for module in imported_modules(root, file)
+        if _module_file(root, module)
+        for dep in _with_packages(root, module)
+    }
 
 
 def code_closure(root: str | Path, entry_files: Iterable[str | Path]) -> set[str]:
@@ -110,8 +114,9 @@ def stage_code_files(root: str | Path, stage: str, gate_tests: Sequence[str] = (
     entries = _with_packages(root, f"stages.{stage}")  # stages/__init__.py runs too
     if stage == "reward_tests":
         tests = _python_files(root, gate_tests)
-        conftests = {parent / "conftest.py" for test in tests
-                     for parent in test.relative_to(root).parents}
+        conftests = {
+            parent / "conftest.py" for test in tests for parent in test.relative_to(root).parents
+        }
         entries += tests + [root / c for c in sorted(conftests) if (root / c).is_file()]
     return code_closure(root, entries) | set(ENVIRONMENT_FILES)
 
@@ -121,32 +126,41 @@ def covered(path: str, deps: Iterable[str]) -> bool:
     return any(path == dep or path.startswith(dep.rstrip("/") + "/") for dep in deps)
 
 
-def required_deps(root: str | Path, stages: Iterable[str],
-                  gate_tests: Sequence[str] = ()) -> dict[str, set[str]]:
+def required_deps(
+    root: str | Path, stages: Iterable[str], gate_tests: Sequence[str] = ()
+) -> dict[str, set[str]]:
     """The files each stage must list: the code it runs, or, for a summary stage, the code every
     stage runs and params.yaml."""
     own = {stage: stage_code_files(root, stage, gate_tests) for stage in stages}
     everything = set().union(*own.values(), {"params.yaml"})
-    return {stage: everything if stage in SUMMARY_STAGES else files
-            for stage, files in own.items()}
+    return {stage: everything if stage in SUMMARY_STAGES else files for stage, files in own.items()}
 
 
-def uncovered(root: str | Path, deps: dict[str, list[str]],
-              gate_tests: Sequence[str] = ()) -> dict[str, list[str]]:
+def uncovered(
+    root: str | Path, deps: dict[str, list[str]], gate_tests: Sequence[str] = ()
+) -> dict[str, list[str]]:
     """Per stage, the files it must list (required_deps) that its deps do not cover, sorted."""
     required = required_deps(root, deps, gate_tests)
-    return {stage: sorted(p for p in required[stage] if not covered(p, deps[stage]))
-            for stage in deps}
+    return {
+        stage: sorted(p for p in required[stage] if not covered(p, deps[stage])) for stage in deps
+    }
 
 
-def unneeded(root: str | Path, deps: dict[str, list[str]],
-             gate_tests: Sequence[str] = ()) -> dict[str, list[str]]:
+def unneeded(
+    root: str | Path, deps: dict[str, list[str]], gate_tests: Sequence[str] = ()
+) -> dict[str, list[str]]:
     """Per stage, the code deps (a file or folder of the project's code) that hold none of the
     files it must list: a change there would rerun the stage for nothing."""
     required = required_deps(root, deps, gate_tests)
-    return {stage: [dep for dep in deps[stage] if dep.split("/")[0] in CODE_FOLDERS
-                    and not any(covered(file, [dep]) for file in required[stage])]
-            for stage in deps}
+    return {
+        stage: [
+            dep
+            for dep in deps[stage]
+            if dep.split("/")[0] in CODE_FOLDERS
+            and not any(covered(file, [dep]) for file in required[stage])
+        ]
+        for stage in deps
+    }
 
 
 def dvc_stage_deps(root: str | Path = ".") -> dict[str, list[str]]:
@@ -155,9 +169,14 @@ def dvc_stage_deps(root: str | Path = ".") -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     with Repo(str(root)) as repo:
         for stage in repo.index.stages:
-            found.setdefault(stage.name.split("@", 1)[0], [
-                str(Path(dep.def_path)) for dep in stage.deps
-                if not isinstance(dep, ParamsDependency)])
+            found.setdefault(
+                stage.name.split("@", 1)[0],
+                [
+                    str(Path(dep.def_path))
+                    for dep in stage.deps
+                    if not isinstance(dep, ParamsDependency)
+                ],
+            )
     return found
 
 
@@ -165,8 +184,11 @@ def main() -> int:
     deps, gate_tests = dvc_stage_deps("."), load_params().gate.tests
     missing, extra = uncovered(".", deps, gate_tests), unneeded(".", deps, gate_tests)
     for stage, files in missing.items():
-        print(f"{stage}: " + (", ".join(files) if files else "every file it runs is a dep")
-              + (f"; runs nothing in {', '.join(extra[stage])}" if extra[stage] else ""))
+        print(
+            f"{stage}: "
+            + (", ".join(files) if files else "every file it runs is a dep")
+            + (f"; runs nothing in {', '.join(extra[stage])}" if extra[stage] else "")
+        )
     return 1 if any(missing.values()) or any(extra.values()) else 0
 
 

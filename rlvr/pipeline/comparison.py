@@ -15,15 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.params.config import PathsParams, load_params
-from rlvr.report.metrics import eval_metrics, train_metrics
 from rlvr.audit.recipe import SeedsDisagree, recipe_difference
-from rlvr.core.seeds import seed_paths
-from rlvr.pipeline.orchestration import run_dvc
-from rlvr.report.render import md_escape, md_image, md_table, to_html
 from rlvr.core.files import write_text_atomic
+from rlvr.core.seeds import seed_paths
+from rlvr.params.config import PathsParams, load_params
+from rlvr.pipeline.orchestration import run_dvc
+from rlvr.report.metrics import eval_metrics, train_metrics
 from rlvr.report.plots import plot_settings
-
+from rlvr.report.render import md_escape, md_image, md_table, to_html
 
 # Where each run's results live (params.yaml `paths`; the defaults, unless compare is given others).
 DEFAULT_PATHS = PathsParams()
@@ -81,10 +80,13 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 def _entry(name: str, data: dict, paths: PathsParams, commit: str) -> Experiment:
     params = data.get("params", {}).get("params.yaml", {}).get("data", {})
     metrics = data.get("metrics", {})
-    return Experiment(name=name, rev=data["rev"], commit=commit,
-                      params={k: v for k, v in _flatten(params).items()
-                              if not k.startswith(NOT_RUN_PARAMS)},
-                      recipe=metrics.get(paths.recipe_metrics, {}).get("data", {}))
+    return Experiment(
+        name=name,
+        rev=data["rev"],
+        commit=commit,
+        params={k: v for k, v in _flatten(params).items() if not k.startswith(NOT_RUN_PARAMS)},
+        recipe=metrics.get(paths.recipe_metrics, {}).get("data", {}),
+    )
 
 
 def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> list[Experiment]:
@@ -100,16 +102,21 @@ def parse_exp_show(rows: Sequence[dict], paths: PathsParams = DEFAULT_PATHS) -> 
         for experiment in row.get("experiments") or []:
             for rev in experiment.get("revs", []):
                 if rev.get("data") and not rev.get("error"):
-                    found.append(_entry(rev.get("name") or rev["rev"][:7], rev["data"], paths,
-                                        commit))
+                    found.append(
+                        _entry(rev.get("name") or rev["rev"][:7], rev["data"], paths, commit)
+                    )
     return found
 
 
 def failed_experiments(rows: Sequence[dict]) -> list[str]:
     """The names of the experiments `dvc exp show --json` marks as failed."""
-    return [rev.get("name") or rev.get("rev", "?")[:7] for row in rows
-            for experiment in row.get("experiments") or [] for rev in experiment.get("revs", [])
-            if rev.get("error")]
+    return [
+        rev.get("name") or rev.get("rev", "?")[:7]
+        for row in rows
+        for experiment in row.get("experiments") or []
+        for rev in experiment.get("revs", [])
+        if rev.get("error")
+    ]
 
 
 def exp_show(cwd: str | Path = ".", revs: Sequence[str] = ()) -> list[dict]:
@@ -124,8 +131,7 @@ def exp_show(cwd: str | Path = ".", revs: Sequence[str] = ()) -> list[dict]:
 
 
 def _committed(rev: str, cwd: str | Path, path: str) -> str | None:
-    run = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=cwd, capture_output=True,
-                         text=True)
+    run = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=cwd, capture_output=True, text=True)
     return run.stdout if run.returncode == 0 else None
 
 
@@ -145,16 +151,18 @@ def read_json(rev: str, cwd: str | Path, path: str) -> dict:
 _STAGE_DONE = re.compile(r"^(\w+)(?:@\S+)?: done in ([0-9.]+) s$", re.MULTILINE)
 
 
-def read_heldout(e: Experiment, cwd: str | Path, paths: PathsParams, recipe: dict
-                 ) -> dict[str, list[dict]]:
+def read_heldout(
+    e: Experiment, cwd: str | Path, paths: PathsParams, recipe: dict
+) -> dict[str, list[dict]]:
     """Each seed's held-out per-prompt records committed in a run's revision, for the seeds its
     recipe pooled ({} for a run without a recipe)."""
     split = recipe.get("split", "heldout")
     out = {}
     for seed in recipe.get("evaluated") or []:
         text = _committed(e.rev, cwd, seed_paths(paths, seed).eval_per_prompt) or ""
-        records = [r for r in map(json.loads, filter(None, text.splitlines()))
-                   if r.get("split") == split]
+        records = [
+            r for r in map(json.loads, filter(None, text.splitlines())) if r.get("split") == split
+        ]
         if records:
             out[f"{e.name} seed {seed}"] = records
     return out
@@ -187,16 +195,30 @@ def differing_params(experiments: Sequence[Experiment]) -> list[str]:
 
 def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[list[Any]]]:
     params = differing_params(experiments)
-    header = ["experiment", *params, "final reward (last 10 steps)", "held-out greedy success",
-              "held-out mean reward", "KL final vs step 0 (held-out samples)",
-              "training KL (last 10 steps)", "verdict (the recipe's, over its seeds)"]
+    header = [
+        "experiment",
+        *params,
+        "final reward (last 10 steps)",
+        "held-out greedy success",
+        "held-out mean reward",
+        "KL final vs step 0 (held-out samples)",
+        "training KL (last 10 steps)",
+        "verdict (the recipe's, over its seeds)",
+    ]
     rows = []
     for e in experiments:
-        rows.append([e.name, *[e.params.get(p) for p in params],
-                     e.train.get("reward"), e.evaluation.get("greedy"),
-                     e.evaluation.get("reward"),
-                     e.eval_summary.get("heldout", {}).get("kl_final_vs_step0"),
-                     e.train.get("kl"), e.recipe.get("verdict") or e.evaluation.get("verdict")])
+        rows.append(
+            [
+                e.name,
+                *[e.params.get(p) for p in params],
+                e.train.get("reward"),
+                e.evaluation.get("greedy"),
+                e.evaluation.get("reward"),
+                e.eval_summary.get("heldout", {}).get("kl_final_vs_step0"),
+                e.train.get("kl"),
+                e.recipe.get("verdict") or e.evaluation.get("verdict"),
+            ]
+        )
     return header, rows
 
 
@@ -216,14 +238,21 @@ def settings(experiments: Sequence[Experiment], over: str = "seed") -> dict[str,
     runs = [e for e in experiments if not e.is_baseline]
     bases = {e.commit: e.params for e in experiments if e.is_baseline}
     first = next(iter(bases.values()), None)
-    keys = (sorted({k for e in experiments for k in e.params}) if first is not None
-            else differing_params(runs))
+    keys = (
+        sorted({k for e in experiments for k in e.params})
+        if first is not None
+        else differing_params(runs)
+    )
     groups: dict[str, list[Experiment]] = {}
     for e in runs:
         base = bases.get(e.commit, first)
-        changed = [f"{k}={_spelled(e.params.get(k))}" for k in keys if k != over
-                   and (base is None or json.dumps(e.params.get(k)) != json.dumps(base.get(k)))
-                   and not _same_number(e.params.get(k), (base or {}).get(k))]
+        changed = [
+            f"{k}={_spelled(e.params.get(k))}"
+            for k in keys
+            if k != over
+            and (base is None or json.dumps(e.params.get(k)) != json.dumps(base.get(k)))
+            and not _same_number(e.params.get(k), (base or {}).get(k))
+        ]
         groups.setdefault(", ".join(changed) or "default", []).append(e)
     for group in groups.values():
         group.sort(key=lambda e: json.dumps(e.params.get(over)))
@@ -232,8 +261,13 @@ def settings(experiments: Sequence[Experiment], over: str = "seed") -> dict[str,
 
 def _same_number(a: Any, b: Any) -> bool:
     """0 and 0.0 (a `-S` override may spell a float as an int) are one value; True is not 1."""
-    return (isinstance(a, (int, float)) and isinstance(b, (int, float))
-            and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+    return (
+        isinstance(a, (int, float))
+        and isinstance(b, (int, float))
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+        and a == b
+    )
 
 
 def _spelled(value: Any) -> str:
@@ -256,16 +290,25 @@ def _slices(e: Experiment) -> list[dict]:
     return e.eval_summary.get("heldout", {}).get("slices", [])
 
 
-def setting_rows(experiments: Sequence[Experiment], over: str = "seed", timed: str = "train"
-                 ) -> tuple[list[str], list[list[Any]]]:
+def setting_rows(
+    experiments: Sequence[Experiment], over: str = "seed", timed: str = "train"
+) -> tuple[list[str], list[list[Any]]]:
     """One row per setting with more than one run (settings): the mean over its runs of the
     test-file (held-out) mean-reward delta, each run's CI low and how many are above 0, the tags
     that regressed (the verdict's rule) and in how many runs, held-out pass@1 and pass@n step 0
     -> final, and the mean wall time of stage `timed` over the runs that ran it (not those DVC
     restored from its cache)."""
-    header = ["setting", f"runs ({over})", "held-out delta mean reward (mean)",
-              "CI low of each run", "runs with CI low > 0", "tags regressed (runs)",
-              "pass@1 step 0 → final", "pass@n step 0 → final", f"{timed} stage, s (mean)"]
+    header = [
+        "setting",
+        f"runs ({over})",
+        "held-out delta mean reward (mean)",
+        "CI low of each run",
+        "runs with CI low > 0",
+        "tags regressed (runs)",
+        "pass@1 step 0 → final",
+        "pass@n step 0 → final",
+        f"{timed} stage, s (mean)",
+    ]
     rows = []
     for label, group in settings(experiments, over).items():
         if len(group) < 2:
@@ -275,23 +318,30 @@ def setting_rows(experiments: Sequence[Experiment], over: str = "seed", timed: s
         for e in group:
             for tag in sorted({s["tag"] for s in _slices(e) if s.get("regressed")}):
                 regressed[tag] = regressed.get(tag, 0) + 1
-        rows.append([
-            label, ", ".join(str(e.params.get(over)) for e in group),
-            _mean([e.delta for e in group]),
-            ", ".join("?" if low is None else f"{low:+.3f}" for low in lows),
-            f"{sum(low is not None and low > 0 for low in lows)}/{len(group)}",
-            ", ".join(f"{tag} {n}/{len(group)}" for tag, n in regressed.items()) or "none",
-            _pair(group, "pass1_0", "pass1"), _pair(group, "passn_0", "passn"),
-            _mean([e.stage_seconds.get(timed) for e in group])])
+        rows.append(
+            [
+                label,
+                ", ".join(str(e.params.get(over)) for e in group),
+                _mean([e.delta for e in group]),
+                ", ".join("?" if low is None else f"{low:+.3f}" for low in lows),
+                f"{sum(low is not None and low > 0 for low in lows)}/{len(group)}",
+                ", ".join(f"{tag} {n}/{len(group)}" for tag, n in regressed.items()) or "none",
+                _pair(group, "pass1_0", "pass1"),
+                _pair(group, "passn_0", "passn"),
+                _mean([e.stage_seconds.get(timed) for e in group]),
+            ]
+        )
     return header, rows
 
 
-def tag_rows(experiments: Sequence[Experiment], over: str = "seed"
-             ) -> tuple[list[str], list[list[Any]]]:
+def tag_rows(
+    experiments: Sequence[Experiment], over: str = "seed"
+) -> tuple[list[str], list[list[Any]]]:
     """Per setting with more than one run: each held-out tag's sampled success (pass@1) at step 0
     -> final, the mean over the runs; the tags in the order the evaluation lists them."""
-    grouped = {label: group for label, group in settings(experiments, over).items()
-               if len(group) > 1}
+    grouped = {
+        label: group for label, group in settings(experiments, over).items() if len(group) > 1
+    }
     tags: dict[str, int] = {}
     for group in grouped.values():
         for e in group:
@@ -310,8 +360,9 @@ def tag_rows(experiments: Sequence[Experiment], over: str = "seed"
     return header, rows
 
 
-def recipe_rows(experiments: Sequence[Experiment], over: str = "seed"
-                ) -> tuple[list[str], list[list[Any]]]:
+def recipe_rows(
+    experiments: Sequence[Experiment], over: str = "seed"
+) -> tuple[list[str], list[list[Any]]]:
     """Each setting's recipe against the default's, over every seed of their runs (rlvr.audit.recipe.
     recipe_difference): the difference of their held-out mean-reward deltas with a 95% interval
     over both recipes' seeds and the prompts, rliable's probability of improvement, and the call:
@@ -320,12 +371,19 @@ def recipe_rows(experiments: Sequence[Experiment], over: str = "seed"
     held-out rows are said so, not compared."""
     groups = settings(experiments, over)
     reference = groups.get("default") or [e for e in experiments if e.is_baseline]
-    pooled = {label: {seed: records for e in group for seed, records in e.heldout.items()}
-              for label, group in groups.items()}
+    pooled = {
+        label: {seed: records for e in group for seed, records in e.heldout.items()}
+        for label, group in groups.items()
+    }
     default = {seed: records for e in reference for seed, records in e.heldout.items()}
-    header = ["setting", "seeds", "seeds of the default",
-              "held-out delta minus the default's [95% interval, seeds and prompts]",
-              "P(setting > default)", "call"]
+    header = [
+        "setting",
+        "seeds",
+        "seeds of the default",
+        "held-out delta minus the default's [95% interval, seeds and prompts]",
+        "P(setting > default)",
+        "call",
+    ]
     rows = []
     for label, runs in pooled.items():
         if label == "default" or not runs or not default:
@@ -333,12 +391,27 @@ def recipe_rows(experiments: Sequence[Experiment], over: str = "seed"
         try:
             d = recipe_difference(runs, default)
         except SeedsDisagree:
-            rows.append([label, len(runs), len(default), "scored on other held-out rows", None,
-                         "not compared"])
+            rows.append(
+                [
+                    label,
+                    len(runs),
+                    len(default),
+                    "scored on other held-out rows",
+                    None,
+                    "not compared",
+                ]
+            )
             continue
-        rows.append([label, len(runs), len(default),
-                     f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]",
-                     round(d["probability_of_improvement"], 3), d["verdict"]])
+        rows.append(
+            [
+                label,
+                len(runs),
+                len(default),
+                f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]",
+                round(d["probability_of_improvement"], 3),
+                d["verdict"],
+            ]
+        )
     return header, rows
 
 
@@ -346,16 +419,24 @@ def _section(title: str, text: str, header: list[str], rows: list[list[Any]]) ->
     return ["", f"## {title}", "", text, "", *md_table(header, rows)]
 
 
-def comparison_markdown(experiments: Sequence[Experiment], image: str,
-                        failed: Sequence[str] = ()) -> str:
+def comparison_markdown(
+    experiments: Sequence[Experiment], image: str, failed: Sequence[str] = ()
+) -> str:
     header, rows = comparison_rows(experiments)
-    lines = ["# Experiments", "",
-             f"{len(experiments)} runs: the baseline commit(s) and their DVC experiments "
-             "(`dvc exp show`). Columns between the name and the results are the params that "
-             "differ.", ""]
+    lines = [
+        "# Experiments",
+        "",
+        f"{len(experiments)} runs: the baseline commit(s) and their DVC experiments "
+        "(`dvc exp show`). Columns between the name and the results are the params that "
+        "differ.",
+        "",
+    ]
     if failed:
-        lines += [f"Failed, so left out (`dvc queue logs NAME` says why): "
-                  f"{md_escape(', '.join(failed))}.", ""]
+        lines += [
+            f"Failed, so left out (`dvc queue logs NAME` says why): "
+            f"{md_escape(', '.join(failed))}.",
+            "",
+        ]
     lines += md_table(header, rows)
     header, rows = setting_rows(experiments)
     if rows:
@@ -366,10 +447,11 @@ def comparison_markdown(experiments: Sequence[Experiment], image: str,
             "95% bootstrap CI low of each run, the tags that regressed (the verdict's rule), "
             "held-out pass@1 and pass@n, and the train stage's wall time (`dvc queue logs`; runs "
             "whose training DVC restored from its cache are left out of that mean).",
-            header, rows)
+            header,
+            rows,
+        )
         header, rows = tag_rows(experiments)
-        lines += ["", "Held-out success (pass@1) per tag, step 0 -> final, mean over the runs:",
-                  ""]
+        lines += ["", "Held-out success (pass@1) per tag, step 0 -> final, mean over the runs:", ""]
         lines += md_table(header, rows)
     header, rows = recipe_rows(experiments)
     if rows:
@@ -380,9 +462,15 @@ def comparison_markdown(experiments: Sequence[Experiment], image: str,
             "recipes' seeds and the prompts (paired: the same rows), and the probability that a "
             "seed of the setting beats a seed of the default on a prompt (rliable's probability "
             "of improvement). A setting is better or worse only when the interval excludes 0; "
-            "otherwise it is a tie.", header, rows)
-    lines += ["", md_image("each setting's curves: mean over its runs, band from lowest to "
-                           "highest", image), ""]
+            "otherwise it is a tie.",
+            header,
+            rows,
+        )
+    lines += [
+        "",
+        md_image("each setting's curves: mean over its runs, band from lowest to highest", image),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -390,8 +478,9 @@ def setting_curves(experiments: Sequence[Experiment]) -> dict[str, list[tuple[li
     """What plot_settings draws: each setting's runs' (training history, validation entries);
     the baseline commit's run too, unless a setting is the default (the same params)."""
     groups = settings(experiments)
-    curves = {label: [(e.history, _validation(e)) for e in group]
-              for label, group in groups.items()}
+    curves = {
+        label: [(e.history, _validation(e)) for e in group] for label, group in groups.items()
+    }
     for e in experiments:
         if e.is_baseline and "default" not in groups:
             curves = {e.name: [(e.history, _validation(e))], **curves}
@@ -402,8 +491,9 @@ def _validation(e: Experiment) -> list[dict]:
     return e.train_summary.get("selection", {}).get("validation", [])
 
 
-def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", revs: Sequence[str] = ()
-            ) -> list[Experiment]:
+def compare(
+    cwd: str | Path = ".", out_dir: str | Path = "reports", revs: Sequence[str] = ()
+) -> list[Experiment]:
     """Write reports/experiments.md, .html and the settings' curves of the experiments of HEAD
     (or of the commits `revs`, e.g. a grid run over several commits); return the
     experiments."""
@@ -428,6 +518,7 @@ def compare(cwd: str | Path = ".", out_dir: str | Path = "reports", revs: Sequen
     figure = "figures/experiments.png"
     markdown = comparison_markdown(experiments, figure, failed_experiments(shown))
     write_text_atomic(out / "experiments.md", markdown)
-    write_text_atomic(out / "experiments.html",
-                      to_html(markdown, out, images=[figure], title="Experiments"))
+    write_text_atomic(
+        out / "experiments.html", to_html(markdown, out, images=[figure], title="Experiments")
+    )
     return experiments

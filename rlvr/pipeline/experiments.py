@@ -5,19 +5,25 @@ is queued). Their comparison is rlvr.pipeline.comparison.
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
+import shutil
 import subprocess
+import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
-import math
-import itertools
-import shutil
-import tempfile
-import time
 
-from rlvr.params.config import (GRID_SETTINGS, PARAMS_FILE, OrchestrationParams, Params,
-                                ParamsError, load_params)
+from rlvr.params.config import (
+    GRID_SETTINGS,
+    PARAMS_FILE,
+    OrchestrationParams,
+    Params,
+    ParamsError,
+    load_params,
+)
 from rlvr.params.profiles import apply_overrides
 from rlvr.pipeline.orchestration import tool_env
 
@@ -40,10 +46,14 @@ def queue_commands(orchestration) -> list[list[str]]:
     exp run --queue -n no-kl -S train.grpo.beta=0
     exp run --queue -S train.grpo.beta=0.01,0.1
     """
-    commands = [["exp", "run", "--queue", "-n", name, *[a for o in overrides for a in ("-S", o)]]
-                for name, overrides in orchestration.ablations.items()]
-    commands += [["exp", "run", "--queue", "-S", f"{key}={','.join(map(override_value, values))}"]
-                 for key, values in orchestration.sweep.items()]
+    commands = [
+        ["exp", "run", "--queue", "-n", name, *[a for o in overrides for a in ("-S", o)]]
+        for name, overrides in orchestration.ablations.items()
+    ]
+    commands += [
+        ["exp", "run", "--queue", "-S", f"{key}={','.join(map(override_value, values))}"]
+        for key, values in orchestration.sweep.items()
+    ]
     return commands
 
 
@@ -61,10 +71,16 @@ def grid_commands(grid: dict) -> list[list[str]]:
     exp run --queue -S seed=0,1
     exp run --queue -S train.advantage=pass_at_k -S seed=0,1
     """
-    lists = [a for key, values in grid.items() if key != GRID_SETTINGS
-             for a in ("-S", f"{key}={','.join(map(override_value, values))}")]
-    return [["exp", "run", "--queue", *[a for o in overrides for a in ("-S", o)], *lists]
-            for overrides in grid_settings(grid).values()]
+    lists = [
+        a
+        for key, values in grid.items()
+        if key != GRID_SETTINGS
+        for a in ("-S", f"{key}={','.join(map(override_value, values))}")
+    ]
+    return [
+        ["exp", "run", "--queue", *[a for o in overrides for a in ("-S", o)], *lists]
+        for overrides in grid_settings(grid).values()
+    ]
 
 
 def grid_settings(grid: dict) -> dict[str, list[str]]:
@@ -81,8 +97,9 @@ def grid_runs(grid: dict) -> int:
     >>> grid_runs({"seed": [0, 1, 2, 3], "settings": {"a": [], "b": ["seed=1"]}})
     8
     """
-    return len(grid_settings(grid)) * math.prod(len(values) for key, values in grid.items()
-                                                if key != GRID_SETTINGS)
+    return len(grid_settings(grid)) * math.prod(
+        len(values) for key, values in grid.items() if key != GRID_SETTINGS
+    )
 
 
 def queued_runs(orchestration) -> int:
@@ -90,46 +107,86 @@ def queued_runs(orchestration) -> int:
     return len(orchestration.ablations) + sum(len(v) for v in orchestration.sweep.values())
 
 
-def experiment_runs(orchestration: OrchestrationParams, grid: str | None = None
-                    ) -> list[tuple[str, list[str]]]:
+def experiment_runs(
+    orchestration: OrchestrationParams, grid: str | None = None
+) -> list[tuple[str, list[str]]]:
     """(where, `-S` overrides) of every run the experiments flow queues: the ablations and the
     sweep, or, given `grid`, only that grid's combinations. (The flow queues them with
     queue_commands / grid_commands; a test expands those with DVC's own sweep code and checks
     they are these runs.)"""
     if grid is not None:
         return _grid_runs(grid, orchestration.grids[grid])
-    runs = [(f"orchestration.ablations.{name}", list(overrides))
-            for name, overrides in orchestration.ablations.items()]
-    runs += [(f"orchestration.sweep.{key}", [f"{key}={override_value(value)}"])
-             for key, values in orchestration.sweep.items() for value in values]
+    runs = [
+        (f"orchestration.ablations.{name}", list(overrides))
+        for name, overrides in orchestration.ablations.items()
+    ]
+    runs += [
+        (f"orchestration.sweep.{key}", [f"{key}={override_value(value)}"])
+        for key, values in orchestration.sweep.items()
+        for value in values
+    ]
     return runs
 
 
 def _grid_runs(name: str, grid: dict) -> list[tuple[str, list[str]]]:
     lists = {key: values for key, values in grid.items() if key != GRID_SETTINGS}
-    return [(f"orchestration.grids.{name}" + (f".settings.{setting}" if setting else ""),
-             [*overrides,
-              *[f"{key}={override_value(value)}" for key, value in zip(lists, combination)]])
-            for setting, overrides in grid_settings(grid).items()
-            for combination in itertools.product(*lists.values())]  # every run DVC queues
+    return [
+        (
+            f"orchestration.grids.{name}" + (f".settings.{setting}" if setting else ""),
+            [
+                *overrides,
+                *[f"{key}={override_value(value)}" for key, value in zip(lists, combination)],
+            ],
+        )
+        for setting, overrides in grid_settings(grid).items()
+        for combination in itertools.product(*lists.values())
+    ]  # every run DVC queues
 
 
-def experiment_params(path: str | Path = PARAMS_FILE) -> Iterator[tuple[str, list[str], Params]]:
-    """Every params.yaml the experiments flow would run: each ablation's, each sweep value's and
-    each grid combination's `-S` overrides applied to a copy of `path` by DVC's own code (Hydra's
-    grammar; a key that is not in params.yaml is an error, as in `dvc exp run`), checked like
-    params.yaml itself.
-    Yields (where, overrides, params); raises ParamsError naming the experiment."""
-    orchestration = load_params(path).orchestration
+def every_experiment(orchestration: OrchestrationParams) -> list[tuple[str, list[str]]]:
+    """experiment_runs of the ablations and the sweep, then of each grid."""
     runs = experiment_runs(orchestration)
     for name in orchestration.grids:
         runs += experiment_runs(orchestration, name)
+    return runs
+
+
+def experiment_params(
+    path: str | Path = PARAMS_FILE, runs: list[tuple[str, list[str]]] | None = None
+) -> Iterator[tuple[str, list[str], Params]]:
+    """Every params.yaml the experiments flow would run: each ablation's, each sweep value's and
+    each grid combination's `-S` overrides (or those of `runs`) applied to a copy of `path` by
+    DVC's own code (Hydra's grammar; a key that is not in params.yaml is an error, as in `dvc exp
+    run`), checked like params.yaml itself.
+    Yields (where, overrides, params); raises ParamsError naming the experiment."""
+    if runs is None:
+        runs = every_experiment(load_params(path).orchestration)
     for where, overrides, params, _ in _applied(path, runs):
         yield where, overrides, params
 
 
-def _applied(path: str | Path, runs: list[tuple[str, list[str]]]
-             ) -> Iterator[tuple[str, list[str], Params, Path]]:
+def final_overrides(*overrides: Sequence[str]) -> frozenset[tuple[str, str]] | None:
+    """What `-S` override lists applied one after the other set, as one set of key=value (a later
+    value of a key wins); None when one is not a plain assignment (Hydra's `+key`, `~key`, ...),
+    whose effect depends on the file.
+
+    >>> sorted(final_overrides(["seed=1", "train.grpo.beta=0.1"], ["train.grpo.beta=0"]))
+    [('seed', '1'), ('train.grpo.beta', '0')]
+    >>> final_overrides(["seed=1"], ["+train.new=1"]) is None
+    True
+    """
+    final: dict[str, str] = {}
+    for override in (o for group in overrides for o in group):
+        key, equals, value = override.partition("=")
+        if not equals or not re.fullmatch(r"[A-Za-z_][\w.-]*", key):
+            return None
+        final[key] = value
+    return frozenset(final.items())
+
+
+def _applied(
+    path: str | Path, runs: list[tuple[str, list[str]]]
+) -> Iterator[tuple[str, list[str], Params, Path]]:
     """Each run's overrides applied to a fresh copy of `path` (the copy is reused: read it
     before the next)."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -147,13 +204,26 @@ def check_queued_runs(path: str | Path = PARAMS_FILE, grid: str | None = None) -
     Returns how many runs were checked; ParamsError names the run and the experiment inside it."""
     orchestration = load_params(path).orchestration
     runs = experiment_runs(orchestration, grid)
-    for where, overrides, _, copy in _applied(path, runs):
+    # Many (run, experiment) pairs set the same keys to the same values (an ablation's overrides
+    # replace the grid value they touch): one params.yaml, checked once (about a fifth of the
+    # pairs of the committed step11 grid are distinct).
+    checked: set[frozenset] = set()
+    for where, overrides, params, copy in _applied(path, runs):
+        fresh = []
+        for experiment in every_experiment(params.orchestration):
+            final = final_overrides(overrides, experiment[1])
+            if final is None or final not in checked:
+                fresh.append(experiment)
+            if final is not None:
+                checked.add(final)
         try:
-            for _ in experiment_params(copy):
+            for _ in experiment_params(copy, fresh):
                 pass
         except ParamsError as error:
-            raise ParamsError(f"{where} = {overrides!r}: its own check_params would fail: "
-                              f"{str(error).removeprefix('params.yaml: ')}") from None
+            raise ParamsError(
+                f"{where} = {overrides!r}: its own check_params would fail: "
+                f"{str(error).removeprefix('params.yaml: ')}"
+            ) from None
     return len(runs)
 
 
@@ -170,9 +240,14 @@ def queue_busy(status: str) -> bool:
     return any(re.search(r"\s(Queued|Running)\s*$", line) for line in status.splitlines())
 
 
-def run_queue_to_end(root: str | Path, jobs: int, env: dict[str, str] | None = None,
-                     poll: float = 15.0, grace: float = 30.0, dvc: Sequence[str] = ("dvc",)
-                     ) -> subprocess.CompletedProcess:
+def run_queue_to_end(
+    root: str | Path,
+    jobs: int,
+    env: dict[str, str] | None = None,
+    poll: float = 15.0,
+    grace: float = 30.0,
+    dvc: Sequence[str] = ("dvc",),
+) -> subprocess.CompletedProcess:
     """`dvc exp run --run-all --jobs N` in root, watched until it ends.
 
     With N > 1, DVC 3.67.1's celery queue (filesystem broker) can lose a worker's shutdown
@@ -186,13 +261,19 @@ def run_queue_to_end(root: str | Path, jobs: int, env: dict[str, str] | None = N
     environment = {**tool_env(), **(env or {})}
 
     def dvc_run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*dvc, *args], cwd=root, env=environment, capture_output=True,
-                              text=True)
+        return subprocess.run(
+            [*dvc, *args], cwd=root, env=environment, capture_output=True, text=True
+        )
 
     with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen([*dvc, "exp", "run", "--run-all", "--jobs", str(jobs)],
-                                   cwd=root, env=environment, stdout=log,
-                                   stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(
+            [*dvc, "exp", "run", "--run-all", "--jobs", str(jobs)],
+            cwd=root,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         idle_since = stopped_at = None
         note = ""
         while process.poll() is None:

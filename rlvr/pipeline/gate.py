@@ -15,8 +15,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlvr.core.files import write_json
 from rlvr.core.errors import PipelineError
+from rlvr.core.files import write_json
 
 PYTEST_NO_TESTS = 5
 
@@ -34,15 +34,25 @@ def run_reward_tests(test_paths: Sequence[str], report_path: str | Path) -> dict
     """Run pytest on the reward tests and write the verdict JSON: passed, counts, failing ids."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
-        command = [sys.executable, "-m", "pytest", *test_paths, "-q", "-p", "no:cacheprovider",
-                   f"--junitxml={junit}"]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *test_paths,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+        ]
         completed = subprocess.run(command, capture_output=True, text=True)
         cases = ET.parse(junit).getroot().iter("testcase") if junit.exists() else []
         failing, counts = [], {"tests": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}
         for case in cases:
             counts["tests"] += 1
-            outcome = next((child.tag for child in case
-                            if child.tag in ("failure", "error", "skipped")), "passed")
+            outcome = next(
+                (child.tag for child in case if child.tag in ("failure", "error", "skipped")),
+                "passed",
+            )
             counts[{"failure": "failed", "error": "errors"}.get(outcome, outcome)] += 1
             if outcome in ("failure", "error"):
                 failing.append(_test_id(case))

@@ -26,12 +26,11 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from rlvr.params.config import PathsParams
 from rlvr.core.errors import PipelineError
 from rlvr.core.seeds import seed_paths
-from rlvr.params.config import data_files, load_params, test_file_reader
-from rlvr.report.provenance import data_and_model_hashes, git_state, read_lock
+from rlvr.params.config import PathsParams, data_files, load_params, test_file_reader
 from rlvr.report.model_card import CARD_FILE, card_body
+from rlvr.report.provenance import data_and_model_hashes, git_state, read_lock
 
 
 class StageFailed(PipelineError):
@@ -44,8 +43,8 @@ class WorkspaceBusy(PipelineError):
 
 @dataclass
 class Artifact:
-    key: str                 # lowercase letters, digits and dashes
-    kind: str                # table | markdown | link
+    key: str  # lowercase letters, digits and dashes
+    kind: str  # table | markdown | link
     description: str
     table: list[dict] = field(default_factory=list)
     markdown: str = ""
@@ -89,8 +88,11 @@ def failure_detail(stage: str, root: Path, output: str) -> str:
         if why:
             return f"failing reward tests: {why}"
     if stage == "validate":
-        rows = [line for line in output.splitlines() if line.endswith("]") and ": " in line
-                and not line.startswith(("validate:", "ERROR"))]
+        rows = [
+            line
+            for line in output.splitlines()
+            if line.endswith("]") and ": " in line and not line.startswith(("validate:", "ERROR"))
+        ]
         if rows:
             return "invalid rows:\n" + "\n".join(rows)
     if stage == "smoke":
@@ -121,11 +123,13 @@ def _stage_line(stage: str, output: str) -> str | None:
     'train@2: the disk is full'
     """
     # DVC's own warnings (--keep-going: the stages it skips) stand between the two
-    lines = [line for line in output.splitlines()
-             if line.strip() and not line.startswith("WARNING: ")]
+    lines = [
+        line for line in output.splitlines() if line.strip() and not line.startswith("WARNING: ")
+    ]
     name = re.escape(stage) + r"(@\d+)?"  # a per-seed stage: train@1
-    ends = [i for i, line in enumerate(lines)
-            if re.match(f"ERROR: failed to reproduce '{name}'", line)]
+    ends = [
+        i for i, line in enumerate(lines) if re.match(f"ERROR: failed to reproduce '{name}'", line)
+    ]
     if not ends or ends[0] == 0:
         return None
     last = lines[ends[0] - 1]
@@ -151,11 +155,13 @@ def tool_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-def run_dvc(root: str | Path, *args: str, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess:
+def run_dvc(
+    root: str | Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """`dvc <args>` in root, with tool_env() plus `env`."""
-    return subprocess.run(["dvc", *args], cwd=root, capture_output=True, text=True,
-                          env={**tool_env(), **(env or {})})
+    return subprocess.run(
+        ["dvc", *args], cwd=root, capture_output=True, text=True, env={**tool_env(), **(env or {})}
+    )
 
 
 def stale_stages(root: str | Path) -> set[str] | None:
@@ -195,8 +201,10 @@ def repro_stage(stage: str, root: str | Path, keep_going: bool = False) -> str:
     run = run_dvc(root, "repro", *(["--keep-going"] if keep_going else []), stage)
     output = run.stdout + run.stderr
     if run.returncode != 0:
-        raise StageFailed(f"stage {stage} failed (dvc repro exit {run.returncode}): "
-                          f"{failure_detail(stage, root, output)}")
+        raise StageFailed(
+            f"stage {stage} failed (dvc repro exit {run.returncode}): "
+            f"{failure_detail(stage, root, output)}"
+        )
     return output
 
 
@@ -205,18 +213,28 @@ def recipe_alone(root: str | Path) -> tuple[str, str]:
     after another failed: its output and the recipe's verdict line (it names the failed seeds).
     DVC records nothing: `dvc repro` reruns the failed seeds, then the recipe, in its own time."""
     root = Path(root)
-    run = subprocess.run([sys.executable, "-m", "stages.recipe"], cwd=root, capture_output=True,
-                         text=True, env=tool_env())
+    run = subprocess.run(
+        [sys.executable, "-m", "stages.recipe"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+    )
     output = run.stdout + run.stderr
     if run.returncode != 0:
-        raise StageFailed(f"stage {RECIPE_STAGE} failed on the seeds that ran (exit "
-                          f"{run.returncode}): {_tail(output)}")
+        raise StageFailed(
+            f"stage {RECIPE_STAGE} failed on the seeds that ran (exit "
+            f"{run.returncode}): {_tail(output)}"
+        )
     recipe = _json(root, _paths(root).recipe_summary) or {}
-    return output, (f"the recipe over {len(recipe.get('evaluated') or [])} of "
-                    f"{len(recipe.get('seeds') or [])} seeds: {recipe.get('verdict_line')}")
+    return output, (
+        f"the recipe over {len(recipe.get('evaluated') or [])} of "
+        f"{len(recipe.get('seeds') or [])} seeds: {recipe.get('verdict_line')}"
+    )
 
 
 # ------------------------------------------------------------------ how a flow run ends
+
 
 def failed(error: PipelineError):
     """A Prefect Failed state whose message is the error's line and whose data is the error.
@@ -244,8 +262,11 @@ def stage_failure(stage: str, state):
             return failed(error)
         # Prefect 3.9.1 names a task's timeout state "TimedOut" (task_engine.py handle_timeout)
         if state.name == "TimedOut":
-            return failed(StageFailed(f"stage {stage} failed: {state.message} "
-                                      f"(params.yaml orchestration.timeouts)"))
+            return failed(
+                StageFailed(
+                    f"stage {stage} failed: {state.message} (params.yaml orchestration.timeouts)"
+                )
+            )
     state.result()  # raises for any state that is not Completed
     return state
 
@@ -279,9 +300,13 @@ def flow_run_holder() -> dict:
     """Who takes the workspace: this process's Prefect flow run (name, id, flow), pid and time."""
     from prefect.runtime import flow_run
 
-    return {"flow_run": flow_run.name, "flow_run_id": flow_run.id, "flow": flow_run.flow_name,
-            "pid": os.getpid(),
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "flow_run": flow_run.name,
+        "flow_run_id": flow_run.id,
+        "flow": flow_run.flow_name,
+        "pid": os.getpid(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def busy_line(root: str | Path, holder: dict | None) -> str:
@@ -300,15 +325,21 @@ def busy_line(root: str | Path, holder: dict | None) -> str:
     try again in a moment
     """
     if not holder:  # it has the lock but has not written its record yet
-        return (f"workspace {root} is in use by another process that has not yet said who it "
-                f"is: try again in a moment")
+        return (
+            f"workspace {root} is in use by another process that has not yet said who it "
+            f"is: try again in a moment"
+        )
     if holder.get("flow_run"):
-        who = (f"flow run '{holder['flow_run']}' (id {holder.get('flow_run_id')}, flow "
-               f"{holder.get('flow')})")
+        who = (
+            f"flow run '{holder['flow_run']}' (id {holder.get('flow_run_id')}, flow "
+            f"{holder.get('flow')})"
+        )
     else:
         who = "a process outside any flow run"
-    return (f"workspace {root} is in use by {who}, pid {holder.get('pid')}, started "
-            f"{holder.get('started')}: wait for it to end or stop it")
+    return (
+        f"workspace {root} is in use by {who}, pid {holder.get('pid')}, started "
+        f"{holder.get('started')}: wait for it to end or stop it"
+    )
 
 
 @contextmanager
@@ -373,6 +404,7 @@ def run_summary(result: dict) -> str:
 
 # ------------------------------------------------------------------ artifacts
 
+
 def provenance_line(root: Path) -> str:
     """git commit, the md5s of the data files and the models (each from the stage that wrote it
     in dvc.lock) and the stage wall times, for artifact descriptions."""
@@ -380,16 +412,25 @@ def provenance_line(root: Path) -> str:
     paths = params.paths
     trained = [seed_paths(paths, seed).trained_model for seed in params.audit.seeds]
     # Not rlvr.report.provenance.provenance: its compute platform imports torch (2 s per flow run).
-    found = data_and_model_hashes(data_files(params), [paths.base_model, *trained],
-                                  read_lock(root / "dvc.lock"), root, test_file_reader(params))
-    hashes = ", ".join(f"{path} {md5[:12]}" for path, md5 in
-                       {**found["data"], **found["models"]}.items())
+    found = data_and_model_hashes(
+        data_files(params),
+        [paths.base_model, *trained],
+        read_lock(root / "dvc.lock"),
+        root,
+        test_file_reader(params),
+    )
+    hashes = ", ".join(
+        f"{path} {md5[:12]}" for path, md5 in {**found["data"], **found["models"]}.items()
+    )
     git = git_state(root)
     dirty = " (uncommitted changes)" if git["dirty"] else ""
-    seconds = [f"{f.stem} {json.loads(f.read_text()).get('seconds')} s"
-               for f in sorted((root / paths.timing).glob("*.json"))]
-    return (f"git {git['commit'][:12]}{dirty}; dvc.lock: {hashes}"
-            + (f"; wall time: {', '.join(seconds)}" if seconds else ""))
+    seconds = [
+        f"{f.stem} {json.loads(f.read_text()).get('seconds')} s"
+        for f in sorted((root / paths.timing).glob("*.json"))
+    ]
+    return f"git {git['commit'][:12]}{dirty}; dvc.lock: {hashes}" + (
+        f"; wall time: {', '.join(seconds)}" if seconds else ""
+    )
 
 
 def _json(root: Path, path: str) -> Any:
@@ -399,27 +440,59 @@ def _json(root: Path, path: str) -> Any:
 
 def _reward_tests_artifacts(root: Path, where: str) -> list[Artifact]:
     gate = _json(root, _paths(root).gate_verdict) or {}
-    return [Artifact("reward-tests", "table", f"Reward-test gate. {where}",
-                     table=[{"gate": "passed" if gate.get("passed") else "FAILED",
-                             **gate.get("counts", {}),
-                             "failing": ", ".join(gate.get("failing", []))}])]
+    return [
+        Artifact(
+            "reward-tests",
+            "table",
+            f"Reward-test gate. {where}",
+            table=[
+                {
+                    "gate": "passed" if gate.get("passed") else "FAILED",
+                    **gate.get("counts", {}),
+                    "failing": ", ".join(gate.get("failing", [])),
+                }
+            ],
+        )
+    ]
 
 
 def _validate_artifacts(root: Path, where: str) -> list[Artifact]:
     summary = _json(root, _paths(root).validation_summary) or {"files": {}}
-    rows = [{"file": f["path"], "rule": rule, "held": r["success"],
-             "rows breaking it": r["unexpected_count"]}
-            for f in summary["files"].values() for rule, r in f["rules"].items()]
-    return [Artifact("data-validation", "table", f"Data validation per file and rule. {where}",
-                     table=rows)]
+    rows = [
+        {
+            "file": f["path"],
+            "rule": rule,
+            "held": r["success"],
+            "rows breaking it": r["unexpected_count"],
+        }
+        for f in summary["files"].values()
+        for rule, r in f["rules"].items()
+    ]
+    return [
+        Artifact(
+            "data-validation", "table", f"Data validation per file and rule. {where}", table=rows
+        )
+    ]
 
 
 def _smoke_artifacts(root: Path, where: str) -> list[Artifact]:
     checks = _json(root, _paths(root).smoke_checks) or {"checks": []}
-    return [Artifact("smoke-checks", "table", f"Smoke-run checks. {where}",
-                     table=[{"check": c["name"], "passed": c["passed"],
-                             "value": json.dumps(c["value"]), "expected": str(c["expected"])}
-                            for c in checks["checks"]])]
+    return [
+        Artifact(
+            "smoke-checks",
+            "table",
+            f"Smoke-run checks. {where}",
+            table=[
+                {
+                    "check": c["name"],
+                    "passed": c["passed"],
+                    "value": json.dumps(c["value"]),
+                    "expected": str(c["expected"]),
+                }
+                for c in checks["checks"]
+            ],
+        )
+    ]
 
 
 def _seeds(root: Path) -> list[int]:
@@ -429,37 +502,61 @@ def _seeds(root: Path) -> list[int]:
 def _train_artifacts(root: Path, where: str) -> list[Artifact]:
     paths = _paths(root)
     step0 = _json(root, paths.step0) or {}
-    lines = ["# Training summary", "",
-             f"Step-0 baseline mean reward: {step0.get('mean_reward', float('nan')):.3f}", "",
-             "| seed | steps | mean reward, first 10 steps | last 10 steps | final KL | final beta "
-             "| curves |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Training summary",
+        "",
+        f"Step-0 baseline mean reward: {step0.get('mean_reward', float('nan')):.3f}",
+        "",
+        "| seed | steps | mean reward, first 10 steps | last 10 steps | final KL | final beta "
+        "| curves |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for seed in _seeds(root):
         run = seed_paths(paths, seed)
         m = _json(root, run.train_summary) or {}
-        lines.append(f"| {seed} | {m.get('steps')} | "
-                     f"{m.get('first10_mean_reward', float('nan')):.3f} | "
-                     f"{m.get('last10_mean_reward', float('nan')):.3f} | "
-                     f"{m.get('last10_mean_kl', float('nan')):.4f} | "
-                     f"{m.get('final', {}).get('beta')} | "
-                     f"{(root / run.train_curves).resolve().as_uri()} |")
-    return [Artifact("training-summary", "markdown", f"GRPO training summary, per RL seed. "
-                     f"{where}", markdown="\n".join(lines))]
+        lines.append(
+            f"| {seed} | {m.get('steps')} | "
+            f"{m.get('first10_mean_reward', float('nan')):.3f} | "
+            f"{m.get('last10_mean_reward', float('nan')):.3f} | "
+            f"{m.get('last10_mean_kl', float('nan')):.4f} | "
+            f"{m.get('final', {}).get('beta')} | "
+            f"{(root / run.train_curves).resolve().as_uri()} |"
+        )
+    return [
+        Artifact(
+            "training-summary",
+            "markdown",
+            f"GRPO training summary, per RL seed. {where}",
+            markdown="\n".join(lines),
+        )
+    ]
 
 
 def _split_row(seed: str, split: str, s: dict, verdict: str | None) -> dict:
     d, n = s["delta_mean_reward"], str(s["samples_per_prompt"])
     curves, solved = s["pass_at_k"], s.get("solutions") or {}
-    return {"seed": seed, "split": split, "mean reward step 0": s["step0"]["mean_reward"],
-            "mean reward final": s["final"]["mean_reward"],
-            "delta": d["value"], "ci low": d["ci_low"], "ci high": d["ci_high"],
-            "greedy success step 0": s["step0"].get("greedy_success"),
-            "greedy success final": s["final"].get("greedy_success"),
-            "pass@1 step 0": curves["step0"]["1"], "pass@1 final": curves["final"]["1"],
-            f"pass@{n} step 0": curves["step0"][n], f"pass@{n} final": curves["final"][n],
-            "prompts lost": solved.get("lost_count"), "prompts new": solved.get("new_count"),
-            "regressed tags": ", ".join(t["tag"] for t in s["slices"]
-                                        if t["regressed"] and t["weighed"]),
-            "KL final vs step 0": s.get("kl_final_vs_step0"), "verdict": verdict}
+    return {
+        "seed": seed,
+        "split": split,
+        "mean reward step 0": s["step0"]["mean_reward"],
+        "mean reward final": s["final"]["mean_reward"],
+        "delta": d["value"],
+        "ci low": d["ci_low"],
+        "ci high": d["ci_high"],
+        "greedy success step 0": s["step0"].get("greedy_success"),
+        "greedy success final": s["final"].get("greedy_success"),
+        "pass@1 step 0": curves["step0"]["1"],
+        "pass@1 final": curves["final"]["1"],
+        f"pass@{n} step 0": curves["step0"][n],
+        f"pass@{n} final": curves["final"][n],
+        "prompts lost": solved.get("lost_count"),
+        "prompts new": solved.get("new_count"),
+        "regressed tags": ", ".join(
+            t["tag"] for t in s["slices"] if t["regressed"] and t["weighed"]
+        ),
+        "KL final vs step 0": s.get("kl_final_vs_step0"),
+        "verdict": verdict,
+    }
 
 
 def _evaluate_artifacts(root: Path, where: str) -> list[Artifact]:
@@ -469,51 +566,86 @@ def _evaluate_artifacts(root: Path, where: str) -> list[Artifact]:
     rows = []
     for seed in _seeds(root):
         ev = _json(root, seed_paths(paths, seed).eval_summary) or {}
-        rows += [_split_row(str(seed), split, ev[split], ev.get("verdict"))
-                 for split in ("train", "heldout") if split in ev]
+        rows += [
+            _split_row(str(seed), split, ev[split], ev.get("verdict"))
+            for split in ("train", "heldout")
+            if split in ev
+        ]
     recipe = _json(root, paths.recipe_summary) or {}
     pooled = recipe.get("pooled")
     if pooled:
         n = pooled["samples_per_prompt"]
-        curves = {p: {"1": pooled[p]["pass@1"], str(n): pooled[p][f"pass@{n}"]}
-                  for p in ("step0", "final")}
-        rows.append(_split_row(f"pooled over {len(recipe['evaluated'])}", recipe["split"],
-                               {**pooled, "pass_at_k": curves}, recipe["verdict"]))
+        curves = {
+            p: {"1": pooled[p]["pass@1"], str(n): pooled[p][f"pass@{n}"]}
+            for p in ("step0", "final")
+        }
+        rows.append(
+            _split_row(
+                f"pooled over {len(recipe['evaluated'])}",
+                recipe["split"],
+                {**pooled, "pass_at_k": curves},
+                recipe["verdict"],
+            )
+        )
     # the verdict line says what was lost, where a mean would hide it (rlvr.audit.slices.verdict_line)
-    missing = "".join(f" Seed {seed} has no results: {why}." for seed, why in
-                      (recipe.get("failed") or {}).items())
-    return [Artifact("evaluation-audit", "table",
-                     f"Step 0 vs final, per RL seed and pooled; "
-                     f"{recipe.get('verdict_line', 'no recipe yet')}.{missing} {where}",
-                     table=rows)]
+    missing = "".join(
+        f" Seed {seed} has no results: {why}." for seed, why in (recipe.get("failed") or {}).items()
+    )
+    return [
+        Artifact(
+            "evaluation-audit",
+            "table",
+            f"Step 0 vs final, per RL seed and pooled; "
+            f"{recipe.get('verdict_line', 'no recipe yet')}.{missing} {where}",
+            table=rows,
+        )
+    ]
 
 
 def _report_artifacts(root: Path, where: str) -> list[Artifact]:
     paths = _paths(root)
     md = root / paths.retrospective_md
-    return [Artifact("retrospective", "markdown", f"The retrospective. {where}",
-                     markdown=md.read_text() if md.exists() else ""),
-            Artifact("retrospective-html", "link", f"Self-contained HTML report. {where}",
-                     link=(root / paths.retrospective_html).resolve().as_uri())]
+    return [
+        Artifact(
+            "retrospective",
+            "markdown",
+            f"The retrospective. {where}",
+            markdown=md.read_text() if md.exists() else "",
+        ),
+        Artifact(
+            "retrospective-html",
+            "link",
+            f"Self-contained HTML report. {where}",
+            link=(root / paths.retrospective_html).resolve().as_uri(),
+        ),
+    ]
 
 
 def _publish_artifacts(root: Path, where: str) -> list[Artifact]:
     final = _paths(root).final_model
     card = root / final / CARD_FILE
-    text = (card_body(card.read_text()) if card.exists() else
-            f"{final}/{CARD_FILE} is not here (models live in the DVC cache): `dvc pull` or "
-            "`dvc repro publish` brings it")
-    return [Artifact("model-card", "markdown", f"The published model's card. {where}",
-                     markdown=text)]
+    text = (
+        card_body(card.read_text())
+        if card.exists()
+        else f"{final}/{CARD_FILE} is not here (models live in the DVC cache): `dvc pull` or "
+        "`dvc repro publish` brings it"
+    )
+    return [
+        Artifact("model-card", "markdown", f"The published model's card. {where}", markdown=text)
+    ]
 
 
 # stage -> what it publishes once it has run. Stages not listed publish nothing (and pay nothing:
 # the flow runs no artifact task for them).
 ARTIFACT_BUILDERS: dict[str, Callable[[Path, str], list[Artifact]]] = {
-    "reward_tests": _reward_tests_artifacts, "validate": _validate_artifacts,
+    "reward_tests": _reward_tests_artifacts,
+    "validate": _validate_artifacts,
     # the evaluation artifact waits for recipe: it carries the recipe's verdict over the seeds
-    "smoke": _smoke_artifacts, "train": _train_artifacts, RECIPE_STAGE: _evaluate_artifacts,
-    "report": _report_artifacts, "publish": _publish_artifacts,
+    "smoke": _smoke_artifacts,
+    "train": _train_artifacts,
+    RECIPE_STAGE: _evaluate_artifacts,
+    "report": _report_artifacts,
+    "publish": _publish_artifacts,
 }
 
 
@@ -525,18 +657,27 @@ def stage_artifacts(stage: str, root: Path) -> list[Artifact]:
 
 
 def publish(artifact: Artifact) -> None:
-    from prefect.artifacts import (create_link_artifact, create_markdown_artifact,
-                                   create_table_artifact)
+    from prefect.artifacts import (
+        create_link_artifact,
+        create_markdown_artifact,
+        create_table_artifact,
+    )
 
     if artifact.kind == "table":
-        create_table_artifact(table=artifact.table, key=artifact.key,
-                              description=artifact.description)
+        create_table_artifact(
+            table=artifact.table, key=artifact.key, description=artifact.description
+        )
     elif artifact.kind == "markdown":
-        create_markdown_artifact(markdown=artifact.markdown, key=artifact.key,
-                                 description=artifact.description)
+        create_markdown_artifact(
+            markdown=artifact.markdown, key=artifact.key, description=artifact.description
+        )
     else:
-        create_link_artifact(link=artifact.link, link_text=artifact.key, key=artifact.key,
-                             description=artifact.description)
+        create_link_artifact(
+            link=artifact.link,
+            link_text=artifact.key,
+            key=artifact.key,
+            description=artifact.description,
+        )
 
 
 def publish_stage_artifacts(stage: str, root: Path) -> list[str]:

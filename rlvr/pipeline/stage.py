@@ -28,13 +28,13 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from rlvr.params.config import Params, load_params
-from rlvr.core.files import write_json
+from rlvr.core import timing
 from rlvr.core.errors import PipelineError
 from rlvr.core.faults import Stopped, disk_full_line, full_disk_folder, stop_on_sigterm
-from rlvr.core import timing
-from rlvr.pipeline.gate import require_gate
+from rlvr.core.files import write_json
 from rlvr.grpo import distributed
+from rlvr.params.config import Params, load_params
+from rlvr.pipeline.gate import require_gate
 from rlvr.rewards.registry import check_reward_names
 
 DVC_YAML = Path("dvc.yaml")
@@ -46,9 +46,7 @@ _INTERPOLATION = re.compile(r"\$\{\s*([A-Za-z0-9_.]+)\s*\}")
 # Deprecation warnings the pinned libraries raise from their own code on every run, whatever the
 # params: silenced at every stage's entry (other warnings still show). Revisit on an upgrade of
 # requirements.lock.
-KNOWN_LIBRARY_WARNINGS = (
-    (FutureWarning, r"`is_gradient_checkpointing` is deprecated"),
-)
+KNOWN_LIBRARY_WARNINGS = ((FutureWarning, r"`is_gradient_checkpointing` is deprecated"),)
 
 
 def quiet_library_noise() -> None:
@@ -100,8 +98,10 @@ def declared_params(stage: str, dvc_yaml: str | Path = DVC_YAML) -> set[str]:
         elif isinstance(entry, dict):
             for file, names in entry.items():
                 if file != "params.yaml":
-                    raise ValueError(f"dvc.yaml: stage {stage} reads params from {file}; the "
-                                     "pipeline's params all live in params.yaml")
+                    raise ValueError(
+                        f"dvc.yaml: stage {stage} reads params from {file}; the "
+                        "pipeline's params all live in params.yaml"
+                    )
                 if names:
                     keys.update(names)
                 else:
@@ -144,8 +144,10 @@ class ParamsView:
             return value
         if dataclasses.is_dataclass(value) and any(a.startswith(key + ".") for a in self._allowed):
             return ParamsView(value, self._allowed, self._stage, key)
-        raise UndeclaredParam(f"stage {self._stage} reads params.yaml {key}, which dvc.yaml does "
-                              "not declare for it: add it to the stage's params in dvc.yaml")
+        raise UndeclaredParam(
+            f"stage {self._stage} reads params.yaml {key}, which dvc.yaml does "
+            "not declare for it: add it to the stage's params in dvc.yaml"
+        )
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("params are read-only")
@@ -154,8 +156,9 @@ class ParamsView:
         return f"ParamsView({self._stage}: {self._prefix or 'params'})"
 
 
-def stage_view(params: Params, stage: str, dvc_yaml: str | Path = DVC_YAML,
-               seeded: bool = False) -> Params | ParamsView:
+def stage_view(
+    params: Params, stage: str, dvc_yaml: str | Path = DVC_YAML, seeded: bool = False
+) -> Params | ParamsView:
     """The params as the stage may see them (the Params itself if it declares the whole file);
     a seeded stage also sees `seed`, its own (its command line, which DVC follows)."""
     allowed = declared_params(stage, dvc_yaml) | ({"seed"} if seeded else set())
@@ -175,8 +178,9 @@ def _record_failure(label: str, line: str, in_rank: bool) -> None:
     if in_rank:
         return  # the launcher records it (a rank's line comes back to it)
     with contextlib.suppress(Exception):
-        write_json(Path(load_params().paths.timing) / f"{label}.json",
-                   {"exit_code": 1, "error": line})
+        write_json(
+            Path(load_params().paths.timing) / f"{label}.json", {"exit_code": 1, "error": line}
+        )
 
 
 def failure_line(timing_dir: str | Path, label: str) -> str | None:
@@ -199,8 +203,10 @@ def seed_argument(name: str, argv: list[str]) -> int:
     """  # noqa: E501 (one-line outputs and tables)
     if len(argv) == 1 and argv[0].isdigit():
         return int(argv[0])
-    raise PipelineError(f"stage {name} runs once per RL seed: python -m stages.{name} SEED "
-                        f"(dvc repro runs one per audit.seeds), got {argv}")
+    raise PipelineError(
+        f"stage {name} runs once per RL seed: python -m stages.{name} SEED "
+        f"(dvc repro runs one per audit.seeds), got {argv}"
+    )
 
 
 def stage_label(name: str, seed: int | None) -> str:
@@ -212,8 +218,13 @@ def stage_label(name: str, seed: int | None) -> str:
     return name if seed is None else f"{name}@{seed}"
 
 
-def run_stage(name: str, main: Callable[[Params | ParamsView], int], gated: bool = True,
-              launchable: bool = False, seeded: bool = False) -> None:
+def run_stage(
+    name: str,
+    main: Callable[[Params | ParamsView], int],
+    gated: bool = True,
+    launchable: bool = False,
+    seeded: bool = False,
+) -> None:
     """Load params, check the gate, run `main`; a launchable stage (smoke, train) with
     train.processes above 1 runs `main` in that many ranks under accelerate (rlvr.grpo.distributed).
     A seeded stage (train, evaluate: one per `audit.seeds`) takes its RL seed as its argument and
@@ -235,10 +246,14 @@ def run_stage(name: str, main: Callable[[Params | ParamsView], int], gated: bool
         train = params.train
         if launchable and train.processes > 1 and not in_rank:
             _parts_file(params, label).unlink(missing_ok=True)
-            code = distributed.launch(label, f"stages.{name}", train.processes,
-                                      use_cpu=train.grpo.use_cpu,
-                                      config_name=train.accelerate_config,
-                                      script_args=sys.argv[1:] if seeded else ())
+            code = distributed.launch(
+                label,
+                f"stages.{name}",
+                train.processes,
+                use_cpu=train.grpo.use_cpu,
+                config_name=train.accelerate_config,
+                script_args=sys.argv[1:] if seeded else (),
+            )
             with contextlib.suppress(OSError, ValueError):  # none: the ranks measured nothing
                 timing.PARTS.update(json.loads(_parts_file(params, label).read_text()))
                 _parts_file(params, label).unlink()
@@ -253,16 +268,21 @@ def run_stage(name: str, main: Callable[[Params | ParamsView], int], gated: bool
         sys.exit(Stopped.exit_code if isinstance(error, Stopped) else 1)
     except Exception as error:  # noqa: BLE001 - a bug: its traceback, then one line that says so
         folder = full_disk_folder(error)
-        if folder is not None:  # not a bug: the machine's disk (train says more: rlvr.pipeline.training)
+        if (
+            folder is not None
+        ):  # not a bug: the machine's disk (train says more: rlvr.pipeline.training)
             line = f"{label}: " + disk_full_line(
-                folder, f"`dvc repro` runs {label} again, keeping the stages before it")
+                folder, f"`dvc repro` runs {label} again, keeping the stages before it"
+            )
             if not distributed.report_failure(line):
                 print(line, file=sys.stderr)
             _record_failure(label, line, in_rank)
             sys.exit(1)
         traceback.print_exc()
-        line = (f"{label}: FAILED on an unexpected error: this is a bug in the pipeline, please "
-                "report it with the traceback above")
+        line = (
+            f"{label}: FAILED on an unexpected error: this is a bug in the pipeline, please "
+            "report it with the traceback above"
+        )
         print(line, file=sys.stderr)
         _record_failure(label, f"{label}: {type(error).__name__}: {error}", in_rank)
         sys.exit(1)
@@ -275,7 +295,9 @@ def run_stage(name: str, main: Callable[[Params | ParamsView], int], gated: bool
     seconds = time.perf_counter() - started
     # Wall time per stage, for the console and the flows; kept out of every output DVC records,
     # which must be identical between runs with the same seed.
-    write_json(Path(params.paths.timing) / f"{label}.json",
-               {"seconds": round(seconds, 1), "exit_code": code, **timing.PARTS})
+    write_json(
+        Path(params.paths.timing) / f"{label}.json",
+        {"seconds": round(seconds, 1), "exit_code": code, **timing.PARTS},
+    )
     print(f"{label}: {'done' if code == 0 else 'FAILED'} in {seconds:.1f} s", file=sys.stderr)
     sys.exit(code)

@@ -13,28 +13,39 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rlvr.params.config import Params, PathsParams
-from rlvr.core.seeds import SeedPaths
-from rlvr.data.rows import Row, read_rows
-from rlvr.core.files import share_with_umask, write_text_atomic
-from rlvr.grpo.distributed import accelerate_config_file, barrier, is_main_process, sum_over_ranks
-from rlvr.audit.evaluation import (correct_spread, prompt_template, rollout_settings, score_rows,
-                                   summarize, training_validation)
-from rlvr.pipeline.gate import GateClosed
-from rlvr.grpo.callbacks import LiveCurvesCallback, loggable, validation_entry
-from rlvr.core.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
-from rlvr.grpo.checkpoints import (RUNNING_MEAN_FILE, checkpoint_problem, fingerprint,
-                                   last_checkpoint, resumable_checkpoint)
-from rlvr.core.metric_keys import BETA, CORRECTNESS, LOSS, REWARD, TRAIN_RUNTIME
-from rlvr.grpo.run import run_grpo
-from rlvr.policy.models import load_policy, policy_path, save_tokenizer
-from rlvr.core.numerics import numerics_in_force
-from rlvr.report.provenance import library_versions
-from rlvr.rewards.registry import build_reward_funcs, normalized_weights
+from rlvr.audit.evaluation import (
+    correct_spread,
+    prompt_template,
+    rollout_settings,
+    score_rows,
+    summarize,
+    training_validation,
+)
 from rlvr.audit.smoke import failed_lines, smoke_checks
+from rlvr.core.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
+from rlvr.core.files import share_with_umask, write_text_atomic
+from rlvr.core.metric_keys import BETA, CORRECTNESS, LOSS, REWARD, TRAIN_RUNTIME
+from rlvr.core.numerics import numerics_in_force
+from rlvr.core.seeds import SeedPaths
 from rlvr.core.stats import drift_kl, finite_mean, kl_source
 from rlvr.core.timing import record_timing
+from rlvr.data.rows import Row, read_rows
+from rlvr.grpo.callbacks import LiveCurvesCallback, loggable, validation_entry
+from rlvr.grpo.checkpoints import (
+    RUNNING_MEAN_FILE,
+    checkpoint_problem,
+    fingerprint,
+    last_checkpoint,
+    resumable_checkpoint,
+)
+from rlvr.grpo.distributed import accelerate_config_file, barrier, is_main_process, sum_over_ranks
+from rlvr.grpo.run import run_grpo
+from rlvr.params.config import Params, PathsParams
+from rlvr.pipeline.gate import GateClosed
+from rlvr.policy.models import load_policy, policy_path, save_tokenizer
 from rlvr.report.plots import plot_curves
+from rlvr.report.provenance import library_versions
+from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 
 LIBRARY_DIR = Path(__file__).resolve().parents[1]  # rlvr/: all of the library's code
 # The libraries whose versions a training run's fingerprint covers.
@@ -50,15 +61,28 @@ def baseline(params: Params, model, tokenizer, rows: list[Row]) -> dict:
     """Step 0: the base policy's mean reward on every row, G samples each, fixed seed."""
     funcs = build_reward_funcs(params.rewards)
     settings = rollout_settings(params)
-    scored = score_rows(model, tokenizer, rows, funcs, normalized_weights(params.rewards.weights),
-                        settings, template=prompt_template(params.model))
+    scored = score_rows(
+        model,
+        tokenizer,
+        rows,
+        funcs,
+        normalized_weights(params.rewards.weights),
+        settings,
+        template=prompt_template(params.model),
+    )
     summary = summarize(scored)
-    return {**summary, "correct_spread": correct_spread(scored),
-            "samples_per_prompt": settings.n, "seed": settings.seed,
-            "temperature": settings.temperature, "max_new_tokens": settings.max_new_tokens}
+    return {
+        **summary,
+        "correct_spread": correct_spread(scored),
+        "samples_per_prompt": settings.n,
+        "seed": settings.seed,
+        "temperature": settings.temperature,
+        "max_new_tokens": settings.max_new_tokens,
+    }
 
 
 # --------------------------------------------------------------------------- smoke
+
 
 def smoke_run(params: Params, base_dir: str) -> dict | None:
     """The step-0 baseline, a short GRPO run and its checks; None on a rank other than the main
@@ -70,14 +94,17 @@ def smoke_run(params: Params, base_dir: str) -> dict | None:
         model, tokenizer = load_policy(policy)
         step0 = baseline(params, model, tokenizer, rows)
         del model
-        print(f"smoke: step-0 baseline on {len(rows)} prompts x {step0['samples_per_prompt']} "
-              f"samples: mean reward {step0['mean_reward']:.3f}, "
-              f"success {step0.get('success', math.nan):.3f}")
+        print(
+            f"smoke: step-0 baseline on {len(rows)} prompts x {step0['samples_per_prompt']} "
+            f"samples: mean reward {step0['mean_reward']:.3f}, "
+            f"success {step0.get('success', math.nan):.3f}"
+        )
 
     funcs = build_reward_funcs(params.rewards)
     with tempfile.TemporaryDirectory(prefix="smoke.") as scratch:  # no checkpoints: nothing saved
-        trainer = run_grpo(params, rows, policy, scratch, params.smoke.max_steps,
-                           reward_funcs=funcs, label="smoke")
+        trainer = run_grpo(
+            params, rows, policy, scratch, params.smoke.max_steps, reward_funcs=funcs, label="smoke"
+        )
     failures = sum_over_ranks({f.__name__: f.failures for f in funcs})
     if not is_main_process():
         return None
@@ -85,23 +112,37 @@ def smoke_run(params: Params, base_dir: str) -> dict | None:
     first_line = history[0] if history else {}
     step0["first_log_line"] = first_line
     checks = smoke_checks(
-        rows_loaded=len(rows), expected_rows=params.data.train_rows,
-        num_generations=params.train.grpo.num_generations, max_steps=params.smoke.max_steps,
-        beta=params.train.grpo.beta, history=history, batch_checks=trainer.batch_checks,
+        rows_loaded=len(rows),
+        expected_rows=params.data.train_rows,
+        num_generations=params.train.grpo.num_generations,
+        max_steps=params.smoke.max_steps,
+        beta=params.train.grpo.beta,
+        history=history,
+        batch_checks=trainer.batch_checks,
         reward_failures=failures,
-        min_spread_share=params.smoke.min_spread_share, baseline_reward=step0["mean_reward"],
+        min_spread_share=params.smoke.min_spread_share,
+        baseline_reward=step0["mean_reward"],
         correct_spread=step0["correct_spread"],
-        group_baseline=params.train.advantage == "group", baseline_success=step0.get("success"),
-        baseline_samples=len(rows) * step0["samples_per_prompt"])
-    report = {"passed": all(c["passed"] for c in checks), "checks": checks,
-              "step0_mean_reward": step0["mean_reward"], "first_log_line": first_line,
-              "last_log_line": history[-1] if history else {}}
-    lines = [f"smoke: {'PASSED' if report['passed'] else 'FAILED'}: "
-             f"{sum(c['passed'] for c in checks)}/{len(checks)} checks"] + failed_lines(checks)
+        group_baseline=params.train.advantage == "group",
+        baseline_success=step0.get("success"),
+        baseline_samples=len(rows) * step0["samples_per_prompt"],
+    )
+    report = {
+        "passed": all(c["passed"] for c in checks),
+        "checks": checks,
+        "step0_mean_reward": step0["mean_reward"],
+        "first_log_line": first_line,
+        "last_log_line": history[-1] if history else {},
+    }
+    lines = [
+        f"smoke: {'PASSED' if report['passed'] else 'FAILED'}: "
+        f"{sum(c['passed'] for c in checks)}/{len(checks)} checks"
+    ] + failed_lines(checks)
     return {"step0": step0, "report": report, "lines": lines}
 
 
 # --------------------------------------------------------------------------- full run
+
 
 def require_smoke(path: str | Path) -> None:
     path = Path(path)
@@ -125,7 +166,8 @@ def run_metrics(history: list[dict], window: int = 10) -> dict:
         f"first{window}_mean_reward": finite_mean(e.get(REWARD) for e in history[:window]),
         f"last{window}_mean_reward": finite_mean(e.get(REWARD) for e in history[-window:]),
         f"last{window}_mean_correctness": finite_mean(
-            e.get(CORRECTNESS) for e in history[-window:]),
+            e.get(CORRECTNESS) for e in history[-window:]
+        ),
         # drift_kl: the KL a run without dynamic sampling would log, so settings compare
         f"last{window}_mean_kl": finite_mean(drift_kl(e) for e in history[-window:]),
         "max_kl": max((drift_kl(e) for e in history if drift_kl(e) is not None), default=None),
@@ -140,8 +182,11 @@ def validation_history(log_history: list[dict]) -> list[dict]:
     ...                     {"eval_mean_reward": 0.3, "eval_greedy_success": 0.5, "step": 2}])
     [{'step': 0, 'mean_reward': 0.2}, {'step': 2, 'greedy_success': 0.5, 'mean_reward': 0.3}]
     """
-    return [{"step": entry["step"], **validation_entry(entry)} for entry in log_history
-            if validation_entry(entry)]
+    return [
+        {"step": entry["step"], **validation_entry(entry)}
+        for entry in log_history
+        if validation_entry(entry)
+    ]
 
 
 def selection_record(params: Params, state, final: str) -> dict:
@@ -149,23 +194,38 @@ def selection_record(params: Params, state, final: str) -> dict:
     and the report)."""
     train = params.train
     scored = validation_history(state.log_history)
-    record = {"select": train.select, "last_step": state.global_step,
-              "max_steps": train.max_steps, "validation": scored,
-              "stopped_early": state.global_step < train.max_steps}
+    record = {
+        "select": train.select,
+        "last_step": state.global_step,
+        "max_steps": train.max_steps,
+        "validation": scored,
+        "stopped_early": state.global_step < train.max_steps,
+    }
     best = state.best_global_step if train.select == "best_val" else None
     if best and state.best_model_checkpoint:
-        record.update(chosen_step=best, best_mean_reward=state.best_metric,
-                      reason=f"{final} is step {best}: the best validation mean reward "
-                             f"({state.best_metric:.3f}) of the {len(scored) - 1} checkpoints "
-                             f"scored (train.select best_val; the earliest of equals)"
-                             + (f"; stopped early at step {state.global_step} after "
-                                f"{train.patience} validations without a new best"
-                                if record["stopped_early"] else ""))
+        record.update(
+            chosen_step=best,
+            best_mean_reward=state.best_metric,
+            reason=f"{final} is step {best}: the best validation mean reward "
+            f"({state.best_metric:.3f}) of the {len(scored) - 1} checkpoints "
+            f"scored (train.select best_val; the earliest of equals)"
+            + (
+                f"; stopped early at step {state.global_step} after "
+                f"{train.patience} validations without a new best"
+                if record["stopped_early"]
+                else ""
+            ),
+        )
     else:
-        why = ("train.select last" if train.select == "last"
-               else "train.select best_val, but no scored checkpoint was kept")
-        record.update(chosen_step=state.global_step,
-                      reason=f"{final} is the last step, {state.global_step} ({why})")
+        why = (
+            "train.select last"
+            if train.select == "last"
+            else "train.select best_val, but no scored checkpoint was kept"
+        )
+        record.update(
+            chosen_step=state.global_step,
+            reason=f"{final} is the last step, {state.global_step} ({why})",
+        )
     return record
 
 
@@ -176,15 +236,24 @@ def interrupted(error: Exception, checkpoint_dir: str, own_state: list[str]) -> 
     if not isinstance(error, Stopped) and folder is None:
         return error
     resume = last_checkpoint(checkpoint_dir, own_state)
-    rerun = (f"`dvc repro` resumes from {resume}" if resume else
-             "`dvc repro` trains from the start (no whole checkpoint was saved yet)")
+    rerun = (
+        f"`dvc repro` resumes from {resume}"
+        if resume
+        else "`dvc repro` trains from the start (no whole checkpoint was saved yet)"
+    )
     if isinstance(error, Stopped):
         return Stopped(f"{error}; {rerun}")
     needed = folder_bytes(resume) if resume and folder == checkpoint_dir else None
-    damaged = [str(p) for p in sorted(Path(checkpoint_dir).glob("checkpoint-*"))
-               if str(p) != resume and checkpoint_problem(p, own_state)]
-    return DiskFull(disk_full_line(folder, rerun + (f", skipping the damaged {damaged[-1]}"
-                                                    if damaged else ""), needed))
+    damaged = [
+        str(p)
+        for p in sorted(Path(checkpoint_dir).glob("checkpoint-*"))
+        if str(p) != resume and checkpoint_problem(p, own_state)
+    ]
+    return DiskFull(
+        disk_full_line(
+            folder, rerun + (f", skipping the damaged {damaged[-1]}" if damaged else ""), needed
+        )
+    )
 
 
 def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None:
@@ -202,14 +271,21 @@ def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None
     model = params.model
     # (train.log_every only changes what the console shows)
     train = dataclasses.replace(params.train, log_every=1)
-    run_id = fingerprint({"seed": params.seed, "train": train, "rewards": params.rewards,
-                          "model": {"chat_template": model.chat_template, "lora": model.lora},
-                          "versions": library_versions(TRAINING_LIBRARIES),
-                          "numerics": numerics_in_force()},
-                         Path(params.data.train_path),
-                         *([Path(val_path)] if val_rows else []),
-                         Path(paths.base_model), LIBRARY_DIR,
-                         *filter(None, [accelerate_config_file(train.accelerate_config)]))
+    run_id = fingerprint(
+        {
+            "seed": params.seed,
+            "train": train,
+            "rewards": params.rewards,
+            "model": {"chat_template": model.chat_template, "lora": model.lora},
+            "versions": library_versions(TRAINING_LIBRARIES),
+            "numerics": numerics_in_force(),
+        },
+        Path(params.data.train_path),
+        *([Path(val_path)] if val_rows else []),
+        Path(paths.base_model),
+        LIBRARY_DIR,
+        *filter(None, [accelerate_config_file(train.accelerate_config)]),
+    )
     own_state = [RUNNING_MEAN_FILE] if params.train.advantage == "running_mean" else []
     # The main process sorts the checkpoints out (deletes another run's); the others then read.
     resume = resumable_checkpoint(checkpoint_dir, run_id, own_state) if is_main_process() else None
@@ -219,11 +295,18 @@ def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None
     elif resume:
         print(f"train@{params.seed}: resuming from {resume}")
     try:
-        trainer = run_grpo(params, rows, policy, checkpoint_dir, params.train.max_steps,
-                           save_steps=params.train.save_steps, resume_from=resume,
-                           callbacks=[LiveCurvesCallback(run.train_live)],
-                           validation=training_validation(params, val_rows) if val_rows else None,
-                           dynamic_sampling=True)
+        trainer = run_grpo(
+            params,
+            rows,
+            policy,
+            checkpoint_dir,
+            params.train.max_steps,
+            save_steps=params.train.save_steps,
+            resume_from=resume,
+            callbacks=[LiveCurvesCallback(run.train_live)],
+            validation=training_validation(params, val_rows) if val_rows else None,
+            dynamic_sampling=True,
+        )
     except Exception as error:  # noqa: BLE001 - the machine's faults get what a rerun does
         raise interrupted(error, checkpoint_dir, own_state) from error
     history = step_history(trainer.state.log_history)
@@ -247,26 +330,37 @@ def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
-    write_text_atomic(run.train_history,
-                      "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in history))
-    plot_curves(history, run.train_curves,
-                title=f"GRPO: {len(history)} steps, beta {params.train.beta_schedule.kind}",
-                validation=selection["validation"], chosen_step=selection["chosen_step"])
+    write_text_atomic(
+        run.train_history, "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in history)
+    )
+    plot_curves(
+        history,
+        run.train_curves,
+        title=f"GRPO: {len(history)} steps, beta {params.train.beta_schedule.kind}",
+        validation=selection["validation"],
+        chosen_step=selection["chosen_step"],
+    )
     summary = {**run_metrics(history), "selection": selection, "numerics": numerics_in_force()}
     final = summary["final"]
     label = f"train@{params.seed}"  # as DVC names the stage
-    lines = [f"{label}: {summary['steps']} steps; reward {summary['first10_mean_reward']:.3f} "
-             f"(first 10) -> {summary['last10_mean_reward']:.3f} (last 10); final KL "
-             f"{final.get('kl', float('nan')):.4f}; model -> {final_dir}",
-             f"{label}: {selection['reason']}"]
+    lines = [
+        f"{label}: {summary['steps']} steps; reward {summary['first10_mean_reward']:.3f} "
+        f"(first 10) -> {summary['last10_mean_reward']:.3f} (last 10); final KL "
+        f"{final.get('kl', float('nan')):.4f}; model -> {final_dir}",
+        f"{label}: {selection['reason']}",
+    ]
     if val_rows:
-        runtime = next((e[TRAIN_RUNTIME] for e in reversed(trainer.state.log_history)
-                        if TRAIN_RUNTIME in e), None)
+        runtime = next(
+            (e[TRAIN_RUNTIME] for e in reversed(trainer.state.log_history) if TRAIN_RUNTIME in e),
+            None,
+        )
         if runtime:
             record_timing(validation_seconds=trainer.validation_seconds, train_runtime=runtime)
-            lines.append(f"{label}: scoring the validation rows took "
-                         f"{trainer.validation_seconds:.1f} s of {runtime:.1f} s "
-                         f"({trainer.validation_seconds / runtime:.1%})")
+            lines.append(
+                f"{label}: scoring the validation rows took "
+                f"{trainer.validation_seconds:.1f} s of {runtime:.1f} s "
+                f"({trainer.validation_seconds / runtime:.1%})"
+            )
     if resume:
         lines.append(f"{label}: resumed from {resume}")
     return {"summary": summary, "lines": lines}

@@ -17,28 +17,35 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-import torch
 
 from rlvr.params.training_params import LocalLLMParams
-from rlvr.rewards.verifiers import (ANSWER_CLOSE, ANSWER_OPEN, CountdownSearchExceeded,
-                                    countdown_solution)
+from rlvr.rewards.verifiers import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    CountdownSearchExceeded,
+    countdown_solution,
+)
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 # Appended after the learned vocabulary, in Qwen's order.
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
 # Qwen2/Qwen3's pre-tokenizer split: contractions, words, single digits (arithmetic sees each
 # digit), punctuation runs, newlines, spaces.
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
-              r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
+    r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # ChatML as Qwen3 renders it, without tools and thinking: one block per message, then the
 # assistant's header when a reply is to be generated.
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
 
 
 def answer_texts(verifier: dict) -> list[str]:
@@ -57,8 +64,11 @@ def answer_texts(verifier: dict) -> list[str]:
         answer = str(verifier.get("target", ""))
     elif kind == "countdown":
         try:
-            answer = countdown_solution(list(verifier["numbers"]), int(verifier["target"]),
-                                        bool(verifier.get("allow_division", False)))
+            answer = countdown_solution(
+                list(verifier["numbers"]),
+                int(verifier["target"]),
+                bool(verifier.get("allow_division", False)),
+            )
         except (KeyError, TypeError, ValueError, CountdownSearchExceeded):
             answer = None  # too many numbers to search, or a malformed row: its prompt still counts
     return [answer, f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"] if answer else []
@@ -93,19 +103,32 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int):
     ('<|im_end|>', '<|endoftext|>', True)
     """
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(SPECIAL_TOKENS), min_frequency=2,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(SPECIAL_TOKENS),
+        min_frequency=2,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     core.train_from_iterator(list(texts), trainer=trainer)
     core.add_special_tokens(list(SPECIAL_TOKENS))  # after the learned tokens, in Qwen's order
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token=None, unk_token=None, eos_token=IM_END,
-        pad_token=ENDOFTEXT, additional_special_tokens=[IM_START],
-        clean_up_tokenization_spaces=False, padding_side="left", model_max_length=None)
+        tokenizer_object=core,
+        bos_token=None,
+        unk_token=None,
+        eos_token=IM_END,
+        pad_token=ENDOFTEXT,
+        additional_special_tokens=[IM_START],
+        clean_up_tokenization_spaces=False,
+        padding_side="left",
+        model_max_length=None,
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
@@ -114,16 +137,25 @@ def build_local_llm_model(tokenizer, size: LocalLLMParams, seed: int = 0):
     """A randomly initialised Qwen3ForCausalLM with `size`'s shape (tied embeddings, as Qwen3's
     small models), padded to size.vocab_size rows, deterministic in `seed`."""
     if len(tokenizer) > size.vocab_size:
-        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, more than the model's "
-                         f"vocab_size {size.vocab_size}")
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens, more than the model's "
+            f"vocab_size {size.vocab_size}"
+        )
     pad, eos = tokenizer.convert_tokens_to_ids([ENDOFTEXT, IM_END])
     config = Qwen3Config(
-        vocab_size=size.vocab_size, hidden_size=size.hidden_size,
-        intermediate_size=size.intermediate_size, num_hidden_layers=size.num_hidden_layers,
+        vocab_size=size.vocab_size,
+        hidden_size=size.hidden_size,
+        intermediate_size=size.intermediate_size,
+        num_hidden_layers=size.num_hidden_layers,
         num_attention_heads=size.num_attention_heads,
-        num_key_value_heads=size.num_key_value_heads, head_dim=size.head_dim,
-        max_position_embeddings=size.max_position_embeddings, tie_word_embeddings=True,
-        bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
+        num_key_value_heads=size.num_key_value_heads,
+        head_dim=size.head_dim,
+        max_position_embeddings=size.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=pad,
+        eos_token_id=eos,
+        pad_token_id=pad,
+    )
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config)
     # stop on the end of a turn or of a text, as Qwen3's generation_config.json does

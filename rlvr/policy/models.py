@@ -8,18 +8,18 @@ fixed alphabet, its weights from a seeded random init.
 
 from __future__ import annotations
 
-from pathlib import Path
-import random
 import json
+import random
 import shutil
 import tempfile
 import time
+from pathlib import Path
 
-from rlvr.params.config import ParamsError
-from rlvr.params.training_params import TINY_ALPHABET, TinyModelParams
+from rlvr.core.console import use_console_progress
 from rlvr.core.files import share_with_umask
 from rlvr.data.tasks.countdown import well_formed_expressions
-from rlvr.core.console import use_console_progress
+from rlvr.params.config import ParamsError
+from rlvr.params.training_params import TINY_ALPHABET, TinyModelParams
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
@@ -37,8 +37,9 @@ def build_char_tokenizer():
     core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS,
-                                        unk_token=UNK, padding_side="left")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left"
+    )
     # The simplest chat template (messages concatenated), so chat-format code paths run offline.
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
@@ -123,8 +124,9 @@ def warm_start_examples(rows, seed: int, per_row: int = 32) -> list[dict]:
     [('1 + 1 = ', '6'), ('1 + 1 = ', '6'), ('2 + 2 = ', '2'), ('2 + 2 = ', '6'), ('3 + 3 = ', '4'), ('3 + 3 = ', '4')]
     """
     rng = random.Random(seed)
-    targets = [str(row.verifier["target"]) for row in rows
-               if row.verifier.get("type") in TARGET_ANSWERS]
+    targets = [
+        str(row.verifier["target"]) for row in rows if row.verifier.get("type") in TARGET_ANSWERS
+    ]
     examples = []
     for row in rows:
         kind = row.verifier.get("type")
@@ -142,8 +144,16 @@ def warm_start_examples(rows, seed: int, per_row: int = 32) -> list[dict]:
 WARM_START_LOG_EVERY = 100  # console lines of the warm start: one per 100 steps
 
 
-def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rate: float,
-               seed: int, output_dir: str | Path) -> dict:
+def warm_start(
+    model,
+    tokenizer,
+    rows,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+    output_dir: str | Path,
+) -> dict:
     """Supervised warm start with TRL's SFTTrainer (loss on completion tokens only).
 
     Returns a summary: examples, steps, first and last training loss.
@@ -153,24 +163,47 @@ def warm_start(model, tokenizer, rows, steps: int, batch_size: int, learning_rat
 
     examples = warm_start_examples(rows, seed)
     if not examples:
-        raise ParamsError("params.yaml: model.warm_start.steps: the warm start needs rows with "
-                          "known answers (countdown, exact_match or math with two distinct "
-                          "targets) and the training data has none; set "
-                          "model.warm_start.steps: 0")
-    args = SFTConfig(output_dir=str(output_dir), max_steps=steps,
-                     per_device_train_batch_size=batch_size, learning_rate=learning_rate,
-                     lr_scheduler_type="constant", use_cpu=True, bf16=False,
-                     activation_checkpointing=False, save_strategy="no", report_to="none",
-                     logging_steps=10, seed=seed, data_seed=seed, completion_only_loss=True,
-                     dataloader_drop_last=False, disable_tqdm=False)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
-                         processing_class=tokenizer)
-    use_console_progress(trainer, "prepare_model: warm start", WARM_START_LOG_EVERY,
-                         keys=(("loss", "loss"),))
+        raise ParamsError(
+            "params.yaml: model.warm_start.steps: the warm start needs rows with "
+            "known answers (countdown, exact_match or math with two distinct "
+            "targets) and the training data has none; set "
+            "model.warm_start.steps: 0"
+        )
+    args = SFTConfig(
+        output_dir=str(output_dir),
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        use_cpu=True,
+        bf16=False,
+        activation_checkpointing=False,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=10,
+        seed=seed,
+        data_seed=seed,
+        completion_only_loss=True,
+        dataloader_drop_last=False,
+        disable_tqdm=False,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer,
+    )
+    use_console_progress(
+        trainer, "prepare_model: warm start", WARM_START_LOG_EVERY, keys=(("loss", "loss"),)
+    )
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    return {"examples": len(examples), "steps": steps, "first_loss": losses[0] if losses else None,
-            "last_loss": losses[-1] if losses else None}
+    return {
+        "examples": len(examples),
+        "steps": steps,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+    }
 
 
 SOURCE_FILE = "source.json"
@@ -192,9 +225,11 @@ def describe_base(summary: dict) -> str:
     'local_llm policy, 1,705,472 parameters, byte-level BPE tokenizer of 349 tokens (model vocab_size 512), random init, no warm start'
     """  # noqa: E501 (one-line outputs and tables)
     if summary["init"] == "local_llm":
-        return (f"local_llm policy, {summary['parameters']:,} parameters, byte-level BPE "
-                f"tokenizer of {summary['tokenizer_vocab_size']:,} tokens (model vocab_size "
-                f"{summary['vocab_size']:,}), random init, no warm start")
+        return (
+            f"local_llm policy, {summary['parameters']:,} parameters, byte-level BPE "
+            f"tokenizer of {summary['tokenizer_vocab_size']:,} tokens (model vocab_size "
+            f"{summary['vocab_size']:,}), random init, no warm start"
+        )
     if summary["init"] != "tiny":
         return f"pretrained policy {summary['name_or_path']}"
     text = f"tiny policy, {summary['parameters']:,} parameters"
@@ -217,8 +252,9 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
     """
     out_dir = Path(out_dir)
     started = time.perf_counter()
-    staging = Path(tempfile.mkdtemp(prefix="base.", dir=out_dir.parent if out_dir.parent.exists()
-                                    else None))
+    staging = Path(
+        tempfile.mkdtemp(prefix="base.", dir=out_dir.parent if out_dir.parent.exists() else None)
+    )
     try:
         if model_params.init == "tiny":
             tokenizer = build_char_tokenizer()
@@ -227,20 +263,29 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
             ws = model_params.warm_start
             if ws.steps > 0:
                 with tempfile.TemporaryDirectory() as scratch:
-                    summary["warm_start"] = warm_start(model, tokenizer, rows, ws.steps,
-                                                       ws.batch_size, ws.learning_rate, seed,
-                                                       scratch)
+                    summary["warm_start"] = warm_start(
+                        model,
+                        tokenizer,
+                        rows,
+                        ws.steps,
+                        ws.batch_size,
+                        ws.learning_rate,
+                        seed,
+                        scratch,
+                    )
             save_policy(model, tokenizer, staging)
         elif model_params.init == "local_llm":
             from rlvr.policy.local_llm import build_local_llm
 
             model, tokenizer = build_local_llm(rows, model_params.local_llm, seed=seed)
-            summary = {"init": "local_llm",
-                       "parameters": sum(p.numel() for p in model.parameters()),
-                       "tokenizer_vocab_size": len(tokenizer),
-                       "vocab_size": model.config.vocab_size,
-                       # model.warm_start is for tiny: a hub model is taken as it is
-                       "warm_start": None}
+            summary = {
+                "init": "local_llm",
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "tokenizer_vocab_size": len(tokenizer),
+                "vocab_size": model.config.vocab_size,
+                # model.warm_start is for tiny: a hub model is taken as it is
+                "warm_start": None,
+            }
             save_policy(model, tokenizer, staging)
         else:
             summary = {"init": "pretrained", "name_or_path": model_params.name_or_path}

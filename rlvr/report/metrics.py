@@ -19,8 +19,11 @@ def gate_metrics(verdict: dict) -> dict:
     {'passed': True, 'tests': 12, 'failed': 0}
     """
     counts = verdict.get("counts", {})
-    return {"passed": bool(verdict["passed"]), "tests": counts.get("tests", 0),
-            "failed": counts.get("failed", 0) + counts.get("errors", 0)}
+    return {
+        "passed": bool(verdict["passed"]),
+        "tests": counts.get("tests", 0),
+        "failed": counts.get("failed", 0) + counts.get("errors", 0),
+    }
 
 
 def validation_metrics(summary: dict) -> dict:
@@ -39,9 +42,11 @@ def smoke_metrics(report: dict) -> dict:
     ...                "checks": [{"passed": True}, {"passed": True}]})
     {'passed': True, 'failed_checks': 0, 'step0_reward': 0.42}
     """
-    return {"passed": bool(report["passed"]),
-            "failed_checks": sum(not c["passed"] for c in report["checks"]),
-            "step0_reward": report.get("step0_mean_reward")}
+    return {
+        "passed": bool(report["passed"]),
+        "failed_checks": sum(not c["passed"] for c in report["checks"]),
+        "step0_reward": report.get("step0_mean_reward"),
+    }
 
 
 def train_metrics(summary: dict) -> dict:
@@ -55,8 +60,11 @@ def train_metrics(summary: dict) -> dict:
     ...                "last10_mean_kl": 0.3, "first10_mean_reward": 0.4})
     {'steps': 400, 'reward': 0.84, 'kl': 0.3}
     """
-    return {"steps": summary["steps"], "reward": summary["last10_mean_reward"],
-            "kl": summary["last10_mean_kl"]}
+    return {
+        "steps": summary["steps"],
+        "reward": summary["last10_mean_reward"],
+        "kl": summary["last10_mean_kl"],
+    }
 
 
 def eval_metrics(summary: dict) -> dict:
@@ -81,11 +89,19 @@ def eval_metrics(summary: dict) -> dict:
     split = summary[summary["verdict_split"]]
     delta = split["delta_mean_reward"]
     curves, n = split["pass_at_k"], str(split["samples_per_prompt"])
-    shares = {"ci_low": delta["ci_low"], "ci_high": delta["ci_high"],
-              "greedy0": split["step0"]["greedy_success"],
-              "greedy": split["final"]["greedy_success"],
-              "pass1_0": curves["step0"]["1"], "pass1": curves["final"]["1"],
-              "passn_0": curves["step0"][n], "passn": curves["final"][n]}
-    return {"verdict": summary["verdict"],
-            "reward0": split["step0"]["mean_reward"], "reward": split["final"]["mean_reward"],
-            **{key: None if value is None else round(value, 3) for key, value in shares.items()}}
+    shares = {
+        "ci_low": delta["ci_low"],
+        "ci_high": delta["ci_high"],
+        "greedy0": split["step0"]["greedy_success"],
+        "greedy": split["final"]["greedy_success"],
+        "pass1_0": curves["step0"]["1"],
+        "pass1": curves["final"]["1"],
+        "passn_0": curves["step0"][n],
+        "passn": curves["final"][n],
+    }
+    return {
+        "verdict": summary["verdict"],
+        "reward0": split["step0"]["mean_reward"],
+        "reward": split["final"]["mean_reward"],
+        **{key: None if value is None else round(value, 3) for key, value in shares.items()},
+    }

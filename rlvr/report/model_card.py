@@ -20,12 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.core.errors import PipelineError
-from rlvr.report.provenance import (UNKNOWN_COMMIT, library_versions, provenance, read_lock,
-                             sources_state)
-from rlvr.report.render import md_code, md_escape, md_table
+from rlvr.core.seeds import seed_paths
 from rlvr.params.config import data_files, test_file_reader
 from rlvr.report.metrics import eval_metrics
-from rlvr.core.seeds import seed_paths
+from rlvr.report.provenance import (
+    UNKNOWN_COMMIT,
+    library_versions,
+    provenance,
+    read_lock,
+    sources_state,
+)
+from rlvr.report.render import md_code, md_escape, md_table
 
 CARD_FILE = "README.md"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -43,9 +48,11 @@ def base_description(model) -> str:
         return model.name_or_path
     if model.init == "local_llm":
         size = model.local_llm
-        return (f"a Qwen3-architecture model built locally (model.init local_llm: random init, "
-                f"{size.num_hidden_layers} layers x {size.hidden_size}, vocab "
-                f"{size.vocab_size})")
+        return (
+            f"a Qwen3-architecture model built locally (model.init local_llm: random init, "
+            f"{size.num_hidden_layers} layers x {size.hidden_size}, vocab "
+            f"{size.vocab_size})"
+        )
     return "a tiny model built locally (model.init tiny: random init, then a warm start)"
 
 
@@ -57,12 +64,21 @@ def key_params(params) -> list[tuple[str, Any]]:
     if model.init == "pretrained":
         rows.append(("model.name_or_path", model.name_or_path))
     if model.lora.enabled:
-        rows.append(("model.lora", f"r {model.lora.r}, alpha {model.lora.alpha}, "
-                                   f"dropout {model.lora.dropout}, {model.lora.target_modules}"))
+        rows.append(
+            (
+                "model.lora",
+                f"r {model.lora.r}, alpha {model.lora.alpha}, "
+                f"dropout {model.lora.dropout}, {model.lora.target_modules}",
+            )
+        )
     rows += [
         ("model.warm_start.steps", model.warm_start.steps if model.init == "tiny" else None),
-        ("rewards", ", ".join(f"{name} x {weight:g}"
-                              for name, weight in zip(rewards.funcs, rewards.weights))),
+        (
+            "rewards",
+            ", ".join(
+                f"{name} x {weight:g}" for name, weight in zip(rewards.funcs, rewards.weights)
+            ),
+        ),
         ("rewards.format_pattern", rewards.format_pattern),
         ("train.max_steps", train.max_steps),
         ("train.advantage", train.advantage),
@@ -120,8 +136,12 @@ def _figure(value) -> str:
 
 
 def _yaml_header(library: str, base_hub_id: str | None) -> list[str]:
-    lines = ["---", f"library_name: {library}", "pipeline_tag: text-generation",
-             "tags: [grpo, trl, rlvr]"]
+    lines = [
+        "---",
+        f"library_name: {library}",
+        "pipeline_tag: text-generation",
+        "tags: [grpo, trl, rlvr]",
+    ]
     if base_hub_id:  # a quoted string: no value can break out of the header
         lines.append(f"base_model: {quoted(base_hub_id)}")
     return lines + ["---", ""]
@@ -131,17 +151,34 @@ def _made_where(git: Mapping[str, Any]) -> str:
     if git["commit"] == UNKNOWN_COMMIT:
         return "outside a git repository (no commit to name)."
     changed = git.get("changed") or []
-    return (f"at commit {md_code(git['commit'])}"
-            + (f", with uncommitted changes to {', '.join(md_code(p) for p in changed)}."
-               if changed else " (no uncommitted changes)."))
+    return f"at commit {md_code(git['commit'])}" + (
+        f", with uncommitted changes to {', '.join(md_code(p) for p in changed)}."
+        if changed
+        else " (no uncommitted changes)."
+    )
 
 
-def model_card(*, folder: str, base: str, base_hub_id: str | None, base_md5: str,
-               adapter: Mapping | None, data: Mapping[str, str],
-               params: Sequence[tuple[str, Any]], metrics: Mapping[str, Any], verdict_line: str,
-               samples: int, confidence: float, git: Mapping[str, Any], code_digest: str,
-               weights_md5: str, versions: Mapping[str, str], seed: int | None = None,
-               seed_reason: str = "", recipe: Mapping[str, Any] | None = None) -> str:
+def model_card(
+    *,
+    folder: str,
+    base: str,
+    base_hub_id: str | None,
+    base_md5: str,
+    adapter: Mapping | None,
+    data: Mapping[str, str],
+    params: Sequence[tuple[str, Any]],
+    metrics: Mapping[str, Any],
+    verdict_line: str,
+    samples: int,
+    confidence: float,
+    git: Mapping[str, Any],
+    code_digest: str,
+    weights_md5: str,
+    versions: Mapping[str, str],
+    seed: int | None = None,
+    seed_reason: str = "",
+    recipe: Mapping[str, Any] | None = None,
+) -> str:
     """The card's markdown for the model in `folder`. `adapter`: the adapter_config.json of a
     LoRA folder (None for full weights); `data`: path -> md5; `metrics`: the published seed's
     headline (rlvr.report.metrics.eval_metrics), its interval at `confidence`; `git`: `commit` and
@@ -153,81 +190,152 @@ def model_card(*, folder: str, base: str, base_hub_id: str | None, base_md5: str
     out = _yaml_header("peft" if lora else "transformers", base_hub_id)
     title = md_escape(metrics.get("verdict", "not evaluated"))
     if recipe:
-        title = (f"{md_escape(recipe['verdict'])} over {len(recipe['seeds'])} seeds "
-                 f"(this seed: {title})")
-    out += [f"# GRPO policy: {title}", "",
-            f"Post-trained with GRPO (TRL's GRPOTrainer) on verifiable rewards from "
-            f"{md_escape(base)}, by `dvc repro` {_made_where(git)}", ""]
+        title = (
+            f"{md_escape(recipe['verdict'])} over {len(recipe['seeds'])} seeds (this seed: {title})"
+        )
+    out += [
+        f"# GRPO policy: {title}",
+        "",
+        f"Post-trained with GRPO (TRL's GRPOTrainer) on verifiable rewards from "
+        f"{md_escape(base)}, by `dvc repro` {_made_where(git)}",
+        "",
+    ]
     if seed is not None:
-        out += [f"These weights are RL seed {seed}'s: {md_escape(seed_reason)}. The test rows "
-                "played no part in the choice.", ""]
-    out += ["## Result", "",
-            "On the held-out test rows, step 0 (the base) against this model, the same seeded "
-            "samples; the delta's interval is a paired bootstrap over prompts.", ""]
-    out += md_table(["figure", "step 0", "this model"],
-                    [[label.format(n=samples), _figure(metrics.get(before)),
-                      _figure(metrics.get(after))] for before, after, label in HEADLINE])
+        out += [
+            f"These weights are RL seed {seed}'s: {md_escape(seed_reason)}. The test rows "
+            "played no part in the choice.",
+            "",
+        ]
+    out += [
+        "## Result",
+        "",
+        "On the held-out test rows, step 0 (the base) against this model, the same seeded "
+        "samples; the delta's interval is a paired bootstrap over prompts.",
+        "",
+    ]
+    out += md_table(
+        ["figure", "step 0", "this model"],
+        [
+            [label.format(n=samples), _figure(metrics.get(before)), _figure(metrics.get(after))]
+            for before, after, label in HEADLINE
+        ],
+    )
     interval = f"[{_figure(metrics.get('ci_low'))}, {_figure(metrics.get('ci_high'))}]"
-    out += ["", f"Mean reward delta, {confidence:.0%} interval: {interval}.", "",
-            f"Verdict (this run): {md_escape(verdict_line)}", ""]
+    out += [
+        "",
+        f"Mean reward delta, {confidence:.0%} interval: {interval}.",
+        "",
+        f"Verdict (this run): {md_escape(verdict_line)}",
+        "",
+    ]
     if recipe:
         out += _recipe_lines(recipe, metrics, samples, confidence)
     out += ["## Base model", ""]
-    out += md_table(["what", "value"], [
-        ["base", base],
-        ["models/base md5 (prepare_model)", base_md5],
-        ["these weights", (f"a LoRA adapter (r {adapter.get('r')}, alpha "
-                           f"{adapter.get('lora_alpha')}) on "
-                           f"{adapter.get('base_model_name_or_path')}") if lora
-         else "the full model"],
-        ["their md5 (train)", weights_md5],
-    ])
+    out += md_table(
+        ["what", "value"],
+        [
+            ["base", base],
+            ["models/base md5 (prepare_model)", base_md5],
+            [
+                "these weights",
+                (
+                    f"a LoRA adapter (r {adapter.get('r')}, alpha "
+                    f"{adapter.get('lora_alpha')}) on "
+                    f"{adapter.get('base_model_name_or_path')}"
+                )
+                if lora
+                else "the full model",
+            ],
+            ["their md5 (train)", weights_md5],
+        ],
+    )
     out += ["", "## Data", ""]
     out += md_table(["file", "md5"], [[path, md5] for path, md5 in data.items()])
     out += ["", "## Key params", ""]
     out += md_table(["param", "value"], [[key, value] for key, value in params])
     out += ["", "## Provenance", ""]
-    out += md_table(["what", "value"], [
-        ["commit (the last to change a file the pipeline depends on)", git["commit"]],
-        ["uncommitted changes", ", ".join(changed) if changed else "none"],
-        ["code digest (sha256 over every stage's code digest)", code_digest],
-        *[[f"{name} version", version] for name, version in versions.items()],
-    ])
+    out += md_table(
+        ["what", "value"],
+        [
+            ["commit (the last to change a file the pipeline depends on)", git["commit"]],
+            ["uncommitted changes", ", ".join(changed) if changed else "none"],
+            ["code digest (sha256 over every stage's code digest)", code_digest],
+            *[[f"{name} version", version] for name, version in versions.items()],
+        ],
+    )
     where = quoted(folder)  # a Python string literal, whatever the path holds
-    load = (["from peft import AutoPeftModelForCausalLM", "from transformers import AutoTokenizer",
-             f"model = AutoPeftModelForCausalLM.from_pretrained({where})"] if lora else
-            ["from transformers import AutoModelForCausalLM, AutoTokenizer",
-             f"model = AutoModelForCausalLM.from_pretrained({where})"])
-    out += ["", "## Load", "", "```python", *load,
-            f"tokenizer = AutoTokenizer.from_pretrained({where})", "```", ""]
+    load = (
+        [
+            "from peft import AutoPeftModelForCausalLM",
+            "from transformers import AutoTokenizer",
+            f"model = AutoPeftModelForCausalLM.from_pretrained({where})",
+        ]
+        if lora
+        else [
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            f"model = AutoModelForCausalLM.from_pretrained({where})",
+        ]
+    )
+    out += [
+        "",
+        "## Load",
+        "",
+        "```python",
+        *load,
+        f"tokenizer = AutoTokenizer.from_pretrained({where})",
+        "```",
+        "",
+    ]
     if lora:
-        out += ["The adapter names its base as `base_model_name_or_path` in adapter_config.json: "
-                "run from the project's root when that is a local folder.", ""]
+        out += [
+            "The adapter names its base as `base_model_name_or_path` in adapter_config.json: "
+            "run from the project's root when that is a local folder.",
+            "",
+        ]
     out += ["The per-prompt audit and every curve are in reports/retrospective.html.", ""]
     return "\n".join(out)
 
 
-def _recipe_lines(recipe: Mapping[str, Any], metrics: Mapping[str, Any], samples: int,
-                  confidence: float) -> list[str]:
+def _recipe_lines(
+    recipe: Mapping[str, Any], metrics: Mapping[str, Any], samples: int, confidence: float
+) -> list[str]:
     """The recipe's figures (metrics/recipe.json) beside this seed's: what the recipe does over
     its seeds, of which this model is one draw."""
     delta = recipe.get("delta_mean_reward")
-    pooled = (f"{delta['value']:+.3f} [{delta['ci_low']:+.3f}, {delta['ci_high']:+.3f}]"
-              if delta else "n/a")
-    mine = "n/a" if metrics.get("ci_low") is None else (
-        f"{metrics['reward'] - metrics['reward0']:+.3f} [{metrics['ci_low']:+.3f}, "
-        f"{metrics['ci_high']:+.3f}]")
-    out = ["## The recipe over its seeds", "",
-           f"The same recipe trained once per RL seed ({', '.join(map(str, recipe['seeds']))}); "
-           f"its intervals ({confidence:.0%}) hold training noise and prompt noise "
-           "(reports/recipe/summary.json).", ""]
-    out += md_table(["held-out figure", "this seed", "the recipe, pooled"],
-                    [["mean reward delta [interval]", mine, pooled],
-                     ["pass@1 final", _figure(metrics.get("pass1")),
-                      _figure(recipe.get("pass1_final"))],
-                     [f"pass@{samples} final", _figure(metrics.get("passn")),
-                      _figure(recipe.get("passn_final"))],
-                     ["verdict", metrics.get("verdict", "n/a"), recipe["verdict"]]])
+    pooled = (
+        f"{delta['value']:+.3f} [{delta['ci_low']:+.3f}, {delta['ci_high']:+.3f}]"
+        if delta
+        else "n/a"
+    )
+    mine = (
+        "n/a"
+        if metrics.get("ci_low") is None
+        else (
+            f"{metrics['reward'] - metrics['reward0']:+.3f} [{metrics['ci_low']:+.3f}, "
+            f"{metrics['ci_high']:+.3f}]"
+        )
+    )
+    out = [
+        "## The recipe over its seeds",
+        "",
+        f"The same recipe trained once per RL seed ({', '.join(map(str, recipe['seeds']))}); "
+        f"its intervals ({confidence:.0%}) hold training noise and prompt noise "
+        "(reports/recipe/summary.json).",
+        "",
+    ]
+    out += md_table(
+        ["held-out figure", "this seed", "the recipe, pooled"],
+        [
+            ["mean reward delta [interval]", mine, pooled],
+            ["pass@1 final", _figure(metrics.get("pass1")), _figure(recipe.get("pass1_final"))],
+            [
+                f"pass@{samples} final",
+                _figure(metrics.get("passn")),
+                _figure(recipe.get("passn_final")),
+            ],
+            ["verdict", metrics.get("verdict", "n/a"), recipe["verdict"]],
+        ],
+    )
     return out + [""]
 
 
@@ -240,7 +348,7 @@ def card_body(card: str) -> str:
     if card.startswith("---\n"):
         end = card.find("\n---\n", 4)
         if end != -1:
-            return card[end + 5:].lstrip("\n")
+            return card[end + 5 :].lstrip("\n")
     return card
 
 
@@ -276,24 +384,37 @@ def run_card(params) -> tuple[str, str]:
     paths, model = params.paths, params.model
     recipe = json.loads(Path(paths.recipe_summary).read_text())
     if "published_seed" not in recipe:
-        raise PipelineError(f"{paths.recipe_summary} names no seed with results to publish: "
-                            f"{recipe['verdict_line']}")
+        raise PipelineError(
+            f"{paths.recipe_summary} names no seed with results to publish: "
+            f"{recipe['verdict_line']}"
+        )
     run = seed_paths(paths, recipe["published_seed"])
-    prov = provenance(data_files(params), [paths.base_model, run.trained_model],
-                      current_stage="publish", read_by=test_file_reader(params))
+    prov = provenance(
+        data_files(params),
+        [paths.base_model, run.trained_model],
+        current_stage="publish",
+        read_by=test_file_reader(params),
+    )
     adapter_file = Path(run.trained_model) / ADAPTER_CONFIG
     summary = json.loads(Path(run.eval_summary).read_text())
     card = model_card(
-        folder=paths.final_model, base=base_description(model),
+        folder=paths.final_model,
+        base=base_description(model),
         base_hub_id=model.name_or_path if model.init == "pretrained" else None,
         base_md5=prov["models"][paths.base_model],
         adapter=json.loads(adapter_file.read_text()) if adapter_file.exists() else None,
-        data=prov["data"], params=key_params(params), metrics=eval_metrics(summary),
+        data=prov["data"],
+        params=key_params(params),
+        metrics=eval_metrics(summary),
         verdict_line=summary["verdict_line"],
-        samples=params.evaluate.samples, confidence=params.evaluate.confidence,
-        git=sources_state(read_lock()), code_digest=combined_digest(prov["code"]),
+        samples=params.evaluate.samples,
+        confidence=params.evaluate.confidence,
+        git=sources_state(read_lock()),
+        code_digest=combined_digest(prov["code"]),
         weights_md5=prov["models"][run.trained_model],
         versions=library_versions(("torch", "transformers", "trl", "peft")),
-        seed=run.seed, seed_reason=recipe["published_reason"],
-        recipe=json.loads(Path(paths.recipe_metrics).read_text()))
+        seed=run.seed,
+        seed_reason=recipe["published_reason"],
+        recipe=json.loads(Path(paths.recipe_metrics).read_text()),
+    )
     return run.trained_model, card

@@ -21,8 +21,20 @@ from ruamel.yaml import YAML
 from rlvr.core.files import file_md5
 from rlvr.core.numerics import describe
 
-LIBRARIES = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "dvc", "dvclive",
-             "great-expectations", "prefect", "matplotlib", "scipy")
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "trl",
+    "accelerate",
+    "datasets",
+    "peft",
+    "dvc",
+    "dvclive",
+    "great-expectations",
+    "prefect",
+    "matplotlib",
+    "scipy",
+)
 NOT_RECORDED = "not in dvc.lock"
 UNKNOWN_COMMIT = "unknown"  # no git, or not a repository
 
@@ -59,12 +71,17 @@ def holds_outputs(path: str, produced) -> bool:
 
 def produced_hashes(stages: dict[str, dict]) -> dict[str, str]:
     """path -> md5 for every out, as recorded by the stage that produced it."""
-    return {out["path"]: out["md5"] for stage in stages.values()
-            for out in stage.get("outs", []) if "md5" in out}
+    return {
+        out["path"]: out["md5"]
+        for stage in stages.values()
+        for out in stage.get("outs", [])
+        if "md5" in out
+    }
 
 
-def code_digests(stages: dict[str, dict], data_paths: Sequence[str],
-                 exclude: Sequence[str] = ()) -> dict[str, dict]:
+def code_digests(
+    stages: dict[str, dict], data_paths: Sequence[str], exclude: Sequence[str] = ()
+) -> dict[str, dict]:
     """Per stage: how many code files (and environment files) dvc.lock records in its deps, a
     folder counting the files in it, and one digest of their paths and md5s. Deps that are data
     or another stage's outs are not code.
@@ -79,18 +96,26 @@ def code_digests(stages: dict[str, dict], data_paths: Sequence[str],
     for name, stage in stages.items():
         if name in exclude:
             continue
-        code = sorted((d["path"], d.get("md5", ""), d.get("nfiles", 1))
-                      for d in stage.get("deps", [])
-                      if not holds_outputs(d["path"], produced) and d["path"] not in data_paths)
+        code = sorted(
+            (d["path"], d.get("md5", ""), d.get("nfiles", 1))
+            for d in stage.get("deps", [])
+            if not holds_outputs(d["path"], produced) and d["path"] not in data_paths
+        )
         text = "".join(f"{path} {md5}\n" for path, md5, _ in code)
-        digests[name] = {"files": sum(files for _, _, files in code),
-                         "digest": hashlib.sha256(text.encode()).hexdigest()}
+        digests[name] = {
+            "files": sum(files for _, _, files in code),
+            "digest": hashlib.sha256(text.encode()).hexdigest(),
+        }
     return digests
 
 
-def data_and_model_hashes(data_paths: Sequence[str], model_paths: Sequence[str],
-                          stages: dict[str, dict], root: str | Path = ".",
-                          read_by: dict[str, str] | None = None) -> dict[str, dict]:
+def data_and_model_hashes(
+    data_paths: Sequence[str],
+    model_paths: Sequence[str],
+    stages: dict[str, dict],
+    root: str | Path = ".",
+    read_by: dict[str, str] | None = None,
+) -> dict[str, dict]:
     """{"data": md5 of each data file as it is now, "models": md5 of each model from its
     producing stage's entry in `stages` (dvc.lock)}. Cheap: no torch, the lock already read.
 
@@ -107,14 +132,21 @@ def data_and_model_hashes(data_paths: Sequence[str], model_paths: Sequence[str],
         deps = stages.get(read_by[path], {}).get("deps", [])
         return next((d["md5"] for d in deps if d["path"] == path and "md5" in d), NOT_RECORDED)
 
-    return {"data": {path: data_md5(path) for path in data_paths},
-            "models": {path: produced.get(path, NOT_RECORDED) for path in model_paths}}
+    return {
+        "data": {path: data_md5(path) for path in data_paths},
+        "models": {path: produced.get(path, NOT_RECORDED) for path in model_paths},
+    }
 
 
-def provenance(data_paths: Sequence[str], model_paths: Sequence[str],
-               lock_path: str | Path = "dvc.lock", root: str | Path = ".",
-               current_stage: str | None = None, read_by: dict[str, str] | None = None,
-               numerics: dict | None = None) -> dict:
+def provenance(
+    data_paths: Sequence[str],
+    model_paths: Sequence[str],
+    lock_path: str | Path = "dvc.lock",
+    root: str | Path = ".",
+    current_stage: str | None = None,
+    read_by: dict[str, str] | None = None,
+    numerics: dict | None = None,
+) -> dict:
     """Data md5s (of the files, or for `read_by` files from the deps of the stage that read
     them), model md5s (from their producing stage's entry in dvc.lock), each upstream stage's
     code digest, and library versions. `current_stage` is left out of the code digests: while
@@ -124,8 +156,7 @@ def provenance(data_paths: Sequence[str], model_paths: Sequence[str],
     stages = read_lock(Path(root) / lock_path)
     return {
         **data_and_model_hashes(data_paths, model_paths, stages, root, read_by),
-        "code": code_digests(stages, data_paths,
-                             exclude=[current_stage] if current_stage else []),
+        "code": code_digests(stages, data_paths, exclude=[current_stage] if current_stage else []),
         "versions": library_versions(),
         "platform": describe(numerics),
     }
@@ -133,8 +164,9 @@ def provenance(data_paths: Sequence[str], model_paths: Sequence[str],
 
 def _git(*args: str, cwd: str | Path | None = None, strip: bool = True) -> str:
     try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, check=True,
-                             cwd=cwd).stdout
+        out = subprocess.run(
+            ["git", *args], capture_output=True, text=True, check=True, cwd=cwd
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return ""
     return out.strip() if strip else out
@@ -157,15 +189,21 @@ def changed_files(porcelain_z: str) -> list[str]:
     return paths
 
 
-def git_state(cwd: str | Path | None = None, ignore: Sequence[str] = ("reports/", "dvc.lock")
-              ) -> dict:
+def git_state(
+    cwd: str | Path | None = None, ignore: Sequence[str] = ("reports/", "dvc.lock")
+) -> dict:
     """The commit checked out, and which tracked or new files other than the pipeline's own
     outputs (`ignore` prefixes) differ from it (`changed`; `dirty` when any)."""
-    changed = [path for path in changed_files(_git("status", "--porcelain", "-z", cwd=cwd,
-                                                   strip=False))
-               if not path.startswith(tuple(ignore))]
-    return {"commit": _git("rev-parse", "HEAD", cwd=cwd) or UNKNOWN_COMMIT,
-            "dirty": bool(changed), "changed": changed}
+    changed = [
+        path
+        for path in changed_files(_git("status", "--porcelain", "-z", cwd=cwd, strip=False))
+        if not path.startswith(tuple(ignore))
+    ]
+    return {
+        "commit": _git("rev-parse", "HEAD", cwd=cwd) or UNKNOWN_COMMIT,
+        "dirty": bool(changed),
+        "changed": changed,
+    }
 
 
 def sources_state(stages: dict[str, dict], cwd: str | Path | None = None) -> dict:
@@ -175,9 +213,17 @@ def sources_state(stages: dict[str, dict], cwd: str | Path | None = None) -> dic
     dvc.lock) or changes docs leaves both alone, as it leaves DVC's cache: a rerun of it writes
     the same bytes."""
     produced = {out["path"] for stage in stages.values() for out in stage.get("outs", [])}
-    followed = sorted({d["path"] for stage in stages.values() for d in stage.get("deps", [])
-                       if not holds_outputs(d["path"], produced)} | {"params.yaml"})
+    followed = sorted(
+        {
+            d["path"]
+            for stage in stages.values()
+            for d in stage.get("deps", [])
+            if not holds_outputs(d["path"], produced)
+        }
+        | {"params.yaml"}
+    )
     commit = _git("log", "-1", "--format=%H", "--", *followed, cwd=cwd) or UNKNOWN_COMMIT
-    changed = changed_files(_git("status", "--porcelain", "-z", "--", *followed, cwd=cwd,
-                                 strip=False))
+    changed = changed_files(
+        _git("status", "--porcelain", "-z", "--", *followed, cwd=cwd, strip=False)
+    )
     return {"commit": commit, "changed": changed}

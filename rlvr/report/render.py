@@ -40,8 +40,11 @@ def md_escape(text: Any) -> Md:
     """
     text = " ".join(str(text).replace("\r\n", "\n").replace("\r", "\n").split("\n"))
     text = _INLINE_SPECIAL.sub(r"\\\1", html.escape(text, quote=False))
-    return Md(_LINE_START.sub(lambda m: m.group(1) + "\\" if m.group(1)[0].isdigit()
-                              else "\\" + m.group(1), text))
+    return Md(
+        _LINE_START.sub(
+            lambda m: m.group(1) + "\\" if m.group(1)[0].isdigit() else "\\" + m.group(1), text
+        )
+    )
 
 
 def md_code(text: Any) -> Md:
@@ -64,8 +67,11 @@ def md_image(alt: str, src: str) -> Md:
     """
     if re.search(r"[<>\n\r]", src):
         raise ValueError(f"image path not usable in markdown: {src!r}")
-    return Md(f"![{md_escape(alt)}]({src})" if re.fullmatch(r"[\w./-]+", src)
-              else f"![{md_escape(alt)}](<{src}>)")
+    return Md(
+        f"![{md_escape(alt)}]({src})"
+        if re.fullmatch(r"[\w./-]+", src)
+        else f"![{md_escape(alt)}](<{src}>)"
+    )
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -105,14 +111,20 @@ def md_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[str]:
     >>> md_table(["id", "reward"], [["<i>a|b</i>", 0.5]])
     ['| id | reward |', '|---|---|', '| &lt;i&gt;a\\\\|b&lt;/i&gt; | 0.500 |']
     """
+
     def cells(values: Sequence[Any]) -> str:
         return "| " + " | ".join(" ".join(md_value(v).splitlines()) for v in values) + " |"
 
     return [cells(header), "|" + "---|" * len(header), *(cells(row) for row in rows)]
 
 
-def to_html(markdown_text: str, base_dir: str | Path, *,
-            images: Mapping[str, str] | Collection[str], title: str = "GRPO retrospective") -> str:
+def to_html(
+    markdown_text: str,
+    base_dir: str | Path,
+    *,
+    images: Mapping[str, str] | Collection[str],
+    title: str = "GRPO retrospective",
+) -> str:
     """Self-contained HTML: images inlined as base64 PNG, styles inline, no external requests.
 
     `images` are the page's own PNGs (paths relative to base_dir, as the markdown names them; a
@@ -136,11 +148,15 @@ def to_html(markdown_text: str, base_dir: str | Path, *,
     md = markdown.Markdown(extensions=["tables", "fenced_code", "md_in_html"])
     md.treeprocessors.register(InlineImages(md), "inline_images", 1)
     body = md.convert(markdown_text)
-    style = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;"
-             "padding:0 1em;color:#222}table{border-collapse:collapse;margin:.5em 0;"
-             "font-size:.9em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}"
-             "th{background:#f3f3f3}img{max-width:100%}code,pre{background:#f6f6f6}"
-             "pre{padding:.6em;overflow:auto}")
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{style}</style></head><body>\n{body}\n"
-            "</body></html>\n")
+    style = (
+        "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;"
+        "padding:0 1em;color:#222}table{border-collapse:collapse;margin:.5em 0;"
+        "font-size:.9em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}"
+        "th{background:#f3f3f3}img{max-width:100%}code,pre{background:#f6f6f6}"
+        "pre{padding:.6em;overflow:auto}"
+    )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{style}</style></head><body>\n{body}\n"
+        "</body></html>\n"
+    )

@@ -23,8 +23,8 @@ from ruamel.yaml.comments import CommentedMap
 
 from rlvr.audit.diagnosis import prompt_audit
 from rlvr.core.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS
-from rlvr.report.render import Md, md_code, md_escape, md_image, md_table, md_value
 from rlvr.core.seeds import seed_folder
+from rlvr.report.render import Md, md_code, md_escape, md_image, md_table, md_value
 
 
 def ci_text(d: dict) -> Md:
@@ -40,13 +40,30 @@ def alarms_section(alarms: dict) -> list[str]:
     """The reward-hacking, overfitting and forgetting alarms (rlvr.audit.alarms), like the KL
     diagnosis."""
     fired = alarms["fired"]
-    out = ["### Reward-hacking, overfitting and forgetting alarms", "",
-           (f"**{len(fired)} alarm(s) fired**: {md_escape(', '.join(fired))}." if fired
-            else "**No alarm fired.**")
-           + " Thresholds live in params.yaml `report.alarms`.", ""]
-    out += md_table(["alarm", "value seen", "threshold", "fired", "what to do"],
-                    [[r["rule"], r["value"], r["threshold"], "yes" if r["fired"] else "no",
-                      r["advice"] if r["fired"] else ""] for r in alarms["rules"]])
+    out = [
+        "### Reward-hacking, overfitting and forgetting alarms",
+        "",
+        (
+            f"**{len(fired)} alarm(s) fired**: {md_escape(', '.join(fired))}."
+            if fired
+            else "**No alarm fired.**"
+        )
+        + " Thresholds live in params.yaml `report.alarms`.",
+        "",
+    ]
+    out += md_table(
+        ["alarm", "value seen", "threshold", "fired", "what to do"],
+        [
+            [
+                r["rule"],
+                r["value"],
+                r["threshold"],
+                "yes" if r["fired"] else "no",
+                r["advice"] if r["fired"] else "",
+            ]
+            for r in alarms["rules"]
+        ],
+    )
     return out + [""]
 
 
@@ -55,22 +72,45 @@ def selection_section(selection: dict) -> list[str]:
     e = md_escape
     scored = selection["validation"]
     chosen = selection["chosen_step"]
-    out = ["### Validation rows and the chosen weights", "",
-           f"**{e(selection['reason'])}.** The validation rows (data.val_path) were scored at "
-           f"{len(scored)} steps, sampled as `evaluate` samples a split; the test file was not "
-           "read during training.", ""]
+    out = [
+        "### Validation rows and the chosen weights",
+        "",
+        f"**{e(selection['reason'])}.** The validation rows (data.val_path) were scored at "
+        f"{len(scored)} steps, sampled as `evaluate` samples a split; the test file was not "
+        "read during training.",
+        "",
+    ]
     at_chosen = next((s for s in scored if s["step"] == chosen), None)
     best_any = max(scored, key=lambda s: s[MEAN_REWARD])
     if at_chosen and best_any[MEAN_REWARD] > at_chosen[MEAN_REWARD]:
-        out += [f"The highest validation mean reward, {best_any[MEAN_REWARD]:.3f}, was at step "
-                f"{best_any['step']}" + (" (the base model: not a checkpoint)"
-                                         if best_any["step"] == 0 else "")
-                + f"; the final model (step {chosen}) scored {at_chosen[MEAN_REWARD]:.3f}.", ""]
-    out += md_table(["step", "validation mean reward", "greedy success", "sampled success",
-                     "mean length", "final model"],
-                    [[s["step"], s.get(MEAN_REWARD), s.get(GREEDY_SUCCESS),
-                      s.get(SAMPLED_SUCCESS), s.get(MEAN_LENGTH),
-                      "chosen" if s["step"] == chosen else ""] for s in scored])
+        out += [
+            f"The highest validation mean reward, {best_any[MEAN_REWARD]:.3f}, was at step "
+            f"{best_any['step']}"
+            + (" (the base model: not a checkpoint)" if best_any["step"] == 0 else "")
+            + f"; the final model (step {chosen}) scored {at_chosen[MEAN_REWARD]:.3f}.",
+            "",
+        ]
+    out += md_table(
+        [
+            "step",
+            "validation mean reward",
+            "greedy success",
+            "sampled success",
+            "mean length",
+            "final model",
+        ],
+        [
+            [
+                s["step"],
+                s.get(MEAN_REWARD),
+                s.get(GREEDY_SUCCESS),
+                s.get(SAMPLED_SUCCESS),
+                s.get(MEAN_LENGTH),
+                "chosen" if s["step"] == chosen else "",
+            ]
+            for s in scored
+        ],
+    )
     return out + [""]
 
 
@@ -82,81 +122,145 @@ def _arrow(before, after) -> Md:
     return Md(f"{md_value(before)} -> {md_value(after)}")
 
 
-def hidden_section(evaluation: dict, confidence: float, min_slice_rows: int, figure: str
-                   ) -> list[str]:
+def hidden_section(
+    evaluation: dict, confidence: float, min_slice_rows: int, figure: str
+) -> list[str]:
     """What a mean can hide (rlvr.audit.slices): pass@k, the rows of each tag, the prompts that lost or
     gained every correct answer, and diversity; both splits, held-out first."""
     e = md_escape
     splits = [(key, name) for key, name in SPLITS if key in evaluation]
     held = evaluation[evaluation["verdict_split"]]
     n = held["samples_per_prompt"]
-    out = ["### pass@k: solved in k tries", "",
-           f"Each policy drew {n} samples per prompt; pass@k is the chance that k of them, drawn "
-           "without replacement, hold a correct answer (the unbiased estimator of Chen et al. "
-           "2021), averaged over prompts. Training that sharpens the policy raises pass@1 and "
-           f"can lower pass@{n}: the base model then solves prompts the final one no longer does."
-           f" Held-out: pass@1 {_arrow(held['pass_at_k']['step0']['1'], held['pass_at_k']['final']['1'])}"
-           f" ({ci_text(held['delta_pass@1'])}), pass@{n} "
-           f"{_arrow(held['pass_at_k']['step0'][str(n)], held['pass_at_k']['final'][str(n)])}"
-           f" ({ci_text(held[f'delta_pass@{n}'])}), {confidence:.0%} paired bootstrap CIs over "
-           "prompts. " + (f"The curves cross: {e(held['crossing'])}." if held["crossing"] else
-                          "The curves do not cross."), ""]
+    out = [
+        "### pass@k: solved in k tries",
+        "",
+        f"Each policy drew {n} samples per prompt; pass@k is the chance that k of them, drawn "
+        "without replacement, hold a correct answer (the unbiased estimator of Chen et al. "
+        "2021), averaged over prompts. Training that sharpens the policy raises pass@1 and "
+        f"can lower pass@{n}: the base model then solves prompts the final one no longer does."
+        f" Held-out: pass@1 {_arrow(held['pass_at_k']['step0']['1'], held['pass_at_k']['final']['1'])}"
+        f" ({ci_text(held['delta_pass@1'])}), pass@{n} "
+        f"{_arrow(held['pass_at_k']['step0'][str(n)], held['pass_at_k']['final'][str(n)])}"
+        f" ({ci_text(held[f'delta_pass@{n}'])}), {confidence:.0%} paired bootstrap CIs over "
+        "prompts. "
+        + (
+            f"The curves cross: {e(held['crossing'])}."
+            if held["crossing"]
+            else "The curves do not cross."
+        ),
+        "",
+    ]
     ks = sorted(held["pass_at_k"]["step0"], key=int)
-    out += md_table(["split", "policy", *[f"pass@{k}" for k in ks]],
-                    [[name, label, *[evaluation[key]["pass_at_k"][policy].get(k) for k in ks]]
-                     for key, name in splits
-                     for policy, label in (("step0", "step 0"), ("final", "final"))])
+    out += md_table(
+        ["split", "policy", *[f"pass@{k}" for k in ks]],
+        [
+            [name, label, *[evaluation[key]["pass_at_k"][policy].get(k) for k in ks]]
+            for key, name in splits
+            for policy, label in (("step0", "step 0"), ("final", "final"))
+        ],
+    )
     out += ["", md_image("pass@k against k, step 0 and final", figure), ""]
 
     out += ["### Kinds of problem (row tags)", ""]
     if not any(evaluation[key]["slices"] for key, _ in splits):
-        out += ["The rows carry no `tags`: give each row a list of the kinds of problem it "
-                "belongs to (`\"tags\": [\"sub\"]`) to see each kind apart; a mean can hide "
-                "one that was forgotten.", ""]
+        out += [
+            "The rows carry no `tags`: give each row a list of the kinds of problem it "
+            'belongs to (`"tags": ["sub"]`) to see each kind apart; a mean can hide '
+            "one that was forgotten.",
+            "",
+        ]
     else:
-        out += [f"A tag regressed when its mean-reward CI lies below 0, its success (pass@1) or "
-                f"pass@{n} fell to about nothing, or its pass@{n} CI lies below 0; a regressed "
-                f"tag of at least {md_value(min_slice_rows)} rows on the held-out split makes the "
-                "verdict `mixed` (params.yaml `report`).", ""]
-        out += md_table(["split", "tag", "rows", "mean reward", f"delta [{confidence:.0%} CI]",
-                         "greedy success", "success (pass@1)", f"pass@{n}", "regressed"],
-                        [[name, s["tag"], s["rows"],
-                          _arrow(s["step0"]["mean_reward"], s["final"]["mean_reward"]),
-                          ci_text(s["delta_mean_reward"]),
-                          _arrow(s["step0"]["greedy_success"], s["final"]["greedy_success"]),
-                          _arrow(s["step0"]["pass@1"], s["final"]["pass@1"]),
-                          _arrow(s["step0"][f"pass@{n}"], s["final"][f"pass@{n}"]),
-                          ("yes: " + "; ".join(s["reasons"])
-                           + ("" if s["weighed"] else " (too few rows to weigh)"))
-                          if s["regressed"] else "no"]
-                         for key, name in splits for s in evaluation[key]["slices"]])
+        out += [
+            f"A tag regressed when its mean-reward CI lies below 0, its success (pass@1) or "
+            f"pass@{n} fell to about nothing, or its pass@{n} CI lies below 0; a regressed "
+            f"tag of at least {md_value(min_slice_rows)} rows on the held-out split makes the "
+            "verdict `mixed` (params.yaml `report`).",
+            "",
+        ]
+        out += md_table(
+            [
+                "split",
+                "tag",
+                "rows",
+                "mean reward",
+                f"delta [{confidence:.0%} CI]",
+                "greedy success",
+                "success (pass@1)",
+                f"pass@{n}",
+                "regressed",
+            ],
+            [
+                [
+                    name,
+                    s["tag"],
+                    s["rows"],
+                    _arrow(s["step0"]["mean_reward"], s["final"]["mean_reward"]),
+                    ci_text(s["delta_mean_reward"]),
+                    _arrow(s["step0"]["greedy_success"], s["final"]["greedy_success"]),
+                    _arrow(s["step0"]["pass@1"], s["final"]["pass@1"]),
+                    _arrow(s["step0"][f"pass@{n}"], s["final"][f"pass@{n}"]),
+                    (
+                        "yes: "
+                        + "; ".join(s["reasons"])
+                        + ("" if s["weighed"] else " (too few rows to weigh)")
+                    )
+                    if s["regressed"]
+                    else "no",
+                ]
+                for key, name in splits
+                for s in evaluation[key]["slices"]
+            ],
+        )
         out.append("")
 
     out += ["### Solutions lost and gained", ""]
     for key, name in splits:
         sol = evaluation[key]["solutions"]
-        out.append(f"{name.capitalize()}: **{sol['lost_count']}** prompts had a correct sample "
-                   f"at step 0 and none at the end (lost), **{sol['new_count']}** the reverse "
-                   f"(new), {sol['kept']} had one at both.")
+        out.append(
+            f"{name.capitalize()}: **{sol['lost_count']}** prompts had a correct sample "
+            f"at step 0 and none at the end (lost), **{sol['new_count']}** the reverse "
+            f"(new), {sol['kept']} had one at both."
+        )
         out.append("")
-    rows = [[name, change, item["id"], ", ".join(item["tags"]), item.get("prompt", "")]
-            for key, name in splits for change in ("lost", "new")
-            for item in evaluation[key]["solutions"][change]]
+    rows = [
+        [name, change, item["id"], ", ".join(item["tags"]), item.get("prompt", "")]
+        for key, name in splits
+        for change in ("lost", "new")
+        for item in evaluation[key]["solutions"][change]
+    ]
     if rows:
         out += md_table(["split", "change", "id", "tags", "prompt"], rows) + [""]
 
-    out += ["### Diversity", "",
-            "Distinct correct answers per solved prompt (answers compared with their whitespace "
-            "collapsed), the share of distinct completions among all samples, and the mean "
-            "per-token entropy of each policy on its own samples (nats, at the sampling "
-            "temperature).", ""]
-    out += md_table(["split", "policy", "distinct correct answers per solved prompt",
-                     "distinct completions share", "entropy"],
-                    [[name, label, d.get("distinct_correct_per_solved"), d.get("distinct_share"),
-                      d.get("entropy")]
-                     for key, name in splits
-                     for policy, label in (("step0", "step 0"), ("final", "final"))
-                     for d in [evaluation[key]["diversity"][policy]]])
+    out += [
+        "### Diversity",
+        "",
+        "Distinct correct answers per solved prompt (answers compared with their whitespace "
+        "collapsed), the share of distinct completions among all samples, and the mean "
+        "per-token entropy of each policy on its own samples (nats, at the sampling "
+        "temperature).",
+        "",
+    ]
+    out += md_table(
+        [
+            "split",
+            "policy",
+            "distinct correct answers per solved prompt",
+            "distinct completions share",
+            "entropy",
+        ],
+        [
+            [
+                name,
+                label,
+                d.get("distinct_correct_per_solved"),
+                d.get("distinct_share"),
+                d.get("entropy"),
+            ]
+            for key, name in splits
+            for policy, label in (("step0", "step 0"), ("final", "final"))
+            for d in [evaluation[key]["diversity"][policy]]
+        ],
+    )
     return out + [""]
 
 
@@ -164,6 +268,7 @@ def hidden_section(evaluation: dict, confidence: float, min_slice_rows: int, fig
 class ReportInputs:
     """What the report stage read: each stage's outputs and the params as used. `images` maps a
     name to a PNG path relative to the report (rlvr.report.render.to_html inlines only those)."""
+
     evaluation: dict
     per_prompt: Sequence[dict]
     history: Sequence[dict]
@@ -180,7 +285,9 @@ class ReportInputs:
     confidence: float
     selection: dict | None = None
     alarms: dict | None = None
-    recipe: dict | None = None  # rlvr.audit.recipe.recipe_audit: the seeds pooled (None: one run only)
+    recipe: dict | None = (
+        None  # rlvr.audit.recipe.recipe_audit: the seeds pooled (None: one run only)
+    )
 
 
 def per_prompt_path(r: ReportInputs) -> str:
@@ -198,52 +305,116 @@ def recipe_section(r: ReportInputs) -> list[str]:
     e, v = md_escape, md_value
     lines, pooled = recipe["seed_lines"], recipe.get("pooled")
     verdict, line = recipe["verdict"], recipe["verdict_line"]
-    detail = line[len(verdict) + 2:] if line.startswith(f"{verdict}: ") else line
-    out = [f"**The recipe over {len(recipe['evaluated'])} of {len(recipe['seeds'])} seeds: "
-           f"{e(verdict.capitalize())}**: {e(detail)}.", "",
-           "## 0. The recipe over its seeds", ""]
+    detail = line[len(verdict) + 2 :] if line.startswith(f"{verdict}: ") else line
+    out = [
+        f"**The recipe over {len(recipe['evaluated'])} of {len(recipe['seeds'])} seeds: "
+        f"{e(verdict.capitalize())}**: {e(detail)}.",
+        "",
+        "## 0. The recipe over its seeds",
+        "",
+    ]
     if pooled:
         n = pooled["samples_per_prompt"]
-        out += [f"Each RL seed (params.yaml `audit.seeds`) trained and was evaluated on its own; "
-                f"the pooled figures are means over seeds, and each interval is a "
-                f"{r.confidence:.0%} two-level bootstrap, seeds then prompts, so it holds "
-                "training noise and prompt noise (rlvr/audit/recipe.py). The verdict follows the same "
-                "rules as one run's.", ""]
-        out += md_table(["held-out, pooled", "step 0", "final", f"delta [{r.confidence:.0%} CI]"],
-                        [["mean reward", pooled["step0"]["mean_reward"],
-                          pooled["final"]["mean_reward"], ci_text(pooled["delta_mean_reward"])],
-                         ["pass@1", pooled["step0"]["pass@1"], pooled["final"]["pass@1"],
-                          ci_text(pooled["delta_pass@1"])],
-                         [f"pass@{n}", pooled["step0"][f"pass@{n}"],
-                          pooled["final"][f"pass@{n}"], ci_text(pooled[f"delta_pass@{n}"])]])
+        out += [
+            f"Each RL seed (params.yaml `audit.seeds`) trained and was evaluated on its own; "
+            f"the pooled figures are means over seeds, and each interval is a "
+            f"{r.confidence:.0%} two-level bootstrap, seeds then prompts, so it holds "
+            "training noise and prompt noise (rlvr/audit/recipe.py). The verdict follows the same "
+            "rules as one run's.",
+            "",
+        ]
+        out += md_table(
+            ["held-out, pooled", "step 0", "final", f"delta [{r.confidence:.0%} CI]"],
+            [
+                [
+                    "mean reward",
+                    pooled["step0"]["mean_reward"],
+                    pooled["final"]["mean_reward"],
+                    ci_text(pooled["delta_mean_reward"]),
+                ],
+                [
+                    "pass@1",
+                    pooled["step0"]["pass@1"],
+                    pooled["final"]["pass@1"],
+                    ci_text(pooled["delta_pass@1"]),
+                ],
+                [
+                    f"pass@{n}",
+                    pooled["step0"][f"pass@{n}"],
+                    pooled["final"][f"pass@{n}"],
+                    ci_text(pooled[f"delta_pass@{n}"]),
+                ],
+            ],
+        )
         out.append("")
-    out += ["Each seed's line: its held-out delta with its CI over prompts alone, and its own "
-            "verdict, which is one run's.", ""]
+    out += [
+        "Each seed's line: its held-out delta with its CI over prompts alone, and its own "
+        "verdict, which is one run's.",
+        "",
+    ]
     n = lines[0]["samples"] if lines else "n"
-    out += md_table(["seed", "delta [CI over prompts]", "pass@1 final", f"pass@{n} final",
-                     "regressed tags", "this run's verdict", "validation reward", "published"],
-                    [[line["seed"], ci_text(line["delta_mean_reward"]), line["pass1_final"],
-                      line["passn_final"], ", ".join(line["regressed_tags"]) or "none",
-                      line["verdict"], line["validation_reward"],
-                      "yes" if line["seed"] == recipe.get("published_seed") else ""]
-                     for line in lines])
+    out += md_table(
+        [
+            "seed",
+            "delta [CI over prompts]",
+            "pass@1 final",
+            f"pass@{n} final",
+            "regressed tags",
+            "this run's verdict",
+            "validation reward",
+            "published",
+        ],
+        [
+            [
+                line["seed"],
+                ci_text(line["delta_mean_reward"]),
+                line["pass1_final"],
+                line["passn_final"],
+                ", ".join(line["regressed_tags"]) or "none",
+                line["verdict"],
+                line["validation_reward"],
+                "yes" if line["seed"] == recipe.get("published_seed") else "",
+            ]
+            for line in lines
+        ],
+    )
     out += [""] + [f"Seed {v(seed)}: {e(why)}." for seed, why in recipe["failed"].items()]
-    out += ["", md_image("each seed's held-out delta and the pooled interval", r.images["seeds"]),
-            ""]
+    out += [
+        "",
+        md_image("each seed's held-out delta and the pooled interval", r.images["seeds"]),
+        "",
+    ]
     if pooled and pooled["slices"]:
         n = pooled["samples_per_prompt"]
         out += ["Per tag, pooled, and how many seeds' own audits called it regressed:", ""]
-        out += md_table(["tag", "rows", f"delta [{r.confidence:.0%} CI]",
-                         f"pass@{n} delta [CI]", "regressed (pooled)",
-                         f"regressed in k of {len(lines)} seeds"],
-                        [[s["tag"], s["rows"], ci_text(s["delta_mean_reward"]),
-                          ci_text(s[f"delta_pass@{n}"]),
-                          ("yes: " + "; ".join(s["reasons"])) if s["regressed"] else "no",
-                          s["regressed_seeds"]] for s in pooled["slices"]])
+        out += md_table(
+            [
+                "tag",
+                "rows",
+                f"delta [{r.confidence:.0%} CI]",
+                f"pass@{n} delta [CI]",
+                "regressed (pooled)",
+                f"regressed in k of {len(lines)} seeds",
+            ],
+            [
+                [
+                    s["tag"],
+                    s["rows"],
+                    ci_text(s["delta_mean_reward"]),
+                    ci_text(s[f"delta_pass@{n}"]),
+                    ("yes: " + "; ".join(s["reasons"])) if s["regressed"] else "no",
+                    s["regressed_seeds"],
+                ]
+                for s in pooled["slices"]
+            ],
+        )
         out.append("")
     if "published_seed" in recipe:
-        out += [f"The rest of this page is one run's: seed {v(recipe['published_seed'])}, the "
-                f"published one ({e(recipe['published_reason'])}).", ""]
+        out += [
+            f"The rest of this page is one run's: seed {v(recipe['published_seed'])}, the "
+            f"published one ({e(recipe['published_reason'])}).",
+            "",
+        ]
     return out
 
 
@@ -255,9 +426,12 @@ def verdict_section(r: ReportInputs) -> list[str]:
     train, held = evaluation["train"], evaluation["heldout"]
     verdict = evaluation["verdict"]
     line = evaluation.get("verdict_line", verdict)
-    detail = line[len(verdict) + 2:] if line.startswith(f"{verdict}: ") else line
-    one_run = (f"Seed {md_value(r.recipe['published_seed'])}, one run: "
-               if r.recipe and "published_seed" in r.recipe else "")
+    detail = line[len(verdict) + 2 :] if line.startswith(f"{verdict}: ") else line
+    one_run = (
+        f"Seed {md_value(r.recipe['published_seed'])}, one run: "
+        if r.recipe and "published_seed" in r.recipe
+        else ""
+    )
     out = [f"{one_run}**{e(verdict.capitalize())}**: {e(detail)}.", ""]
     out += ["## 1. Verdict" + (" of one run" if one_run else ""), ""]
     out.append(
@@ -268,26 +442,54 @@ def verdict_section(r: ReportInputs) -> list[str]:
         f"{train['step0']['mean_reward']:.3f} -> {train['final']['mean_reward']:.3f} "
         f"({ci_text(train['delta_mean_reward'])}). The verdict is `improved` only when the "
         "held-out CI lies above 0, no kind of problem (row tag) regressed and pass@n did not "
-        "narrow (rlvr/audit/slices.py); a loss of either makes it `mixed`.")
+        "narrow (rlvr/audit/slices.py); a loss of either makes it `mixed`."
+    )
     out.append("")
-    out += md_table(["split", "prompts", "mean reward step 0", "mean reward final",
-                   f"delta [{confidence:.0%} CI]", "greedy success step 0", "greedy success final",
-                   "malformed step 0", "malformed final", "KL final vs step 0"],
-                  [[name, m["prompts"], m["step0"]["mean_reward"], m["final"]["mean_reward"],
-                    ci_text(m["delta_mean_reward"]), m["step0"]["greedy_success"],
-                    m["final"]["greedy_success"], m["step0"]["malformed_share"],
-                    m["final"]["malformed_share"], m.get("kl_final_vs_step0")]
-                   for name, m in (("train", train), ("held-out", held))])
+    out += md_table(
+        [
+            "split",
+            "prompts",
+            "mean reward step 0",
+            "mean reward final",
+            f"delta [{confidence:.0%} CI]",
+            "greedy success step 0",
+            "greedy success final",
+            "malformed step 0",
+            "malformed final",
+            "KL final vs step 0",
+        ],
+        [
+            [
+                name,
+                m["prompts"],
+                m["step0"]["mean_reward"],
+                m["final"]["mean_reward"],
+                ci_text(m["delta_mean_reward"]),
+                m["step0"]["greedy_success"],
+                m["final"]["greedy_success"],
+                m["step0"]["malformed_share"],
+                m["final"]["malformed_share"],
+                m.get("kl_final_vs_step0"),
+            ]
+            for name, m in (("train", train), ("held-out", held))
+        ],
+    )
     out += ["", md_image("step 0 vs final reward per prompt", r.images["per_prompt"]), ""]
-    return out + hidden_section(evaluation, confidence, r.params["report"]["min_slice_rows"],
-                                r.images["pass_at_k"])
+    return out + hidden_section(
+        evaluation, confidence, r.params["report"]["min_slice_rows"], r.images["pass_at_k"]
+    )
 
 
 def curves_section(r: ReportInputs) -> list[str]:
     """Section 2: the training curves, and the validation rows' scores with the chosen step."""
-    out = ["## 2. Curves", "",
-           f"{len(r.history)} GRPO steps; faint lines are per step, solid lines a moving average.",
-           "", md_image("training curves", r.images["curves"]), ""]
+    out = [
+        "## 2. Curves",
+        "",
+        f"{len(r.history)} GRPO steps; faint lines are per step, solid lines a moving average.",
+        "",
+        md_image("training curves", r.images["curves"]),
+        "",
+    ]
     if r.selection and r.selection.get("validation"):
         out += selection_section(r.selection)
     return out
@@ -296,49 +498,86 @@ def curves_section(r: ReportInputs) -> list[str]:
 def diagnosis_section(r: ReportInputs) -> list[str]:
     """Section 3: the KL / beta diagnosis, then the alarms."""
     e, v, diagnosis = md_escape, md_value, r.diagnosis
-    out = ["## 3. KL / beta diagnosis", "",
-           f"**{e(diagnosis['label'])}**: {e(diagnosis['advice'])}.", ""]
-    out += md_table(["rule", "value seen", "threshold", "fired"],
-                  [[x["rule"], x["value"], x["threshold"], "yes" if x["fired"] else "no"]
-                   for x in diagnosis["rules"]])
+    out = [
+        "## 3. KL / beta diagnosis",
+        "",
+        f"**{e(diagnosis['label'])}**: {e(diagnosis['advice'])}.",
+        "",
+    ]
+    out += md_table(
+        ["rule", "value seen", "threshold", "fired"],
+        [
+            [x["rule"], x["value"], x["threshold"], "yes" if x["fired"] else "no"]
+            for x in diagnosis["rules"]
+        ],
+    )
     dv = diagnosis["values"]
-    out += ["", f"Moving averages over {v(r.params['report']['window'])} steps: reward "
-                f"{v(dv['reward_start'])} (start) -> {v(dv['reward_mid'])} (middle) -> "
-                f"{v(dv['reward_end'])} (end), peak {v(dv['reward_peak'])}; KL max "
-                f"{v(dv['kl_max'])}, end {v(dv['kl_end'])}, over {e(dv.get('kl_over', '?'))}. "
-                "Thresholds live in params.yaml `report`.", ""]
+    out += [
+        "",
+        f"Moving averages over {v(r.params['report']['window'])} steps: reward "
+        f"{v(dv['reward_start'])} (start) -> {v(dv['reward_mid'])} (middle) -> "
+        f"{v(dv['reward_end'])} (end), peak {v(dv['reward_peak'])}; KL max "
+        f"{v(dv['kl_max'])}, end {v(dv['kl_end'])}, over {e(dv.get('kl_over', '?'))}. "
+        "Thresholds live in params.yaml `report`.",
+        "",
+    ]
     return out + (alarms_section(r.alarms) if r.alarms is not None else [])
 
 
 def hyperparameters_section(r: ReportInputs) -> list[str]:
     """Section 4: the knobs that shaped the run, with params.yaml's reason for each."""
-    return ["## 4. Hyperparameters", "",
-            *md_table(["parameter", "value", "why"],
-                      [(name, md_code(value), why) for name, value, why in r.hyperparameters]),
-            ""]
+    return [
+        "## 4. Hyperparameters",
+        "",
+        *md_table(
+            ["parameter", "value", "why"],
+            [(name, md_code(value), why) for name, value, why in r.hyperparameters],
+        ),
+        "",
+    ]
 
 
 def checks_section(r: ReportInputs) -> list[str]:
     """Section 5: the reward-test gate, the smoke checks and the data validation."""
     v, gate, smoke, step0, validation = md_value, r.gate, r.smoke, r.step0, r.validation
-    out = ["## 5. Smoke checks and data validation", "",
-           f"Reward-test gate: **{'passed' if gate.get('passed') else 'FAILED'}** "
-           f"({v(gate.get('counts', {}).get('passed'))}/{v(gate.get('counts', {}).get('tests'))} "
-           "tests).",
-           "", f"Smoke run: **{'passed' if smoke.get('passed') else 'FAILED'}**; step-0 baseline "
-               f"mean reward {v(step0.get('mean_reward'))} over {v(step0.get('prompts'))} prompts "
-               f"x {v(step0.get('samples_per_prompt'))} samples (seed {v(step0.get('seed'))}).",
-           ""]
-    out += md_table(["check", "passed", "value", "expected"],
-                  [[c["name"], "yes" if c["passed"] else "NO", json.dumps(c["value"]),
-                    c["expected"]] for c in smoke.get("checks", [])])
-    out += ["", f"Data validation: **{'passed' if validation.get('passed') else 'FAILED'}** "
-                f"({v(validation.get('problems', 0))} problems; Data Docs in "
-                f"{md_code(r.params['paths']['data_docs'] + '/')}).", ""]
-    out += md_table(["file", "rows", "rules held", "problems"],
-                  [[f["path"], f["rows"], f"{sum(x['success'] for x in f['rules'].values())}/"
-                                          f"{len(f['rules'])}", f["problems"]]
-                   for f in validation.get("files", {}).values()])
+    out = [
+        "## 5. Smoke checks and data validation",
+        "",
+        f"Reward-test gate: **{'passed' if gate.get('passed') else 'FAILED'}** "
+        f"({v(gate.get('counts', {}).get('passed'))}/{v(gate.get('counts', {}).get('tests'))} "
+        "tests).",
+        "",
+        f"Smoke run: **{'passed' if smoke.get('passed') else 'FAILED'}**; step-0 baseline "
+        f"mean reward {v(step0.get('mean_reward'))} over {v(step0.get('prompts'))} prompts "
+        f"x {v(step0.get('samples_per_prompt'))} samples (seed {v(step0.get('seed'))}).",
+        "",
+    ]
+    out += md_table(
+        ["check", "passed", "value", "expected"],
+        [
+            [c["name"], "yes" if c["passed"] else "NO", json.dumps(c["value"]), c["expected"]]
+            for c in smoke.get("checks", [])
+        ],
+    )
+    out += [
+        "",
+        f"Data validation: **{'passed' if validation.get('passed') else 'FAILED'}** "
+        f"({v(validation.get('problems', 0))} problems; Data Docs in "
+        f"{md_code(r.params['paths']['data_docs'] + '/')}).",
+        "",
+    ]
+    out += md_table(
+        ["file", "rows", "rules held", "problems"],
+        [
+            [
+                f["path"],
+                f["rows"],
+                f"{sum(x['success'] for x in f['rules'].values())}/{len(f['rules'])}",
+                f["problems"],
+            ]
+            for f in validation.get("files", {}).values()
+        ],
+    )
     return out + [""]
 
 
@@ -350,18 +589,35 @@ def audit_section(r: ReportInputs) -> list[str]:
     out = ["## 6. Per-prompt audit (held-out)", ""]
     for title, key in (("Biggest gains", "gains"), ("Biggest losses", "losses")):
         out += [f"**{title}**", ""]
-        rows = [[x["id"], x["prompt"], x["step0_reward"], x["final_reward"], x["delta"],
-                 x["step0_greedy"], x["final_greedy"]] for x in audit[key]]
-        out += md_table(["id", "prompt", "step 0", "final", "delta", "greedy step 0",
-                       "greedy final"], rows) if rows else ["none"]
+        rows = [
+            [
+                x["id"],
+                x["prompt"],
+                x["step0_reward"],
+                x["final_reward"],
+                x["delta"],
+                x["step0_greedy"],
+                x["final_greedy"],
+            ]
+            for x in audit[key]
+        ]
+        out += (
+            md_table(
+                ["id", "prompt", "step 0", "final", "delta", "greedy step 0", "greedy final"], rows
+            )
+            if rows
+            else ["none"]
+        )
         out.append("")
-    for title, key in (("Never solved (no sample correct, neither at step 0 nor at the end)",
-                        "never_solved"),
-                       ("Always solved (every sample correct, at step 0 and at the end)",
-                        "always_solved")):
+    for title, key in (
+        ("Never solved (no sample correct, neither at step 0 nor at the end)", "never_solved"),
+        ("Always solved (every sample correct, at step 0 and at the end)", "always_solved"),
+    ):
         ids = [x["id"] for x in audit[key]]
-        out += [f"**{title}**: {len(ids)}" + (f": {e(', '.join(map(str, ids)))}" if ids else ""),
-                ""]
+        out += [
+            f"**{title}**: {len(ids)}" + (f": {e(', '.join(map(str, ids)))}" if ids else ""),
+            "",
+        ]
     train_rows = [x for x in per_prompt if x["split"] == "train"]
     train_audit = prompt_audit(train_rows)
     return out + [
@@ -369,49 +625,82 @@ def audit_section(r: ReportInputs) -> list[str]:
         f"gained, {sum(x['delta'] < 0 for x in train_rows)} lost, "
         f"{len(train_audit['never_solved'])} never solved, "
         f"{len(train_audit['always_solved'])} always solved "
-        f"(every row is in {md_code(per_prompt_path(r))}).", ""]
+        f"(every row is in {md_code(per_prompt_path(r))}).",
+        "",
+    ]
 
 
 def cost_section(r: ReportInputs) -> list[str]:
     """Section 7: what PPO's critic would cost next to this policy."""
     v, cost = md_value, r.cost
-    return ["## 7. GRPO vs PPO cost", "",
-            f"PPO would train a critic next to this policy: the same backbone with a value head, "
-            f"{v(cost['critic_parameters'])} parameters, {cost['critic_memory_mb']:.1f} MB of "
-            f"weights, gradients and AdamW state at {v(cost['bytes_per_trained_parameter'])} bytes "
-            f"per parameter (the policy itself needs {cost['policy_memory_mb']:.1f} MB). GRPO has "
-            f"no critic: its baseline is the mean reward of the "
-            f"{v(cost['grpo_rollouts_per_prompt'])} completions sampled per prompt, so it saves "
-            f"that memory and the critic's forward and backward passes, and pays with "
-            f"{v(cost['grpo_rollouts_per_prompt'])} rollouts per prompt instead of "
-            f"{v(cost['ppo_rollouts_per_prompt'])}.", ""]
+    return [
+        "## 7. GRPO vs PPO cost",
+        "",
+        f"PPO would train a critic next to this policy: the same backbone with a value head, "
+        f"{v(cost['critic_parameters'])} parameters, {cost['critic_memory_mb']:.1f} MB of "
+        f"weights, gradients and AdamW state at {v(cost['bytes_per_trained_parameter'])} bytes "
+        f"per parameter (the policy itself needs {cost['policy_memory_mb']:.1f} MB). GRPO has "
+        f"no critic: its baseline is the mean reward of the "
+        f"{v(cost['grpo_rollouts_per_prompt'])} completions sampled per prompt, so it saves "
+        f"that memory and the critic's forward and backward passes, and pays with "
+        f"{v(cost['grpo_rollouts_per_prompt'])} rollouts per prompt instead of "
+        f"{v(cost['ppo_rollouts_per_prompt'])}.",
+        "",
+    ]
 
 
 def provenance_section(r: ReportInputs) -> list[str]:
     """Section 8: data and model md5s, each stage's code digest, versions, the params as used."""
     params, prov = r.params, r.prov
-    out = ["## 8. Provenance", "",
-           "Each model md5 is the one dvc.lock records for the stage that wrote the model; each "
-           "data md5 is of the file as the pipeline read it; each stage's code digest covers the "
-           "code and environment files dvc.lock records as that stage's deps. This page holds "
-           "no clock time and no git state, so rerunning the same commit writes it byte for "
-           "byte: the commit that holds it with its dvc.lock is its provenance. Wall times are "
-           f"in {md_code(params['paths']['timing'] + '/')} and the Prefect artifacts.", ""]
-    out += md_table(["what", "value"], [
-        ["seed", params.get("seed")],
-        *[[f"data md5 {path}", md5] for path, md5 in prov["data"].items()],
-        *[[f"model md5 {path}", md5] for path, md5 in prov["models"].items()],
-        *[[f"code of stage {stage}", f"{c['files']} files, sha256 {str(c['digest'])[:16]}"]
-          for stage, c in prov["code"].items()],
-        *[[f"{name} version", version] for name, version in prov["versions"].items()],
-        ["platform (float results depend on it)", prov["platform"]],
-    ])
-    return out + ["", "<details><summary>params.yaml as used</summary>", "", "```json",
-                  json.dumps(params, indent=2, default=str), "```", "", "</details>", ""]
+    out = [
+        "## 8. Provenance",
+        "",
+        "Each model md5 is the one dvc.lock records for the stage that wrote the model; each "
+        "data md5 is of the file as the pipeline read it; each stage's code digest covers the "
+        "code and environment files dvc.lock records as that stage's deps. This page holds "
+        "no clock time and no git state, so rerunning the same commit writes it byte for "
+        "byte: the commit that holds it with its dvc.lock is its provenance. Wall times are "
+        f"in {md_code(params['paths']['timing'] + '/')} and the Prefect artifacts.",
+        "",
+    ]
+    out += md_table(
+        ["what", "value"],
+        [
+            ["seed", params.get("seed")],
+            *[[f"data md5 {path}", md5] for path, md5 in prov["data"].items()],
+            *[[f"model md5 {path}", md5] for path, md5 in prov["models"].items()],
+            *[
+                [f"code of stage {stage}", f"{c['files']} files, sha256 {str(c['digest'])[:16]}"]
+                for stage, c in prov["code"].items()
+            ],
+            *[[f"{name} version", version] for name, version in prov["versions"].items()],
+            ["platform (float results depend on it)", prov["platform"]],
+        ],
+    )
+    return out + [
+        "",
+        "<details><summary>params.yaml as used</summary>",
+        "",
+        "```json",
+        json.dumps(params, indent=2, default=str),
+        "```",
+        "",
+        "</details>",
+        "",
+    ]
 
 
-SECTIONS = (recipe_section, verdict_section, curves_section, diagnosis_section, hyperparameters_section,
-            checks_section, audit_section, cost_section, provenance_section)
+SECTIONS = (
+    recipe_section,
+    verdict_section,
+    curves_section,
+    diagnosis_section,
+    hyperparameters_section,
+    checks_section,
+    audit_section,
+    cost_section,
+    provenance_section,
+)
 
 
 def build_report(**inputs: Any) -> str:
@@ -426,14 +715,25 @@ def build_report(**inputs: Any) -> str:
 
 # --------------------------------------------------------------------------- hyperparameters
 
-REPORTED_SECTIONS = ("seed", "rewards", "model.init", "model.tiny", "model.warm_start",
-                     "train.max_steps", "train.save_steps", "train.grpo", "train.beta_schedule",
-                     "evaluate.samples")
+REPORTED_SECTIONS = (
+    "seed",
+    "rewards",
+    "model.init",
+    "model.tiny",
+    "model.warm_start",
+    "train.max_steps",
+    "train.save_steps",
+    "train.grpo",
+    "train.beta_schedule",
+    "evaluate.samples",
+)
 # The model sections that describe the base policy, by model.init (the tiny default's are above).
 CHAT = ("model.chat_template", "model.chat_template_kwargs")
-MODEL_SECTIONS = {"tiny": ("model.tiny", "model.warm_start"),
-                  "local_llm": ("model.local_llm", *CHAT, "model.lora"),
-                  "pretrained": ("model.name_or_path", *CHAT, "model.lora")}
+MODEL_SECTIONS = {
+    "tiny": ("model.tiny", "model.warm_start"),
+    "local_llm": ("model.local_llm", *CHAT, "model.lora"),
+    "pretrained": ("model.name_or_path", *CHAT, "model.lora"),
+}
 
 
 def reported_sections(init: str) -> tuple[str, ...]:
@@ -444,7 +744,7 @@ def reported_sections(init: str) -> tuple[str, ...]:
     """
     tiny = MODEL_SECTIONS["tiny"]
     at = REPORTED_SECTIONS.index(tiny[0])
-    return (*REPORTED_SECTIONS[:at], *MODEL_SECTIONS[init], *REPORTED_SECTIONS[at + len(tiny):])
+    return (*REPORTED_SECTIONS[:at], *MODEL_SECTIONS[init], *REPORTED_SECTIONS[at + len(tiny) :])
 
 
 def _help_text(params_obj: Any, dotted: str) -> str:

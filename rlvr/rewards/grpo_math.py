@@ -17,8 +17,13 @@ DEFAULT_EPS = 1e-8
 TRL_ADVANTAGE_EPS = 1e-4
 
 
-def group_advantages(rewards: Sequence[float], group_size: int, scale: str = "group",
-                     eps: float = TRL_ADVANTAGE_EPS, ddof: int = 1) -> list[float]:
+def group_advantages(
+    rewards: Sequence[float],
+    group_size: int,
+    scale: str = "group",
+    eps: float = TRL_ADVANTAGE_EPS,
+    ddof: int = 1,
+) -> list[float]:
     """The one advantage formula (besides TRL's own, which it reproduces with the defaults): for
     each group of `group_size` consecutive rewards, each reward minus its group's mean, divided
     by the group's std (scale 'group'), the whole batch's ('batch') or nothing ('none'), plus
@@ -51,10 +56,13 @@ def group_advantages(rewards: Sequence[float], group_size: int, scale: str = "gr
     batch_std = std(values) if scale == "batch" else None
     advantages = []
     for start in range(0, len(values), max(group_size, 1)):
-        group = values[start:start + group_size]
+        group = values[start : start + group_size]
         centre = mean(group)
-        spread = {"group": std(group) if scale == "group" else None, "batch": batch_std,
-                  "none": None}[scale]
+        spread = {
+            "group": std(group) if scale == "group" else None,
+            "batch": batch_std,
+            "none": None,
+        }[scale]
         for value in group:
             advantage = value - centre
             if spread == 0.0:  # all equal: no signal, exactly
@@ -65,8 +73,9 @@ def group_advantages(rewards: Sequence[float], group_size: int, scale: str = "gr
     return advantages
 
 
-def group_relative_advantage(rewards: Sequence[float], eps: float = DEFAULT_EPS,
-                             ddof: int = 0) -> list[float]:
+def group_relative_advantage(
+    rewards: Sequence[float], eps: float = DEFAULT_EPS, ddof: int = 0
+) -> list[float]:
     """Advantage of each sample relative to its own group: (r - mean) / (std + eps), the seed
     semantics: group_advantages on one group, the population std (ddof=0) and eps 1e-8 by
     default. TRL's GRPOTrainer uses the Bessel-corrected std (ddof=1) and eps=1e-4: `ddof=1,
@@ -82,8 +91,9 @@ def group_relative_advantage(rewards: Sequence[float], eps: float = DEFAULT_EPS,
     return group_advantages(rewards, len(rewards), "group", eps=eps, ddof=ddof)
 
 
-def grpo_score(group: Sequence[dict[str, Any]], eps: float = DEFAULT_EPS,
-               ddof: int = 0) -> list[dict[str, Any]]:
+def grpo_score(
+    group: Sequence[dict[str, Any]], eps: float = DEFAULT_EPS, ddof: int = 0
+) -> list[dict[str, Any]]:
     """Score one group of samples: each item gains `advantage` and `reinforce` (advantage > 0).
 
     Items keep every key they came with; the input is not modified.

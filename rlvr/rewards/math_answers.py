@@ -34,8 +34,14 @@ from fractions import Fraction
 from typing import Any
 
 from rlvr.rewards import math_worker
-from rlvr.rewards.math_values import (Literal, Tolerance, clean, final_answers, read_literal,
-                                      several_values)
+from rlvr.rewards.math_values import (
+    Literal,
+    Tolerance,
+    clean,
+    final_answers,
+    read_literal,
+    several_values,
+)
 from rlvr.rewards.verifiers import extract_answer
 
 MATH_TIMEOUT_S = 1.0  # per answer the worker reads: a sane one takes 10-250 ms under load (the
@@ -72,8 +78,11 @@ class _Worker:
     def __init__(self) -> None:
         self.pid = os.getpid()  # the process that started it: a forked child starts its own
         self.process = subprocess.Popen(
-            [sys.executable, "-m", math_worker.__name__], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            [sys.executable, "-m", math_worker.__name__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         self.pending = b""
         self.ready = False
 
@@ -168,8 +177,13 @@ def _target_literal(target: str) -> Literal | None:
     return read_literal(clean(target), reduced=False)
 
 
-def math_reward(output: str, target: str, timeout: float = MATH_TIMEOUT_S,
-                tolerance: Tolerance = Tolerance(), allow_expressions: bool = False) -> float:
+def math_reward(
+    output: str,
+    target: str,
+    timeout: float = MATH_TIMEOUT_S,
+    tolerance: Tolerance = Tolerance(),
+    allow_expressions: bool = False,
+) -> float:
     """1.0 when the output states one final answer (every `\\boxed{}` in it, else the text) whose
     value is the target's, exactly or within `tolerance`, else 0.0. 0.0 too past `timeout` seconds
     of the worker's scoring, on an answer longer than math_values.MAX_ANSWER_CHARS or nested
@@ -180,8 +194,11 @@ def math_reward(output: str, target: str, timeout: float = MATH_TIMEOUT_S,
     >>> math_reward("<answer>50%</answer>", "1/2"), math_reward("41", "42"), math_reward("6*7", "42")
     (1.0, 0.0, 0.0)
     """
-    if not isinstance(output, str) or not isinstance(target, str) \
-            or len(extract_answer(output)) > MAX_MATH_OUTPUT_CHARS:
+    if (
+        not isinstance(output, str)
+        or not isinstance(target, str)
+        or len(extract_answer(output)) > MAX_MATH_OUTPUT_CHARS
+    ):
         return 0.0
     answers = final_answers(output)
     if not answers:
@@ -193,20 +210,33 @@ def math_reward(output: str, target: str, timeout: float = MATH_TIMEOUT_S,
     return 1.0
 
 
-def _answer_scores(answer: str, target: str, gold: Literal | None, timeout: float,
-                   tolerance: Tolerance, allow_expressions: bool) -> bool:
+def _answer_scores(
+    answer: str,
+    target: str,
+    gold: Literal | None,
+    timeout: float,
+    tolerance: Tolerance,
+    allow_expressions: bool,
+) -> bool:
     if nesting(answer) > MAX_MATH_NESTING or several_values(answer):
         return False
     literal = read_literal(answer, reduced=not allow_expressions)
     if literal is not None and gold is not None:
         return tolerance.close(literal.value, gold.value) or (
-            gold.percent and not literal.percent and tolerance.close(literal.value, gold.value * 100))
+            gold.percent
+            and not literal.percent
+            and tolerance.close(literal.value, gold.value * 100)
+        )
     if literal is None and gold is not None and not allow_expressions:
         return False  # a rational target's answer is final only written as a number
-    request = {"answer": answer, "target": clean(target), "allow_expressions": allow_expressions,
-               "answer_value": _exact(literal.value) if literal else None,
-               "target_value": _exact(gold.value) if gold else None,
-               "tolerance": tolerance.as_json()}
+    request = {
+        "answer": answer,
+        "target": clean(target),
+        "allow_expressions": allow_expressions,
+        "answer_value": _exact(literal.value) if literal else None,
+        "target_value": _exact(gold.value) if gold else None,
+        "tolerance": tolerance.as_json(),
+    }
     return _ask({"score": request}, timeout) == 1
 
 
@@ -219,13 +249,20 @@ def math_target_problem(target: Any) -> str:
     >>> math_target_problem("2 × 2 × 5 × 7 × 7")
     "'2 × 2 × 5 × 7 × 7' is arithmetic or a product, not one value written as one: write its value (a factorization or a list needs exact_match or regex)"
     """  # noqa: E501 (one-line outputs and tables)
-    if not isinstance(target, str) or not target.strip() \
-            or len(target) > math_worker.MAX_MATH_TARGET_CHARS:
-        return f"must be a non-empty string of at most {math_worker.MAX_MATH_TARGET_CHARS} characters"
+    if (
+        not isinstance(target, str)
+        or not target.strip()
+        or len(target) > math_worker.MAX_MATH_TARGET_CHARS
+    ):
+        return (
+            f"must be a non-empty string of at most {math_worker.MAX_MATH_TARGET_CHARS} characters"
+        )
     text = clean(target)
     if several_values(text):
-        return (f"{target!r} holds several values: a math target is one value (several "
-                "values need several rows, or an exact_match or regex verifier)")
+        return (
+            f"{target!r} holds several values: a math target is one value (several "
+            "values need several rows, or an exact_match or regex verifier)"
+        )
     gold = _target_literal(target)
     plain = _plain_reading_problem(target, gold)
     if plain is not None:
@@ -238,10 +275,14 @@ def math_target_problem(target: Any) -> str:
     if problem == "":
         return ""
     if problem == "arithmetic":
-        return (f"{target!r} is arithmetic or a product, not one value written as one: write "
-                "its value (a factorization or a list needs exact_match or regex)")
-    return (f"{target!r} is not one value: a number, a fraction, a percentage or a closed form "
-            "such as \\frac{\\sqrt{2}}{2}")
+        return (
+            f"{target!r} is arithmetic or a product, not one value written as one: write "
+            "its value (a factorization or a list needs exact_match or regex)"
+        )
+    return (
+        f"{target!r} is not one value: a number, a fraction, a percentage or a closed form "
+        "such as \\frac{\\sqrt{2}}{2}"
+    )
 
 
 def _plain_reading_problem(target: str, gold: Literal | None) -> str | None:

@@ -36,19 +36,45 @@ MAX_SIG_FIGS = 30
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # LaTeX that spells a value's layout, not its value.
-_LAYOUT = [("\\\\", ";"), ("\\left", ""), ("\\right", ""), ("\\displaystyle", ""), ("\\dfrac", "\\frac"),
-           ("\\tfrac", "\\frac"), ("\\!", ""), ("\\,", ""), ("\\;", " "), ("\\:", " "),
-           ("\\ ", " "), ("{,}", ","), ("\\%", "%"), ("\\times", "*"), ("\\cdot", "*"),
-           ("×", "*"), ("·", "*"), ("−", "-"), ("\\$", ""), ("$", ""), ("\\(", ""), ("\\)", ""),
-           ("\\[", ""), ("\\]", ""), ("\\approx", "="), ("≈", "="), ("~", " ")]
+_LAYOUT = [
+    ("\\\\", ";"),
+    ("\\left", ""),
+    ("\\right", ""),
+    ("\\displaystyle", ""),
+    ("\\dfrac", "\\frac"),
+    ("\\tfrac", "\\frac"),
+    ("\\!", ""),
+    ("\\,", ""),
+    ("\\;", " "),
+    ("\\:", " "),
+    ("\\ ", " "),
+    ("{,}", ","),
+    ("\\%", "%"),
+    ("\\times", "*"),
+    ("\\cdot", "*"),
+    ("×", "*"),
+    ("·", "*"),
+    ("−", "-"),
+    ("\\$", ""),
+    ("$", ""),
+    ("\\(", ""),
+    ("\\)", ""),
+    ("\\[", ""),
+    ("\\]", ""),
+    ("\\approx", "="),
+    ("≈", "="),
+    ("~", " "),
+]
 _RELATIONS = ("<", ">", "\\le", "\\ge", "\\ne", "≤", "≥", "≠")
 _UNIT_TEXT = re.compile(r"\s*\\(?:text|mathrm|mbox|textrm)\s*\{\s*[A-Za-z][A-Za-z .]*\}\s*$")
 _UNIT_WORDS = re.compile(r"\s+[A-Za-z]+(?: [A-Za-z]+)*\s*$")
 _DEGREES = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)\s*$")
 # What may stand between values of one answer: a comma (not a thousands separator), a semicolon,
 # plus-or-minus, "or"/"and", LaTeX's line and column breaks and wide spaces.
-_SEPARATORS = re.compile(r"(?<!\d),|,(?!\d{3}(?!\d))|;|\\pm|\\mp|±|∓|\bor\b|\band\b|\\\\|&|"
-                         r"\\q?quad")
+_SEPARATORS = re.compile(
+    r"(?<!\d),|,(?!\d{3}(?!\d))|;|\\pm|\\mp|±|∓|\bor\b|\band\b|\\\\|&|"
+    r"\\q?quad"
+)
 
 _INT = r"\d{1,3}(?:,\d{3})+|\d+"
 _NUMBER = rf"(?:(?:{_INT})(?:\.\d*)?|\.\d+)"
@@ -61,7 +87,9 @@ _LITERAL = re.compile(
       | \\frac\s*(?:\{{\s*(?P<fsign>[+-]?)\s*(?P<fn>\d+)\s*\}}\s*\{{\s*(?P<fd>\d+)\s*\}}
                    |(?P<fn1>\d)\s*(?P<fd1>\d))
       | (?P<n>\d+)\s*/\s*(?P<d>\d+)
-    )\s*\)?""", re.VERBOSE)
+    )\s*\)?""",
+    re.VERBOSE,
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +97,7 @@ class Tolerance:
     """How close an answer must be to its target: exact when every field is None. `rel_tol` and
     `abs_tol` as math.isclose (either suffices); `sig_figs`: both rounded to that many
     significant figures, half away from zero, are equal."""
+
     rel_tol: Fraction | None = None
     abs_tol: Fraction | None = None
     sig_figs: int | None = None
@@ -76,9 +105,11 @@ class Tolerance:
     @classmethod
     def of(cls, verifier) -> Tolerance:
         """The tolerance a verifier states (its fields checked by the contract)."""
+
         def exact(name):
             value = verifier.get(name)
             return None if value is None else Fraction(str(value))
+
         return cls(exact("rel_tol"), exact("abs_tol"), verifier.get("sig_figs"))
 
     @property
@@ -97,14 +128,18 @@ class Tolerance:
             return answer == target
         if self.sig_figs is not None:
             return round_sig(answer, self.sig_figs) == round_sig(target, self.sig_figs)
-        bound = max(self.rel_tol * abs(target) if self.rel_tol is not None else 0,
-                    self.abs_tol if self.abs_tol is not None else 0)
+        bound = max(
+            self.rel_tol * abs(target) if self.rel_tol is not None else 0,
+            self.abs_tol if self.abs_tol is not None else 0,
+        )
         return abs(answer - target) <= bound
 
     def as_json(self) -> dict:
-        return {"rel_tol": None if self.rel_tol is None else str(self.rel_tol),
-                "abs_tol": None if self.abs_tol is None else str(self.abs_tol),
-                "sig_figs": self.sig_figs}
+        return {
+            "rel_tol": None if self.rel_tol is None else str(self.rel_tol),
+            "abs_tol": None if self.abs_tol is None else str(self.abs_tol),
+            "sig_figs": self.sig_figs,
+        }
 
 
 def round_sig(value: Fraction, figures: int) -> Decimal:
@@ -114,13 +149,14 @@ def round_sig(value: Fraction, figures: int) -> Decimal:
     >>> round_sig(Fraction(851737), 3), round_sig(Fraction(-5, 2), 1), round_sig(Fraction(0), 2)
     (Decimal('8.52E+5'), Decimal('-3'), Decimal('0'))
     """
-    context = Context(prec=figures, rounding=ROUND_HALF_UP, Emax=10**6, Emin=-10**6)
+    context = Context(prec=figures, rounding=ROUND_HALF_UP, Emax=10**6, Emin=-(10**6))
     return context.divide(Decimal(value.numerator), Decimal(value.denominator))
 
 
 @dataclass(frozen=True)
 class Literal:
     """A number as written: its exact value, and whether it was written as a percentage."""
+
     value: Fraction
     percent: bool = False
 
@@ -149,8 +185,10 @@ def read_literal(text: str, reduced: bool = True) -> Literal | None:
         if g["percent"]:
             value /= 100
         return Literal(sign * value, bool(g["percent"]))
-    numerator, denominator = (int(g["fn"] or g["fn1"] or g["n"]),
-                              int(g["fd"] or g["fd1"] or g["d"]))
+    numerator, denominator = (
+        int(g["fn"] or g["fn1"] or g["n"]),
+        int(g["fd"] or g["fd1"] or g["d"]),
+    )
     if denominator == 0 or (reduced and (denominator == 1 or gcd(numerator, denominator) != 1)):
         return None
     return Literal(sign * Fraction(numerator, denominator))

@@ -37,8 +37,11 @@ def read_value(text: str):
         expr = latex2sympy(text)
     except Exception:  # noqa: BLE001 - text that does not parse is not a value
         return None
-    if not isinstance(expr, sympy.Expr) or expr.free_symbols or expr.has(
-            sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
+    if (
+        not isinstance(expr, sympy.Expr)
+        or expr.free_symbols
+        or expr.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan)
+    ):
         return None
     return expr
 
@@ -76,24 +79,34 @@ def equal(answer, target, tolerance: Tolerance) -> bool:
     if tolerance.exact:
         return sympy.simplify(answer - target) == 0
     answer_value, target_value = _fraction(answer), _fraction(target)
-    return (answer_value is not None and target_value is not None
-            and tolerance.close(answer_value, target_value))
+    return (
+        answer_value is not None
+        and target_value is not None
+        and tolerance.close(answer_value, target_value)
+    )
 
 
 def score(request: dict) -> int:
     """1 when the answer's value equals the target's (within the stated tolerance), else 0.
     `answer` / `target`: LaTeX to read; `answer_value` / `target_value`: exact "p/q" instead;
     `allow_expressions`: arithmetic answers count; `tolerance`: Tolerance's fields."""
-    target = (exact_value(request["target_value"]) if request.get("target_value")
-              else read_value(request["target"]))
+    target = (
+        exact_value(request["target_value"])
+        if request.get("target_value")
+        else read_value(request["target"])
+    )
     if request.get("answer_value"):
         answer = exact_value(request["answer_value"])
     else:
         answer = read_value(request["answer"])
         if answer is None or not (request.get("allow_expressions") or is_final(answer)):
             return 0
-    tolerance = Tolerance(**{name: Fraction(value) if value is not None and name != "sig_figs"
-                             else value for name, value in request["tolerance"].items()})
+    tolerance = Tolerance(
+        **{
+            name: Fraction(value) if value is not None and name != "sig_figs" else value
+            for name, value in request["tolerance"].items()
+        }
+    )
     return int(target is not None and equal(answer, target, tolerance))
 
 
@@ -123,8 +136,13 @@ def reply(request: dict):
 # simplify, evalf) are paid here, before `ready`, not by the first answers' time bound.
 WARM_UP = [
     {"score": {"answer": "\\sqrt{8}/4", "target": "\\frac{\\sqrt{2}}{2}", "tolerance": {}}},
-    {"score": {"answer": "((1+\\sqrt{2}))", "target": "\\left(1+\\sqrt{2}\\right)",
-               "tolerance": {"rel_tol": "1/1000"}}},
+    {
+        "score": {
+            "answer": "((1+\\sqrt{2}))",
+            "target": "\\left(1+\\sqrt{2}\\right)",
+            "tolerance": {"rel_tol": "1/1000"},
+        }
+    },
     {"score": {"answer": "3 \\text{ apples}", "target": "\\pi", "tolerance": {"sig_figs": 3}}},
     {"score": {"answer": "[2, 3]", "answer_value": None, "target": "e^{2}", "tolerance": {}}},
     {"target": "2 \\times 3"},

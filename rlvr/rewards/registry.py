@@ -17,14 +17,18 @@ from typing import TYPE_CHECKING, Any
 import regex
 
 from rlvr.core.metric_keys import reward_failures
+from rlvr.params.config import ParamsError
 from rlvr.rewards.math_answers import math_reward, math_target_problem
 from rlvr.rewards.math_values import MAX_SIG_FIGS, Tolerance
 from rlvr.rewards.math_worker import MAX_MATH_TARGET_CHARS
 from rlvr.rewards.shaping import length_reward
-from rlvr.rewards.verifiers import (MAX_COUNTDOWN_NUMBERS, countdown_reward, exact_match_reward,
-                                    extract_answer, format_reward)
-
-from rlvr.params.config import ParamsError
+from rlvr.rewards.verifiers import (
+    MAX_COUNTDOWN_NUMBERS,
+    countdown_reward,
+    exact_match_reward,
+    extract_answer,
+    format_reward,
+)
 
 if TYPE_CHECKING:
     from rlvr.params.config import RewardsParams
@@ -33,6 +37,7 @@ log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- verifier types
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -44,13 +49,20 @@ def _is_nonempty_str(value: Any) -> bool:
 
 def _is_number_list(value: Any) -> bool:
     # Non-negative: answers have no unary minus, so a negative number could never be written.
-    return (isinstance(value, list) and 1 <= len(value) <= MAX_COUNTDOWN_NUMBERS
-            and all(_is_int(v) and v >= 0 for v in value))
+    return (
+        isinstance(value, list)
+        and 1 <= len(value) <= MAX_COUNTDOWN_NUMBERS
+        and all(_is_int(v) and v >= 0 for v in value)
+    )
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        value == value and abs(value) != float("inf")
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == value
+        and abs(value) != float("inf")
+    )
 
 
 def _compiles(value: Any) -> bool:
@@ -64,6 +76,7 @@ def _compiles(value: Any) -> bool:
 @dataclass(frozen=True)
 class FieldRule:
     """One field of a verifier type: whether it must be present, and the rule its value obeys."""
+
     check: Callable[[Any], bool]
     rule: str
     required: bool = True
@@ -73,6 +86,7 @@ class FieldRule:
 class VerifierType:
     """A kind of verifier: the fields a row must give, how an answer is scored, and the rules
     that need more than one field or more than a yes/no (run once every field obeys its own)."""
+
     fields: Mapping[str, FieldRule]
     score: Callable[[str, Mapping[str, Any]], float]
     problems: Callable[[Mapping[str, Any]], list[str]] = lambda verifier: []
@@ -89,15 +103,19 @@ def _math_problems(verifier: Mapping[str, Any]) -> list[str]:
 VERIFIERS: dict[str, VerifierType] = {
     "countdown": VerifierType(
         fields={
-            "numbers": FieldRule(_is_number_list,
-                                 f"a list of 1-{MAX_COUNTDOWN_NUMBERS} non-negative integers "
-                                 "(answers have no unary minus)"),
+            "numbers": FieldRule(
+                _is_number_list,
+                f"a list of 1-{MAX_COUNTDOWN_NUMBERS} non-negative integers "
+                "(answers have no unary minus)",
+            ),
             "target": FieldRule(_is_int, "an integer"),
-            "allow_division": FieldRule(lambda v: isinstance(v, bool), "true or false",
-                                        required=False),
+            "allow_division": FieldRule(
+                lambda v: isinstance(v, bool), "true or false", required=False
+            ),
         },
-        score=lambda answer, v: countdown_reward(answer, v["numbers"], v["target"],
-                                                 v.get("allow_division", False)),
+        score=lambda answer, v: countdown_reward(
+            answer, v["numbers"], v["target"], v.get("allow_division", False)
+        ),
     ),
     "exact_match": VerifierType(
         fields={"target": FieldRule(_is_nonempty_str, "a non-empty string")},
@@ -109,20 +127,34 @@ VERIFIERS: dict[str, VerifierType] = {
     ),
     "math": VerifierType(  # compared by value (rlvr.rewards.math_answers; docs/data.md)
         fields={
-            "target": FieldRule(lambda v: _is_nonempty_str(v) and len(v) <= MAX_MATH_TARGET_CHARS,
-                                "one value: a number, fraction, percentage or LaTeX closed form "
-                                f"(a string of at most {MAX_MATH_TARGET_CHARS} characters)"),
-            "rel_tol": FieldRule(lambda v: _is_number(v) and 0 < v < 1,
-                                 "a number between 0 and 1 (exclusive)", required=False),
-            "abs_tol": FieldRule(lambda v: _is_number(v) and v > 0, "a positive number",
-                                 required=False),
-            "sig_figs": FieldRule(lambda v: _is_int(v) and 1 <= v <= MAX_SIG_FIGS,
-                                  f"an integer from 1 to {MAX_SIG_FIGS}", required=False),
-            "allow_expressions": FieldRule(lambda v: isinstance(v, bool), "true or false",
-                                           required=False),
+            "target": FieldRule(
+                lambda v: _is_nonempty_str(v) and len(v) <= MAX_MATH_TARGET_CHARS,
+                "one value: a number, fraction, percentage or LaTeX closed form "
+                f"(a string of at most {MAX_MATH_TARGET_CHARS} characters)",
+            ),
+            "rel_tol": FieldRule(
+                lambda v: _is_number(v) and 0 < v < 1,
+                "a number between 0 and 1 (exclusive)",
+                required=False,
+            ),
+            "abs_tol": FieldRule(
+                lambda v: _is_number(v) and v > 0, "a positive number", required=False
+            ),
+            "sig_figs": FieldRule(
+                lambda v: _is_int(v) and 1 <= v <= MAX_SIG_FIGS,
+                f"an integer from 1 to {MAX_SIG_FIGS}",
+                required=False,
+            ),
+            "allow_expressions": FieldRule(
+                lambda v: isinstance(v, bool), "true or false", required=False
+            ),
         },
-        score=lambda answer, v: math_reward(answer, v["target"], tolerance=Tolerance.of(v),
-                                            allow_expressions=v.get("allow_expressions", False)),
+        score=lambda answer, v: math_reward(
+            answer,
+            v["target"],
+            tolerance=Tolerance.of(v),
+            allow_expressions=v.get("allow_expressions", False),
+        ),
         problems=_math_problems,
     ),
 }
@@ -166,6 +198,7 @@ def score_correctness(answer: str, verifier: Mapping[str, Any]) -> float:
 
 # --------------------------------------------------------------------------- reward functions
 
+
 def completion_text(completion: Any) -> str:
     """Plain text of a TRL completion: a string, or a conversational list of messages."""
     if isinstance(completion, str):
@@ -195,9 +228,13 @@ class RewardFunction:
         self.failures = 0
         self._logged_rows: set[str] = set()
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
-                 completion_ids: Sequence[Sequence[int]] | None = None,
-                 **columns: Any) -> list[float | None]:
+    def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        completion_ids: Sequence[Sequence[int]] | None = None,
+        **columns: Any,
+    ) -> list[float | None]:
         verifiers = columns.get("verifier") or [None] * len(completions)
         ids = columns.get("id") or [f"#{i}" for i in range(len(completions))]
         rewards: list[float | None] = []
@@ -213,8 +250,13 @@ class RewardFunction:
                 row = str(ids[i])
                 if row not in self._logged_rows:
                     self._logged_rows.add(row)
-                    log.warning("reward %s failed on row %s (scored None): %s: %s",
-                                self.__name__, row, type(error).__name__, error)
+                    log.warning(
+                        "reward %s failed on row %s (scored None): %s: %s",
+                        self.__name__,
+                        row,
+                        type(error).__name__,
+                        error,
+                    )
         self.failures += batch_failures
         log_metric = columns.get("log_metric")
         if callable(log_metric):
@@ -234,7 +276,8 @@ def _format(params: RewardsParams) -> SampleScorer:
 def _length(params: RewardsParams) -> SampleScorer:
     p = params.length
     return lambda text, verifier, n_tokens: length_reward(
-        n_tokens, score_correctness(text, verifier) == 1.0, p.lam, p.l_min, p.l_max, p.l_target)
+        n_tokens, score_correctness(text, verifier) == 1.0, p.lam, p.l_min, p.l_max, p.l_target
+    )
 
 
 REWARD_FUNCS: dict[str, Callable[[RewardsParams], SampleScorer]] = {
@@ -254,8 +297,10 @@ def check_reward_names(funcs: Sequence[str]) -> None:
     """  # noqa: E501 (one-line outputs and tables)
     unknown = [name for name in funcs if name not in REWARD_FUNCS]
     if unknown:
-        raise ParamsError(f"params.yaml: rewards.funcs = {list(funcs)!r}: unknown reward "
-                          f"function(s) {unknown}; known: {sorted(REWARD_FUNCS)}")
+        raise ParamsError(
+            f"params.yaml: rewards.funcs = {list(funcs)!r}: unknown reward "
+            f"function(s) {unknown}; known: {sorted(REWARD_FUNCS)}"
+        )
 
 
 def build_reward_funcs(params: RewardsParams) -> list[RewardFunction]:

@@ -21,8 +21,9 @@ def compose_rewards(parts: Sequence[Mapping[str, float]]) -> float:
     return sum(float(p["weight"]) * float(p["reward"]) for p in parts) / total_weight
 
 
-def length_reward(length: float, correct: bool, lam: float, l_min: float, l_max: float,
-                  l_target: float) -> float:
+def length_reward(
+    length: float, correct: bool, lam: float, l_min: float, l_max: float, l_target: float
+) -> float:
     """Kimi k1.5 length term: favour short correct answers, penalise long wrong ones.
 
     correct: lam * (l_max - L) / (l_max - l_min)
@@ -36,8 +37,10 @@ def length_reward(length: float, correct: bool, lam: float, l_min: float, l_max:
     -0.5
     """
     if not (l_min < l_max and l_target < l_max):
-        raise ValueError(f"length term needs l_min < l_max and l_target < l_max, got "
-                         f"l_min={l_min}, l_max={l_max}, l_target={l_target}")
+        raise ValueError(
+            f"length term needs l_min < l_max and l_target < l_max, got "
+            f"l_min={l_min}, l_max={l_max}, l_target={l_target}"
+        )
     if correct:
         return lam * (l_max - length) / (l_max - l_min)
     return -lam * max(0.0, (length - l_target) / (l_max - l_target))

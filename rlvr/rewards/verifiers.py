@@ -42,8 +42,13 @@ MAX_FORMAT_CHARS = 100_000
 # thread: a sane pattern decides in microseconds, so only a pathological search pays for a thread.
 _INLINE_REGEX_S = 0.005
 # Python's `re` flag values differ from the `regex` package's for ASCII only.
-_RE_TO_REGEX_FLAGS = {re.IGNORECASE: regex.IGNORECASE, re.MULTILINE: regex.MULTILINE,
-                      re.DOTALL: regex.DOTALL, re.VERBOSE: regex.VERBOSE, re.ASCII: regex.ASCII}
+_RE_TO_REGEX_FLAGS = {
+    re.IGNORECASE: regex.IGNORECASE,
+    re.MULTILINE: regex.MULTILINE,
+    re.DOTALL: regex.DOTALL,
+    re.VERBOSE: regex.VERBOSE,
+    re.ASCII: regex.ASCII,
+}
 # The characters of an expression besides whitespace, which is any character str.isspace
 # accepts (a no-break, thin or ideographic space as much as a line break, as str.strip and
 # exact_match see it). Digits are ASCII only.
@@ -93,8 +98,9 @@ def _as_regex(pattern: str | re.Pattern | regex.Pattern) -> regex.Pattern:
     return regex.compile(pattern)
 
 
-def format_reward(output: str, pattern: str | re.Pattern | regex.Pattern,
-                  timeout: float = REGEX_TIMEOUT_S) -> float:
+def format_reward(
+    output: str, pattern: str | re.Pattern | regex.Pattern, timeout: float = REGEX_TIMEOUT_S
+) -> float:
     """1.0 if the pattern matches somewhere in the output (re.search semantics), else 0.0.
 
     Anchor the pattern (^...$) to demand the whole output. A search that has not decided within
@@ -184,8 +190,9 @@ def _evaluate(node: ast.AST, available: Counter, allow_division: bool) -> Fracti
     raise _Rejected(f"{type(node).__name__} is not allowed")
 
 
-def countdown_value(expression: str, numbers: Sequence[int],
-                    allow_division: bool = False) -> Fraction | None:
+def countdown_value(
+    expression: str, numbers: Sequence[int], allow_division: bool = False
+) -> Fraction | None:
     """The exact value of a legal countdown expression, or None if it is not legal.
 
     Legal: only the given numbers, each at most once; + - * (and / when allowed); parentheses.
@@ -214,8 +221,9 @@ def countdown_value(expression: str, numbers: Sequence[int],
         return None
 
 
-def countdown_reward(output: str, numbers: Sequence[int], target: int,
-                     allow_division: bool = False) -> float:
+def countdown_reward(
+    output: str, numbers: Sequence[int], target: int, allow_division: bool = False
+) -> float:
     """1.0 if the output is a legal expression over `numbers` that equals `target`, else 0.0.
 
     Format and length are separate rewards; this one only checks the arithmetic. An answer may
@@ -249,8 +257,12 @@ class CountdownSearchExceeded(Exception):
         self.max_nodes = max_nodes
 
 
-def countdown_solution(numbers: Sequence[int], target: int, allow_division: bool = False,
-                       max_nodes: int | None = COUNTDOWN_SEARCH_NODES) -> str | None:
+def countdown_solution(
+    numbers: Sequence[int],
+    target: int,
+    allow_division: bool = False,
+    max_nodes: int | None = COUNTDOWN_SEARCH_NODES,
+) -> str | None:
     """An expression over `numbers` (each at most once) that hits `target`, or None if none exists.
 
     Exhaustive search over every way of combining pairs; meant for the few numbers a countdown
@@ -264,7 +276,9 @@ def countdown_solution(numbers: Sequence[int], target: int, allow_division: bool
     True
     """
     if len(numbers) > MAX_COUNTDOWN_NUMBERS:
-        raise ValueError(f"at most {MAX_COUNTDOWN_NUMBERS} numbers can be searched, got {len(numbers)}")
+        raise ValueError(
+            f"at most {MAX_COUNTDOWN_NUMBERS} numbers can be searched, got {len(numbers)}"
+        )
     seen: set[tuple] = set()
     nodes = 0
 
@@ -306,7 +320,7 @@ def _simplify(text: str, numbers: Sequence[int], target: int, allow_division: bo
                 depth += {"(": 1, ")": -1}.get(text[close_at], 0)
                 if depth == 0:
                     break
-            candidate = text[:open_at] + text[open_at + 1:close_at] + text[close_at + 1:]
+            candidate = text[:open_at] + text[open_at + 1 : close_at] + text[close_at + 1 :]
             if countdown_value(candidate, numbers, allow_division) == target:
                 text, changed = candidate, True
                 break

@@ -14,8 +14,10 @@ def cpu_load():
     package's own timeout (processor time, not wall time) let a 0.2 s limit run 0.5-0.6 s, and
     a training step scores its answers (the trainer uses every core)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(min(2 * (cores or 1), 32))]
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(min(2 * (cores or 1), 32))
+    ]
     time.sleep(0.3)  # let them get going
     yield
     for process in busy:

@@ -6,13 +6,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlvr.params.config import RewardsParams
-from rlvr.rewards import (build_reward_funcs, countdown_reward, exact_match_reward,
-                          format_reward, math_reward)
+from rlvr.rewards import (
+    build_reward_funcs,
+    countdown_reward,
+    exact_match_reward,
+    format_reward,
+    math_reward,
+)
 from rlvr.rewards.math_answers import start_math_worker
 
 FORMAT = RewardsParams().format_pattern
-ALL_FUNCS = build_reward_funcs(RewardsParams(funcs=["correctness", "format", "length"],
-                                             weights=[1, 1, 1]))
+ALL_FUNCS = build_reward_funcs(
+    RewardsParams(funcs=["correctness", "format", "length"], weights=[1, 1, 1])
+)
 VERIFIERS = [
     {"type": "countdown", "numbers": [3, 5], "target": 15},
     {"type": "countdown", "numbers": [6, 2, 4], "target": 2, "allow_division": True},
@@ -25,12 +31,39 @@ VERIFIERS = [
 # Arithmetic-looking text reaches deeper into the countdown parser than random unicode does.
 arithmetic = st.text(alphabet="0123456789+-*/() .eE_jx<>answer", max_size=400)
 anything = st.text(max_size=2000)
-huge = st.builds(lambda ch, n: ch * n, st.sampled_from(["9", "(", "*", "a", " "]),
-                 st.integers(0, 100_000))
+huge = st.builds(
+    lambda ch, n: ch * n, st.sampled_from(["9", "(", "*", "a", " "]), st.integers(0, 100_000)
+)
 # LaTeX that asks sympy for huge or deeply nested work: towers, factorials, nested fractions.
-latex = st.builds(lambda parts: "".join(parts), st.lists(st.sampled_from(
-    ["\\boxed{", "\\frac{", "}{", "}", "^{", "10", "9", "!", "\\sqrt{", "x", "=", "(", ")",
-     "\\cdot", "\\left(", "\\right)", "e", "\\pi", "%"]), max_size=300))
+latex = st.builds(
+    lambda parts: "".join(parts),
+    st.lists(
+        st.sampled_from(
+            [
+                "\\boxed{",
+                "\\frac{",
+                "}{",
+                "}",
+                "^{",
+                "10",
+                "9",
+                "!",
+                "\\sqrt{",
+                "x",
+                "=",
+                "(",
+                ")",
+                "\\cdot",
+                "\\left(",
+                "\\right)",
+                "e",
+                "\\pi",
+                "%",
+            ]
+        ),
+        max_size=300,
+    ),
+)
 texts = st.one_of(arithmetic, anything, huge, latex)
 BOUND_S = 2.0  # far above the ~1 ms a verifier takes; only a hang or blow-up breaks it
 # The math worker's bound is on scoring (1 s), never on a start: after an answer that cost a
@@ -58,7 +91,12 @@ def test_every_reward_function_returns_a_float_per_completion(text, verifier):
     start_math_worker()
     start = time.perf_counter()
     for func in ALL_FUNCS:
-        rewards = func(prompts=["p"], completions=[text], completion_ids=[[0] * len(text)],
-                       verifier=[verifier], id=["row"])
+        rewards = func(
+            prompts=["p"],
+            completions=[text],
+            completion_ids=[[0] * len(text)],
+            verifier=[verifier],
+            id=["row"],
+        )
         assert len(rewards) == 1 and isinstance(rewards[0], float)
     assert time.perf_counter() - start < BOUND_S

@@ -45,8 +45,12 @@ def test_empty_group():
 
 
 def test_grpo_score_keeps_items_and_flags_positive_advantages():
-    group = [{"output": "a", "reward": 1}, {"output": "b", "reward": 0},
-             {"output": "c", "reward": 0}, {"output": "d", "reward": 1}]
+    group = [
+        {"output": "a", "reward": 1},
+        {"output": "b", "reward": 0},
+        {"output": "c", "reward": 0},
+        {"output": "d", "reward": 1},
+    ]
     scored = grpo_score(group)
     assert [s["output"] for s in scored] == ["a", "b", "c", "d"]
     assert [s["advantage"] for s in scored] == pytest.approx([1, -1, -1, 1], abs=1e-6)

@@ -28,70 +28,122 @@ def scores(answers, verifier):
 
 # ---------------------------------------------------------------- 1. numbers read as numbers
 
+
 def test_e_notation_is_its_value_in_targets_and_answers_bare_tagged_in_dollars_and_boxed():
     big = math("1.2538491439703905e+18")
-    assert scores(["1.2538491439703905e+18", "1253849143970390500", "\\boxed{1253849143970390500}",
-                   "\\boxed{1.2538491439703905e+18}", "$1.2538491439703905e+18$",
-                   "<answer>1.2538491439703905E18</answer>", "1.2538491439703905 \\times 10^{18}",
-                   "<answer>$1.2538491439703905e18$</answer>"], big) == [1.0] * 8
+    assert (
+        scores(
+            [
+                "1.2538491439703905e+18",
+                "1253849143970390500",
+                "\\boxed{1253849143970390500}",
+                "\\boxed{1.2538491439703905e+18}",
+                "$1.2538491439703905e+18$",
+                "<answer>1.2538491439703905E18</answer>",
+                "1.2538491439703905 \\times 10^{18}",
+                "<answer>$1.2538491439703905e18$</answer>",
+            ],
+            big,
+        )
+        == [1.0] * 8
+    )
     # the mantissa alone, the exponent's sign flipped, the exponent off by one
-    assert scores(["1.2538491439703905", "1.2538491439703905e-18", "1.2538491439703905e+17",
-                   "1.2538491439703905e+19", "\\boxed{1.2538491439703905}"], big) == [0.0] * 5
+    assert (
+        scores(
+            [
+                "1.2538491439703905",
+                "1.2538491439703905e-18",
+                "1.2538491439703905e+17",
+                "1.2538491439703905e+19",
+                "\\boxed{1.2538491439703905}",
+            ],
+            big,
+        )
+        == [0.0] * 5
+    )
     assert scores(["3.0e+1", "3E1", "\\boxed{3.0e+1}", "$3.0e+1$"], math("30")) == [1.0] * 4
-    assert scores(["0.00000000000000000456", "4.56E-18", "$4.56e-18$"],
-                  math("4.56e-18")) == [1.0] * 3
+    assert (
+        scores(["0.00000000000000000456", "4.56E-18", "$4.56e-18$"], math("4.56e-18")) == [1.0] * 3
+    )
 
 
 def test_a_target_must_read_as_its_plain_decimal_value():
     assert verifier_problems(math("1.25E18")) == []
     assert verifier_problems(math("1e999999")) == [
-        "target '1e999999' reads as no number, not as its plain decimal value 1E+999999"]
+        "target '1e999999' reads as no number, not as its plain decimal value 1E+999999"
+    ]
 
 
 # ---------------------------------------------------------------- 2. exact values, stated tolerance
 
-@pytest.mark.parametrize("answer,target,earns", [
-    ("676793011694400.90", "676793011694400.9", 1.0), ("332/521.", "332/521", 1.0),
-    ("42.", "42", 1.0), ("0.750", "3/4", 1.0),
-    ("8.1900003", "8.19", 0.0), ("0.3333333", "1/3", 0.0), ("1.41421356", "\\sqrt{2}", 0.0),
-    ("\\sqrt{8}/4", "\\frac{\\sqrt{2}}{2}", 1.0),
-])
+
+@pytest.mark.parametrize(
+    "answer,target,earns",
+    [
+        ("676793011694400.90", "676793011694400.9", 1.0),
+        ("332/521.", "332/521", 1.0),
+        ("42.", "42", 1.0),
+        ("0.750", "3/4", 1.0),
+        ("8.1900003", "8.19", 0.0),
+        ("0.3333333", "1/3", 0.0),
+        ("1.41421356", "\\sqrt{2}", 0.0),
+        ("\\sqrt{8}/4", "\\frac{\\sqrt{2}}{2}", 1.0),
+    ],
+)
 def test_values_compare_exactly_by_default(answer, target, earns):
     assert score_correctness(answer, math(target)) == earns
 
 
 def test_a_row_may_state_its_tolerance():
     three = math("851737.58055369", sig_figs=3)
-    assert scores(["8.52e+05", "852000", "851737.58055369", "\\boxed{8.52 \\times 10^{5}}"],
-                  three) == [1.0] * 4
+    assert (
+        scores(["8.52e+05", "852000", "851737.58055369", "\\boxed{8.52 \\times 10^{5}}"], three)
+        == [1.0] * 4
+    )
     assert scores(["8.53e+05", "8.5e+05", "851000", "85200"], three) == [0.0] * 4
-    assert scores(["1.41421356", "1.414214", "1.41"], math("\\sqrt{2}", rel_tol=1e-6)) == \
-        [1.0, 1.0, 0.0]
+    assert scores(["1.41421356", "1.414214", "1.41"], math("\\sqrt{2}", rel_tol=1e-6)) == [
+        1.0,
+        1.0,
+        0.0,
+    ]
     assert scores(["8.1900003", "8.2", "8.21"], math("8.19", abs_tol=0.01)) == [1.0, 1.0, 0.0]
 
 
-@pytest.mark.parametrize("fields,problem", [
-    ({"rel_tol": 0}, "rel_tol must be a number between 0 and 1 (exclusive)"),
-    ({"rel_tol": "0.1"}, "rel_tol must be a number between 0 and 1 (exclusive)"),
-    ({"rel_tol": True}, "rel_tol must be a number between 0 and 1 (exclusive)"),
-    ({"abs_tol": -1}, "abs_tol must be a positive number"),
-    ({"abs_tol": float("nan")}, "abs_tol must be a positive number"),
-    ({"sig_figs": 0}, "sig_figs must be an integer from 1 to 30"),
-    ({"sig_figs": 2.5}, "sig_figs must be an integer from 1 to 30"),
-    ({"allow_expressions": "yes"}, "allow_expressions must be true or false"),
-    ({"sig_figs": 3, "rel_tol": 0.01},
-     "sig_figs cannot be combined with rel_tol or abs_tol: state one rule"),
-    ({"tolerance": 0.1}, "unknown field(s) ['tolerance'] for type math"),
-])
+@pytest.mark.parametrize(
+    "fields,problem",
+    [
+        ({"rel_tol": 0}, "rel_tol must be a number between 0 and 1 (exclusive)"),
+        ({"rel_tol": "0.1"}, "rel_tol must be a number between 0 and 1 (exclusive)"),
+        ({"rel_tol": True}, "rel_tol must be a number between 0 and 1 (exclusive)"),
+        ({"abs_tol": -1}, "abs_tol must be a positive number"),
+        ({"abs_tol": float("nan")}, "abs_tol must be a positive number"),
+        ({"sig_figs": 0}, "sig_figs must be an integer from 1 to 30"),
+        ({"sig_figs": 2.5}, "sig_figs must be an integer from 1 to 30"),
+        ({"allow_expressions": "yes"}, "allow_expressions must be true or false"),
+        (
+            {"sig_figs": 3, "rel_tol": 0.01},
+            "sig_figs cannot be combined with rel_tol or abs_tol: state one rule",
+        ),
+        ({"tolerance": 0.1}, "unknown field(s) ['tolerance'] for type math"),
+    ],
+)
 def test_the_contract_checks_the_tolerance_fields(fields, problem):
     assert verifier_problems(math("8.19", **fields)) == [problem]
 
 
 # ---------------------------------------------------------------- 3. a final answer, and one
 
+
 def test_arithmetic_left_to_do_earns_nothing_unless_the_row_allows_expressions():
-    undone = ["4 * 3", "11 + 1", "4 \\times 3", "\\sqrt{144}", "24/2", "\\frac{24}{2}",
-              "The answer is 4*3."]
+    undone = [
+        "4 * 3",
+        "11 + 1",
+        "4 \\times 3",
+        "\\sqrt{144}",
+        "24/2",
+        "\\frac{24}{2}",
+        "The answer is 4*3.",
+    ]
     assert scores(undone, math("12")) == [0.0] * len(undone)
     assert scores(undone, math("12", allow_expressions=True)) == [1.0] * len(undone)
     assert scores(["13", "4 * 3 or 12"], math("12", allow_expressions=True)) == [0.0, 0.0]
@@ -102,11 +154,30 @@ def test_arithmetic_left_to_do_earns_nothing_unless_the_row_allows_expressions()
 
 
 def test_forms_that_are_values_stay_accepted():
-    assert scores(["\\frac{3}{4}", "0.75", "75%", "75\\%", "\\boxed{\\dfrac{3}{4}}", ".75",
-                   "x = 3/4", "The answer is 0.75.", "3/4 \\text{ of the pie}"],
-                  math("3/4")) == [1.0] * 9
-    assert scores(["\\sqrt{2}/2", "\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}"],
-                  math("\\frac{\\sqrt{2}}{2}")) == [1.0] * 3
+    assert (
+        scores(
+            [
+                "\\frac{3}{4}",
+                "0.75",
+                "75%",
+                "75\\%",
+                "\\boxed{\\dfrac{3}{4}}",
+                ".75",
+                "x = 3/4",
+                "The answer is 0.75.",
+                "3/4 \\text{ of the pie}",
+            ],
+            math("3/4"),
+        )
+        == [1.0] * 9
+    )
+    assert (
+        scores(
+            ["\\sqrt{2}/2", "\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}"],
+            math("\\frac{\\sqrt{2}}{2}"),
+        )
+        == [1.0] * 3
+    )
     assert scores(["-5", "- 5", "−5", "(-5)", "\\boxed{-5}"], math("-5")) == [1.0] * 5
     assert scores(["1,000", "1{,}000", "1000 dollars", "\\$1000"], math("1000")) == [1.0] * 4
 
@@ -119,15 +190,34 @@ def test_the_readmes_examples():
 def test_a_percentage_is_its_value_over_100():
     assert scores(["30%", "\\boxed{30\\%}"], math("30")) == [0.0, 0.0]
     # a target written as a percentage also takes its count of percent: its question asks for one
-    assert scores(["30%", "0.3", "30", "\\boxed{30}", "3%", "0.003"], math("30%")) == \
-        [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    assert scores(["30%", "0.3", "30", "\\boxed{30}", "3%", "0.003"], math("30%")) == [
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+    ]
 
 
-@pytest.mark.parametrize("answer", [
-    "31 or 30", "30 or 31", "31, 30", "30, 31", "30; 31", "\\boxed{31} \\boxed{30}",
-    "\\boxed{30} \\boxed{31}", "\\boxed{30 \\text{ or } 31}", "30 \\pm 1", "30 ± 1", "\\{30, 31\\}",
-    "30 \\\\ 31", "30 and 31",
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "31 or 30",
+        "30 or 31",
+        "31, 30",
+        "30, 31",
+        "30; 31",
+        "\\boxed{31} \\boxed{30}",
+        "\\boxed{30} \\boxed{31}",
+        "\\boxed{30 \\text{ or } 31}",
+        "30 \\pm 1",
+        "30 ± 1",
+        "\\{30, 31\\}",
+        "30 \\\\ 31",
+        "30 and 31",
+    ],
+)
 def test_an_answer_holding_several_values_earns_nothing(answer):
     assert score_correctness(answer, math("30")) == 0.0
 
@@ -143,20 +233,31 @@ def test_any_rational_value_earns_in_each_exact_form(value, shift):
     """Property: a value written exactly as a number, a fraction in lowest terms or a percentage
     (bare, boxed, tagged) earns its row's reward; any other value does not."""
     target = math(f"{value.numerator}/{value.denominator}")
-    fraction = f"{value.numerator}/{value.denominator}" if value.denominator != 1 \
-        else str(value.numerator)
+    fraction = (
+        f"{value.numerator}/{value.denominator}" if value.denominator != 1 else str(value.numerator)
+    )
     forms = [fraction, f"\\boxed{{{fraction}}}", f"<answer>{fraction}</answer>"]
     scaled = value * 10**shift
     if scaled.denominator == 1:  # a terminating decimal: e-notation and a percentage
         forms += [f"{scaled.numerator}e-{shift}", f"{scaled.numerator * 100}e-{shift}%"]
     assert scores(forms, target) == [1.0] * len(forms)
     other = value + 1
-    assert score_correctness(f"{other.numerator}/{other.denominator}"
-                             if other.denominator != 1 else str(other.numerator), target) == 0.0
+    assert (
+        score_correctness(
+            f"{other.numerator}/{other.denominator}"
+            if other.denominator != 1
+            else str(other.numerator),
+            target,
+        )
+        == 0.0
+    )
 
 
-@given(st.integers(-10**6, 10**6), st.integers(-10**6, 10**6),
-       st.sampled_from(["{} or {}", "{}, {}", "\\boxed{{{}}} \\boxed{{{}}}", "{}; {}"]))
+@given(
+    st.integers(-(10**6), 10**6),
+    st.integers(-(10**6), 10**6),
+    st.sampled_from(["{} or {}", "{}, {}", "\\boxed{{{}}} \\boxed{{{}}}", "{}; {}"]),
+)
 def test_two_values_never_earn_whatever_their_order(right, other, form):
     if right == other:
         return
@@ -165,7 +266,7 @@ def test_two_values_never_earn_whatever_their_order(right, other, form):
     assert score_correctness(form.format(other, right), target) == 0.0
 
 
-@given(st.integers(-10**4, 10**4), st.integers(-10**4, 10**4), st.sampled_from("+-*"))
+@given(st.integers(-(10**4), 10**4), st.integers(-(10**4), 10**4), st.sampled_from("+-*"))
 def test_arithmetic_on_two_numbers_earns_only_where_expressions_are_allowed(a, b, op):
     value = {"+": a + b, "-": a - b, "*": a * b}[op]
     answer = f"{a} {op} {b}" if b >= 0 else f"{a} {op} ({b})"
@@ -173,8 +274,10 @@ def test_arithmetic_on_two_numbers_earns_only_where_expressions_are_allowed(a, b
     assert score_correctness(answer, math(str(value), allow_expressions=True)) == 1.0
 
 
-@given(st.decimals(min_value=-10**12, max_value=10**12, allow_nan=False, places=6),
-       st.integers(1, 12))
+@given(
+    st.decimals(min_value=-(10**12), max_value=10**12, allow_nan=False, places=6),
+    st.integers(1, 12),
+)
 def test_sig_figs_accepts_the_value_rounded_and_rejects_the_next_rounding(value, figures):
     from fractions import Fraction
 
@@ -187,31 +290,70 @@ def test_sig_figs_accepts_the_value_rounded_and_rejects_the_next_rounding(value,
     verifier = math(str(value), sig_figs=figures)
     assert score_correctness(format(rounded, "e"), verifier) == 1.0
     step = rounded.scaleb(0).as_tuple().exponent  # the last kept digit's place
-    assert score_correctness(format(rounded + (rounded.copy_abs() / rounded) *
-                                    __import__("decimal").Decimal(10) ** step, "e"), verifier) == 0.0
+    assert (
+        score_correctness(
+            format(
+                rounded
+                + (rounded.copy_abs() / rounded) * __import__("decimal").Decimal(10) ** step,
+                "e",
+            ),
+            verifier,
+        )
+        == 0.0
+    )
 
 
 # ---------------------------------------------------------------- 5. one value per target
 
-@pytest.mark.parametrize("target,problem", [
-    ("2 × 2 × 5 × 7 × 7", "target '2 × 2 × 5 × 7 × 7' is arithmetic or a product, not one value "
-     "written as one: write its value (a factorization or a list needs exact_match or regex)"),
-    ("1, 2", "target '1, 2' holds several values: a math target is one value (several values "
-     "need several rows, or an exact_match or regex verifier)"),
-    ("\\{1, 2\\}", "target '\\\\{1, 2\\\\}' holds several values: a math target is one value "
-     "(several values need several rows, or an exact_match or regex verifier)"),
-    ("x + 1", "target 'x + 1' is not one value: a number, a fraction, a percentage or a closed "
-     "form such as \\frac{\\sqrt{2}}{2}"),
-    ("three quarters", "target 'three quarters' is not one value: a number, a fraction, a "
-     "percentage or a closed form such as \\frac{\\sqrt{2}}{2}"),
-])
+
+@pytest.mark.parametrize(
+    "target,problem",
+    [
+        (
+            "2 × 2 × 5 × 7 × 7",
+            "target '2 × 2 × 5 × 7 × 7' is arithmetic or a product, not one value "
+            "written as one: write its value (a factorization or a list needs exact_match or regex)",
+        ),
+        (
+            "1, 2",
+            "target '1, 2' holds several values: a math target is one value (several values "
+            "need several rows, or an exact_match or regex verifier)",
+        ),
+        (
+            "\\{1, 2\\}",
+            "target '\\\\{1, 2\\\\}' holds several values: a math target is one value "
+            "(several values need several rows, or an exact_match or regex verifier)",
+        ),
+        (
+            "x + 1",
+            "target 'x + 1' is not one value: a number, a fraction, a percentage or a closed "
+            "form such as \\frac{\\sqrt{2}}{2}",
+        ),
+        (
+            "three quarters",
+            "target 'three quarters' is not one value: a number, a fraction, a "
+            "percentage or a closed form such as \\frac{\\sqrt{2}}{2}",
+        ),
+    ],
+)
 def test_the_contract_rejects_a_target_that_is_not_one_value(target, problem):
     assert verifier_problems(math(target)) == [problem]
 
 
 def test_targets_that_are_one_value_pass_the_contract():
-    for target in ["42", "-0.5", "3/4", "6/8", "\\frac{3}{4}", "95%", "1.25e+18",
-                   "\\frac{\\sqrt{2}}{2}", "\\pi", "2\\sqrt{3}", "$\\dfrac{242}{311}$"]:
+    for target in [
+        "42",
+        "-0.5",
+        "3/4",
+        "6/8",
+        "\\frac{3}{4}",
+        "95%",
+        "1.25e+18",
+        "\\frac{\\sqrt{2}}{2}",
+        "\\pi",
+        "2\\sqrt{3}",
+        "$\\dfrac{242}{311}$",
+    ]:
         assert verifier_problems(math(target)) == [], target
 
 
@@ -219,10 +361,18 @@ def test_targets_that_are_one_value_pass_the_contract():
 
 ADVERSARIAL = "10^{10^{10^{10}}}"  # sympy computes for minutes: always cut at the bound
 # Honest answers, each earning 1: read by the worker (LaTeX) and in process (numbers).
-HONEST = [("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"), ("\\boxed{\\frac{419}{533}}", "419/533"),
-          ("\\left(1+\\sqrt{2}\\right)", "1+\\sqrt{2}"), ("2\\pi", "2\\pi"), ("0.75", "3/4"),
-          ("\\sqrt{3} \\text{ cm}", "\\sqrt{3}"), ("((\\sqrt{2}))", "\\sqrt{2}"),
-          ("\\frac{\\pi}{4}", "\\pi/4"), ("e^{2}", "e^2"), ("1.25e+18", "1250000000000000000")]
+HONEST = [
+    ("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"),
+    ("\\boxed{\\frac{419}{533}}", "419/533"),
+    ("\\left(1+\\sqrt{2}\\right)", "1+\\sqrt{2}"),
+    ("2\\pi", "2\\pi"),
+    ("0.75", "3/4"),
+    ("\\sqrt{3} \\text{ cm}", "\\sqrt{3}"),
+    ("((\\sqrt{2}))", "\\sqrt{2}"),
+    ("\\frac{\\pi}{4}", "\\pi/4"),
+    ("e^{2}", "e^2"),
+    ("1.25e+18", "1250000000000000000"),
+]
 
 
 def _run(sequence):
@@ -256,10 +406,10 @@ def test_honest_answers_after_an_adversarial_one_all_earn_under_load(order, cpu_
 def test_a_fresh_process_whose_first_answer_is_adversarial_scores_the_next_ten(cpu_load):
     """No worker yet: the first answer starts it (not counted), is cut, and the ten after it
     meet the spare, started with the first, and earn."""
-    code = ("from tests.rewards.test_math import ADV, HONEST, _run; "
-            "print(_run([ADV] + HONEST))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, cwd=os.getcwd())
+    code = "from tests.rewards.test_math import ADV, HONEST, _run; print(_run([ADV] + HONEST))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=os.getcwd()
+    )
     assert out.stdout.strip() == str([1.0] * len(HONEST)), out.stderr[-2000:]
 
 
@@ -302,8 +452,12 @@ def test_numbers_never_wait_for_the_worker():
 
 
 def test_math_works_off_the_main_thread_and_in_two_processes():
-    cases = [("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\sqrt{3}/2"), ("7", "8"), ("\\boxed{3/4}", "0.75"),
-             ("\\sqrt{5}", "\\sqrt{6}")] * 2
+    cases = [
+        ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\sqrt{3}/2"),
+        ("7", "8"),
+        ("\\boxed{3/4}", "0.75"),
+        ("\\sqrt{5}", "\\sqrt{6}"),
+    ] * 2
     with ThreadPoolExecutor(4) as threads:
         assert list(threads.map(math_reward, *zip(*cases))) == [1.0, 0.0] * 4
     with ProcessPoolExecutor(2) as processes:  # each process starts its own worker

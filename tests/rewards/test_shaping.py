@@ -6,10 +6,12 @@ from rlvr.rewards import compose_rewards, length_reward
 
 
 def test_compose_seed_examples():
-    assert compose_rewards([{"weight": 0.7, "reward": 1}, {"weight": 0.3, "reward": 0}]) == \
-        pytest.approx(0.7)
-    assert compose_rewards([{"weight": 0.7, "reward": 1}, {"weight": 0.3, "reward": 1}]) == \
-        pytest.approx(1.0)
+    assert compose_rewards(
+        [{"weight": 0.7, "reward": 1}, {"weight": 0.3, "reward": 0}]
+    ) == pytest.approx(0.7)
+    assert compose_rewards(
+        [{"weight": 0.7, "reward": 1}, {"weight": 0.3, "reward": 1}]
+    ) == pytest.approx(1.0)
 
 
 def test_compose_is_a_weighted_mean_not_a_sum():

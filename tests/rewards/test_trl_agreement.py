@@ -26,19 +26,32 @@ def trl_advantages(tiny_policy_dir, tmp_path_factory):
     flat = [r for group in GROUPS for r in group]
 
     def fixed_rewards(prompts, completions, **kwargs):
-        return flat[:len(completions)]
+        return flat[: len(completions)]
 
-    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("trl")), use_cpu=True, bf16=False,
-                      num_generations=G, per_device_train_batch_size=G * len(GROUPS),
-                      max_completion_length=3, beta=0.0, scale_rewards="group",
-                      activation_checkpointing=False, shuffle_dataset=False, report_to="none", seed=0)
+    args = GRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("trl")),
+        use_cpu=True,
+        bf16=False,
+        num_generations=G,
+        per_device_train_batch_size=G * len(GROUPS),
+        max_completion_length=3,
+        beta=0.0,
+        scale_rewards="group",
+        activation_checkpointing=False,
+        shuffle_dataset=False,
+        report_to="none",
+        seed=0,
+    )
     dataset = Dataset.from_dict({"prompt": [f"q{i}: " for i in range(len(GROUPS))]})
-    trainer = GRPOTrainer(model=str(tiny_policy_dir), reward_funcs=fixed_rewards, args=args,
-                          train_dataset=dataset)
+    trainer = GRPOTrainer(
+        model=str(tiny_policy_dir), reward_funcs=fixed_rewards, args=args, train_dataset=dataset
+    )
     batch = next(iter(trainer.get_train_dataloader()))
-    assert [row["prompt"] for row in batch] == [f"q{i}: " for i in range(len(GROUPS)) for _ in range(G)]
+    assert [row["prompt"] for row in batch] == [
+        f"q{i}: " for i in range(len(GROUPS)) for _ in range(G)
+    ]
     advantages = trainer._generate_and_score_completions(batch)["advantages"].tolist()
-    return [advantages[i * G:(i + 1) * G] for i in range(len(GROUPS))]
+    return [advantages[i * G : (i + 1) * G] for i in range(len(GROUPS))]
 
 
 def test_ours_with_trls_std_and_eps_equals_trls(trl_advantages):

@@ -18,15 +18,18 @@ OPERATORS = ("+", "-", "*")
 # instruct: for a real instruct model, which answers in <answer> tags (see extract_answer).
 PROMPT_STYLES = {
     "compact": "{numbers} -> {target}: ",
-    "instruct": ("Using the numbers {numbers_prose}, each at most once, and the operations {ops}, "
-                 "write an arithmetic expression equal to {target}. Put only the expression in "
-                 "<answer></answer> tags."),
+    "instruct": (
+        "Using the numbers {numbers_prose}, each at most once, and the operations {ops}, "
+        "write an arithmetic expression equal to {target}. Put only the expression in "
+        "<answer></answer> tags."
+    ),
 }
 
 
 @dataclass(frozen=True)
 class CountdownSpec:
     """How rows are drawn; the defaults are the pipeline's default dataset."""
+
     n_numbers: int = 2
     low: int = 1
     high: int = 12
@@ -39,8 +42,9 @@ class CountdownSpec:
 OPERATOR_TAGS = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 
 
-def solving_operators(numbers: list[int], target: int, ops: tuple[str, ...] = OPERATORS
-                      ) -> set[str]:
+def solving_operators(
+    numbers: list[int], target: int, ops: tuple[str, ...] = OPERATORS
+) -> set[str]:
     """Every operator that some solution uses: each expression over a subset of the numbers
     (each at most once, any order and bracketing, exact arithmetic) that makes the target adds
     its operators. Exhaustive, so meant for a few numbers (the default rows have two).
@@ -74,8 +78,7 @@ def solving_operators(numbers: list[int], target: int, ops: tuple[str, ...] = OP
     return found
 
 
-def operator_tags(numbers: list[int], target: int, ops: tuple[str, ...] = OPERATORS
-                  ) -> list[str]:
+def operator_tags(numbers: list[int], target: int, ops: tuple[str, ...] = OPERATORS) -> list[str]:
     """A row's tags: the operators that can make its target, by name, in OPERATOR_TAGS' order.
 
     >>> operator_tags([2, 2], 4), operator_tags([12, 5], 7)
@@ -91,8 +94,9 @@ def _prose(numbers: list[int]) -> str:
     return ", ".join(map(str, numbers[:-1])) + " and " + str(numbers[-1])
 
 
-def make_prompt(numbers: list[int], target: int, ops: tuple[str, ...] = OPERATORS,
-                style: str = "compact") -> str:
+def make_prompt(
+    numbers: list[int], target: int, ops: tuple[str, ...] = OPERATORS, style: str = "compact"
+) -> str:
     """The prompt of one row.
 
     >>> make_prompt([3, 5], 15)
@@ -100,8 +104,12 @@ def make_prompt(numbers: list[int], target: int, ops: tuple[str, ...] = OPERATOR
     >>> make_prompt([3, 5], 15, style="instruct")[:40]
     'Using the numbers 3 and 5, each at most '
     """
-    return PROMPT_STYLES[style].format(target=target, numbers=" ".join(map(str, numbers)),
-                                       numbers_prose=_prose(numbers), ops=" ".join(ops))
+    return PROMPT_STYLES[style].format(
+        target=target,
+        numbers=" ".join(map(str, numbers)),
+        numbers_prose=_prose(numbers),
+        ops=" ".join(ops),
+    )
 
 
 def _draw(rng: random.Random, spec: CountdownSpec) -> tuple[list[int], int]:
@@ -121,8 +129,12 @@ def _draw(rng: random.Random, spec: CountdownSpec) -> tuple[list[int], int]:
             return numbers, value
 
 
-def generate_splits(sizes: dict[str, int], spec: CountdownSpec = CountdownSpec(), seed: int = 0,
-                    id_prefix: str = "cd") -> dict[str, list[dict]]:
+def generate_splits(
+    sizes: dict[str, int],
+    spec: CountdownSpec = CountdownSpec(),
+    seed: int = 0,
+    id_prefix: str = "cd",
+) -> dict[str, list[dict]]:
     """Rows for each named split (`{"train": 64, "eval": 64, "val": 64}`), drawn in that order,
     with no (numbers, target) problem in two splits, each tagged with the operators that can
     make its target (operator_tags); deterministic in seed. A split added at the end leaves the
@@ -152,28 +164,44 @@ def generate_splits(sizes: dict[str, int], spec: CountdownSpec = CountdownSpec()
         # Reachable by construction, so the search ends at an answer: no budget needed.
         assert countdown_solution(numbers, target, max_nodes=None) is not None
         verifier = {"type": "countdown", "numbers": numbers, "target": target}
-        rows.append((make_prompt(numbers, target, spec.ops, spec.style), verifier,
-                     operator_tags(numbers, target, spec.ops)))
+        rows.append(
+            (
+                make_prompt(numbers, target, spec.ops, spec.style),
+                verifier,
+                operator_tags(numbers, target, spec.ops),
+            )
+        )
 
     splits, start = {}, 0
     for name, size in sizes.items():
-        splits[name] = [{"id": f"{id_prefix}-{name}-{i:03d}", "prompt": prompt,
-                         "verifier": verifier, "tags": tags}
-                        for i, (prompt, verifier, tags) in enumerate(rows[start:start + size],
-                                                                     start=1)]
+        splits[name] = [
+            {
+                "id": f"{id_prefix}-{name}-{i:03d}",
+                "prompt": prompt,
+                "verifier": verifier,
+                "tags": tags,
+            }
+            for i, (prompt, verifier, tags) in enumerate(rows[start : start + size], start=1)
+        ]
         start += size
     return splits
 
 
-def generate_rows(n_train: int, n_eval: int, spec: CountdownSpec = CountdownSpec(),
-                  seed: int = 0, id_prefix: str = "cd") -> tuple[list[dict], list[dict]]:
+def generate_rows(
+    n_train: int,
+    n_eval: int,
+    spec: CountdownSpec = CountdownSpec(),
+    seed: int = 0,
+    id_prefix: str = "cd",
+) -> tuple[list[dict], list[dict]]:
     """Train and held-out rows with no problem in common (generate_splits with two splits)."""
     splits = generate_splits({"train": n_train, "eval": n_eval}, spec, seed, id_prefix)
     return splits["train"], splits["eval"]
 
 
-def well_formed_expressions(numbers: list[int], rng: random.Random, k: int,
-                            ops: tuple[str, ...] = OPERATORS) -> list[str]:
+def well_formed_expressions(
+    numbers: list[int], rng: random.Random, k: int, ops: tuple[str, ...] = OPERATORS
+) -> list[str]:
     """Up to k distinct expressions that use every number once with random operators and order.
 
     They are well formed but NOT checked against any target: warm-start data that teaches the

@@ -17,24 +17,32 @@ INSTRUCTION = " Give the final answer in \\boxed{}."
 def _money(rng: random.Random) -> tuple[str, str]:
     count, price, paid = rng.randint(2, 9), rng.randint(2, 12), 0
     paid = count * price + rng.randint(1, 20)
-    return (f"Maya buys {count} notebooks at {price} dollars each and pays with {paid} dollars. "
-            f"How many dollars of change does she get?", str(paid - count * price))
+    return (
+        f"Maya buys {count} notebooks at {price} dollars each and pays with {paid} dollars. "
+        f"How many dollars of change does she get?",
+        str(paid - count * price),
+    )
 
 
 def _sharing(rng: random.Random) -> tuple[str, str]:
     friends, each = rng.randint(3, 8), rng.randint(2, 9)
     left = rng.randint(1, friends - 1)
-    return (f"Omar shares {friends * each + left} marbles equally among {friends} friends and "
-            f"keeps what is left. How many marbles does each friend get?", str(each))
+    return (
+        f"Omar shares {friends * each + left} marbles equally among {friends} friends and "
+        f"keeps what is left. How many marbles does each friend get?",
+        str(each),
+    )
 
 
 def _fraction(rng: random.Random) -> tuple[str, str]:
     whole = rng.choice([12, 16, 20, 24, 30, 36])
     eaten = rng.randint(1, whole - 1)
     share = Fraction(eaten, whole)
-    return (f"A pie is cut into {whole} equal slices and {eaten} of them are eaten. What fraction "
-            f"of the pie is eaten? Answer as a fraction in lowest terms.",
-            f"{share.numerator}/{share.denominator}")
+    return (
+        f"A pie is cut into {whole} equal slices and {eaten} of them are eaten. What fraction "
+        f"of the pie is eaten? Answer as a fraction in lowest terms.",
+        f"{share.numerator}/{share.denominator}",
+    )
 
 
 def _percent(rng: random.Random) -> tuple[str, str]:
@@ -42,19 +50,29 @@ def _percent(rng: random.Random) -> tuple[str, str]:
     passed = rng.randint(1, total - 1)
     # a target written as a percentage: 95%, 95\%, 0.95, 95 and \boxed{95} all earn it
     # (docs/data.md, the math verifier's rules)
-    return (f"In a class of {total} students, {passed} passed the test. What percent of the "
-            f"class passed?", f"{passed * 100 / total:g}%")
+    return (
+        f"In a class of {total} students, {passed} passed the test. What percent of the "
+        f"class passed?",
+        f"{passed * 100 / total:g}%",
+    )
 
 
 def _rate(rng: random.Random) -> tuple[str, str]:
     speed, hours = rng.randint(30, 90), rng.choice([1.5, 2.5, 3, 0.5, 4])
     distance = speed * hours
-    return (f"A train travels at {speed} km per hour for {hours} hours. How many km does it "
-            f"travel?", f"{distance:g}")
+    return (
+        f"A train travels at {speed} km per hour for {hours} hours. How many km does it travel?",
+        f"{distance:g}",
+    )
 
 
-KINDS = {"money": _money, "sharing": _sharing, "fraction": _fraction, "percent": _percent,
-         "rate": _rate}
+KINDS = {
+    "money": _money,
+    "sharing": _sharing,
+    "fraction": _fraction,
+    "percent": _percent,
+    "rate": _rate,
+}
 
 
 def word_problems(rows: int, seed: int = 0, id_prefix: str = "wp") -> list[dict]:
@@ -73,6 +91,12 @@ def word_problems(rows: int, seed: int = 0, id_prefix: str = "wp") -> list[dict]
         if prompt in seen:
             continue
         seen.add(prompt)
-        found.append({"id": f"{id_prefix}-{len(found) + 1:03d}", "prompt": prompt + INSTRUCTION,
-                      "verifier": {"type": "math", "target": target}, "tags": [kind]})
+        found.append(
+            {
+                "id": f"{id_prefix}-{len(found) + 1:03d}",
+                "prompt": prompt + INSTRUCTION,
+                "verifier": {"type": "math", "target": target},
+                "tags": [kind],
+            }
+        )
     return found
