@@ -553,8 +553,9 @@ def test_every_run_of_the_committed_grid_passes_its_own_check_params(tmp_path, m
     monkeypatch.setattr(
         experiments,
         "apply_overrides",
-        lambda path, overrides, where: applied.append(overrides)
-        or apply_overrides(path, overrides, where),
+        lambda path, overrides, where: (
+            applied.append(overrides) or apply_overrides(path, overrides, where)
+        ),
     )
     # each step11 run checks, as its own check_params will, every experiment on its params:
     # the ablations, the sweep and both grids; each distinct params.yaml once

@@ -105,7 +105,7 @@ def numerics_in_force() -> dict:
     """What this process computes with (torch imported): the machine's architecture, threads,
     ATen's kernel level, the MKL branch and the oneDNN cap. Outputs record it (the training and
     prepare summaries): the same on every x86-64 machine when pinned."""
-    import torch
+    import torch  # here: this module pins the ISA before torch loads (a top import would undo it)
 
     return {
         "machine": platform.machine(),

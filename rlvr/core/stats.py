@@ -81,6 +81,8 @@ def paired_ci(
     >>> paired_ci([0.0] * 5), paired_ci([-1.0] * 9 + [0.0] * 7, n_resamples=2000)["ci_high"] < 0
     ({'value': 0.0, 'ci_low': 0.0, 'ci_high': 0.0}, True)
     """
+    # here, not at the top: scipy.stats takes ~0.8 s to import, and metric_keys imports this
+    # module, so every stage and check would pay it (measured 2026-12-04, 2 cores)
     import numpy as np
     from scipy.stats import bootstrap
 

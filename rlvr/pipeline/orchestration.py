@@ -246,6 +246,8 @@ def failed(error: PipelineError):
     return_value_to_state) and only "Finished in state Failed('<message>')" is logged. A plain
     call of the flow still raises `error` (flow_engine.py FlowRunEngine.result -> states.py
     get_state_exception, which returns the exception held in the state's data)."""
+    # prefect here and below, not at the top: ~1.2 s to import, and check_params imports this
+    # module (through the experiments' checks) without running a flow
     from prefect.states import Failed
 
     return Failed(message=str(error), data=error)

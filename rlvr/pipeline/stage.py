@@ -56,7 +56,9 @@ def quiet_library_noise() -> None:
         warnings.filterwarnings("ignore", message=message, category=category)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when the libraries load
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-    if "transformers" in sys.modules:  # already loaded by the stage's imports
+    # only libraries the stage has loaded already: importing them here would cost a stage that
+    # never uses them ~0.8 s (transformers) and ~0.9 s (datasets)
+    if "transformers" in sys.modules:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()

@@ -30,6 +30,8 @@ _DIGITS = 60  # evalf precision for a stated tolerance: far past any sig_figs th
 def read_value(text: str):
     """latex2sympy's reading of `text` as one constant value (a sympy Expr), or None: not LaTeX,
     free symbols (words read as products of letters), a set, a tuple, a relation, infinity."""
+    # sympy and latex2sympy here and below, not at the top: ~0.9 s to import, paid only by the
+    # worker process; the scoring process imports this module for its name and a constant
     import sympy
     from latex2sympy2_extended.latex2sympy2 import latex2sympy
 
