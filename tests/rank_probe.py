@@ -14,7 +14,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from rlvr.data.rows import read_rows
-from rlvr.grpo.distributed import rank, start_rank, sum_over_ranks
+from rlvr.grpo.distributed import end_rank, rank, start_rank, sum_over_ranks
 from rlvr.grpo.run import run_grpo
 from rlvr.params.config import parse_params
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs
@@ -166,3 +166,4 @@ if __name__ == "__main__":
         main_dynamic(*sys.argv[1:3])
     else:
         main(*sys.argv[1:])
+    end_rank()  # as a stage's rank does (rlvr.pipeline.stage.run_stage)

@@ -12,8 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dvclive import Live
-from dvclive.plots import Metric
 from transformers import TrainerCallback
 
 from rlvr.core.errors import PipelineError
@@ -180,6 +178,8 @@ class LiveCurvesCallback(TrainerCallback):
         """Write the waiting points: one append per key's TSV, then DVCLive's summary."""
         if self.live is None or not self.pending:
             return
+        from dvclive.plots import Metric  # see on_train_begin
+
         rows: dict[str, list[tuple[int, Any]]] = {}
         for step, values in self.pending:
             for key, value in values.items():
@@ -207,6 +207,10 @@ class LiveCurvesCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:  # the main process alone writes the curves
             return
+        # here, not at the top: the GPU machine's wheels have no dvclive, and the GPU check
+        # (scripts/gpu_check.py ABSENT_ON_GPU) trains without the curves
+        from dvclive import Live
+
         self.live = Live(dir=str(self.live_dir), dvcyaml=None, save_dvc_exp=False, resume=False)
         self.summarized.clear()
         self.pending.clear()

@@ -227,3 +227,15 @@ def start_rank(stage: str, use_cpu: bool) -> None:
     die_with_launcher()
     PartialState(cpu=use_cpu)
     print(f"{stage}: rank {rank()} of {world_size()} running (pid {os.getpid()})", flush=True)
+
+
+def end_rank() -> None:
+    """In a rank whose work ended well: leave the process group (accelerate's
+    destroy_process_group). Left to the interpreter's exit, Gloo's worker threads can outlive it
+    and abort the rank after its work is done (SIGABRT, "terminate called without an active
+    exception": seen once in CI's two-rank test under load, 2026-12-04; pytorch/pytorch#190489).
+    Not after a failure: a rank still in a collective would wait for this one forever."""
+    from accelerate import PartialState
+
+    if world_size() > 1:
+        PartialState().destroy_process_group()

@@ -270,9 +270,8 @@ def run_stage(
         sys.exit(Stopped.exit_code if isinstance(error, Stopped) else 1)
     except Exception as error:  # noqa: BLE001 - a bug: its traceback, then one line that says so
         folder = full_disk_folder(error)
-        if (
-            folder is not None
-        ):  # not a bug: the machine's disk (train says more: rlvr.pipeline.training)
+        # not a bug: the machine's disk (train says more: rlvr.pipeline.training)
+        if folder is not None:
             line = f"{label}: " + disk_full_line(
                 folder, f"`dvc repro` runs {label} again, keeping the stages before it"
             )
@@ -293,6 +292,8 @@ def run_stage(
             write_json(_parts_file(params, label), timing.PARTS)
         if code:  # a failure the stage has printed itself (smoke's failed checks)
             distributed.report_failure("")
+        else:
+            distributed.end_rank()
         sys.exit(code)
     seconds = time.perf_counter() - started
     # Wall time per stage, for the console and the flows; kept out of every output DVC records,
