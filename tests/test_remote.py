@@ -1,0 +1,111 @@
+"""The shared DVC remote on a real server: sshd on 127.0.0.1 reached with dvc-ssh
+(rlvr.team.remote). A round trip to a fresh clone, the server stopped (one line, the rerun
+pushes), a push killed half-way (the rerun completes it)."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr.team.remote import RemoteFailed, pull, push
+from tests.helpers import commit_all, dvc, project_env
+from tests.servers import SSHServer
+
+
+def _repo(path: Path, server: SSHServer, files: int = 20, size: int = 4096) -> Path:
+    """A git+DVC repository with a tracked folder of random files and the server as its remote."""
+    path.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
+    dvc(path, "init", "-q")
+    data = path / "models" / "final"
+    data.mkdir(parents=True)
+    for i in range(files):
+        (data / f"part-{i:04d}.bin").write_bytes(os.urandom(size))
+    dvc(path, "add", "models/final")
+    server.add_remote(path, env={**project_env(path), "HOME": str(server.home)})
+    commit_all(path, "data")
+    return path
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.md5(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _objects(server: SSHServer) -> int:
+    return (
+        sum(1 for p in (server.storage / "files").rglob("*") if p.is_file())
+        if (server.storage / "files").exists()
+        else 0
+    )
+
+
+def _clone_pulls_the_same(repo: Path, tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    (clone / ".dvc" / "config.local").write_text((repo / ".dvc" / "config.local").read_text())
+    line = pull(clone)
+    assert "fetched" in line or "added" in line, line
+    assert _digests(clone / "models" / "final") == _digests(repo / "models" / "final")
+
+
+def test_push_to_sshd_and_pull_in_a_fresh_clone(ssh_home, tmp_path):
+    repo = _repo(tmp_path / "repo", ssh_home)
+    before = _objects(ssh_home)
+    assert "pushed" in push(repo)
+    assert _objects(ssh_home) >= before + 21  # 20 files and the folder's listing
+    _clone_pulls_the_same(repo, tmp_path)
+
+
+def test_server_stopped_is_one_line_and_the_rerun_pushes(tmp_path, monkeypatch):
+    server = SSHServer(tmp_path / "sshd").start()  # its own: stopping it leaves the shared one be
+    monkeypatch.setenv("HOME", str(server.home))
+    repo = _repo(tmp_path / "repo", server)
+    server.stop()
+    with pytest.raises(RemoteFailed) as failure:
+        push(repo)
+    line = str(failure.value)
+    assert "\n" not in line and line.startswith(
+        f"dvc push to remote 'team' ({server.url}) failed: "
+    )
+    assert "Connect call failed" in line and "kept locally" in line and "rerun `dvc push`" in line
+    assert _objects(server) == 0
+    server.start()
+    assert "21 files pushed" in push(repo)
+    assert "Cache and remote 'team' are in sync" in dvc(repo, "status", "--cloud")
+    _clone_pulls_the_same(repo, tmp_path)
+    server.stop()
+
+
+def test_a_push_killed_half_way_is_completed_by_the_rerun(ssh_home, tmp_path):
+    repo = _repo(tmp_path / "repo", ssh_home, files=200, size=256 * 1024)
+    env = project_env(repo)
+    before = _objects(ssh_home)
+    run = subprocess.Popen(
+        ["dvc", "push", "--jobs", "1"],
+        cwd=repo,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while _objects(ssh_home) < before + 5 and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.01)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    sent = _objects(ssh_home) - before
+    assert 5 <= sent < 201, f"the push was not cut off half-way ({sent} of 201 objects sent)"
+    assert "not in sync" in dvc(repo, "status", "--cloud") or "new:" in dvc(
+        repo, "status", "--cloud"
+    )
+    push(repo)
+    assert "Cache and remote 'team' are in sync" in dvc(repo, "status", "--cloud")
+    _clone_pulls_the_same(repo, tmp_path)
