@@ -15,6 +15,7 @@ import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
 import yaml
 from dvc.api import DVCFileSystem
 from gto.api import assign, find_latest_version, find_versions_in_stage, parse_tag, register
