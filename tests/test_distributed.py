@@ -27,7 +27,9 @@ def test_accelerate_launch_accepts_the_command_the_stage_builds(name):
     args = launch_command_parser().parse_args(
         distributed.launch_args("stages.train", 4, use_cpu=not name, config_name=name, port=1234)
     )
-    assert (args.num_processes, args.main_process_port, args.module) == (4, 1234, True)
+    # several machines meet at the config's address and port, one machine at a free port
+    port = 1234 if distributed.machines(name) == 1 else None
+    assert (args.num_processes, args.main_process_port, args.module) == (4, port, True)
     assert args.training_script == "stages.train"
     assert args.config_file == (str(distributed.accelerate_config_file(name)) if name else None)
 
@@ -38,7 +40,7 @@ def test_accelerate_launch_accepts_the_command_the_stage_builds(name):
         ({"train": {"processes": 0}}, "train.processes = 0: must be >= 1"),
         (
             {"train": {"accelerate_config": "horovod"}},
-            "train.accelerate_config = 'horovod': must be one of: '', ddp, fsdp, deepspeed_zero2, "
+            "train.accelerate_config = 'horovod': must be one of: '', ddp, ddp_2node, fsdp, deepspeed_zero2, "
             "deepspeed_zero3",
         ),
         (
@@ -54,6 +56,45 @@ def test_accelerate_launch_accepts_the_command_the_stage_builds(name):
 def test_bad_multi_process_params_name_the_key(raw, message):
     with pytest.raises(ParamsError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_params(raw)
+
+
+TWO_NODES = {
+    "train": {"accelerate_config": "ddp_2node", "processes": 16, "grpo": {"use_cpu": False}}
+}
+
+
+def test_the_two_machine_config_is_the_first_machines_and_check_params_passes_it():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(distributed.accelerate_config_file("ddp_2node")))
+    assert (config.num_machines, config.machine_rank, config.num_processes) == (2, 0, 16)
+    assert config.main_process_ip and config.main_process_port == 29500
+    distributed.check_launch_config("ddp_2node", 16)  # the documented setting passes
+
+
+@pytest.mark.parametrize(
+    "change, processes, message",
+    [
+        ({}, 15, "train.processes = 15 does not split over num_machines = 2"),
+        ({"machine_rank": 1}, 16, "machine_rank = 1: must be 0 (this file is the first machine's"),
+        ({"main_process_ip": ""}, 16, "main_process_ip is empty: set it to the first machine's"),
+    ],
+)
+def test_check_params_names_the_two_machine_configs_bad_field(
+    change, processes, message, tmp_path, monkeypatch
+):
+    import yaml
+
+    from rlvr.pipeline.checks import check_run_params
+
+    source = distributed.accelerate_config_file("ddp_2node")
+    config = {**yaml.safe_load(source.read_text()), **change}
+    (tmp_path / source.name).write_text(yaml.safe_dump(config))
+    monkeypatch.setattr(distributed, "ACCELERATE_CONFIGS", tmp_path)
+    raw = {"train": {**TWO_NODES["train"], "processes": processes}}
+    with pytest.raises(ParamsError) as error:
+        check_run_params(parse_params(raw))  # before TRL, which refuses GPUs on this machine
+    assert str(error.value).startswith(f"{tmp_path / source.name}: {message}")
 
 
 def test_a_rank_hands_its_failure_to_the_launcher_and_nothing_else_does(tmp_path, monkeypatch):

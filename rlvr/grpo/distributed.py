@@ -29,7 +29,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlvr.core.errors import PipelineError
+import yaml
+
+from rlvr.core.errors import ParamsError, PipelineError
 
 ACCELERATE_CONFIGS = Path("configs/accelerate")
 FAILURES_ENV = "RLVR_FAILURES_DIR"  # set by the launcher: where ranks report expected failures
@@ -57,6 +59,46 @@ def launched() -> bool:
 def accelerate_config_file(name: str) -> Path | None:
     """configs/accelerate/<name>.yaml, or None for plain DDP (name '')."""
     return ACCELERATE_CONFIGS / f"{name}.yaml" if name else None
+
+
+def machines(config_name: str) -> int:
+    """How many machines the named accelerate config spans (1 for plain DDP)."""
+    config = accelerate_config_file(config_name)
+    if config is None:
+        return 1
+    return int((yaml.safe_load(config.read_text()) or {}).get("num_machines") or 1)
+
+
+def check_launch_config(config_name: str, processes: int) -> None:
+    """What accelerate would find wrong with a config spanning several machines, found by
+    check_params: the file is the first machine's (machine_rank 0, where `dvc repro` runs and
+    rank 0 writes), its rendezvous address is set, and the ranks split evenly over the machines.
+    Raises ParamsError naming the file and the field."""
+    config = accelerate_config_file(config_name)
+    if config is None or machines(config_name) == 1:
+        return
+    # accelerate here, not at the top: ~1.8 s to import (launch's reason below), and only a
+    # multi-machine config needs it
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    loaded = load_config_from_file(str(config))
+    problems = []
+    if loaded.machine_rank != 0:
+        problems.append(
+            f"machine_rank = {loaded.machine_rank}: must be 0 (this file is the first machine's; "
+            "the others join with `accelerate launch --machine_rank <k>`)"
+        )
+    if not loaded.main_process_ip:
+        problems.append("main_process_ip is empty: set it to the first machine's address")
+    if not loaded.main_process_port:
+        problems.append("main_process_port is empty: set a port the other machines can reach")
+    if processes % loaded.num_machines:
+        problems.append(
+            f"train.processes = {processes} does not split over num_machines = "
+            f"{loaded.num_machines}: give every machine the same number of ranks"
+        )
+    if problems:
+        raise ParamsError(f"{config}: {problems[0]}")
 
 
 def launch_args(
@@ -95,7 +137,9 @@ def launch_args(
             "--dynamo_backend",
             "no",
         ]
-    return [*head, "--main_process_port", str(port), "-m", module, *script_args]
+    # several machines meet at the config's main_process_ip:port; one machine takes a free port
+    rendezvous = ["--main_process_port", str(port)] if machines(config_name) == 1 else []
+    return [*head, *rendezvous, "-m", module, *script_args]
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 from rlvr.params.section import Bool, Dict, Float, Int, NonEmptyStr, Str, require, section
 
 # configs/accelerate/<name>.yaml (tests/test_distributed.py checks they exist and parse).
-ACCELERATE_CONFIG_NAMES = ("ddp", "fsdp", "deepspeed_zero2", "deepspeed_zero3")
+ACCELERATE_CONFIG_NAMES = ("ddp", "ddp_2node", "fsdp", "deepspeed_zero2", "deepspeed_zero3")
 # GRPOConfig fields rlvr.grpo.config.grpo_config sets itself (train.grpo.extra must not).
 PIPELINE_GRPO_FIELDS = (
     "output_dir",
@@ -457,8 +457,8 @@ class TrainParams:
     accelerate_config: Literal[("", *ACCELERATE_CONFIG_NAMES)] = Field(
         "",
         description="With processes above 1: '' for plain DDP, or the name of an accelerate "
-        "config in configs/accelerate/ (ddp, fsdp, deepspeed_zero2, deepspeed_zero3) for "
-        "multi-GPU runs.",
+        "config in configs/accelerate/ (ddp, ddp_2node, fsdp, deepspeed_zero2, deepspeed_zero3) "
+        "for multi-GPU runs; ddp_2node spans 2 machines (docs/gpu.md).",
     )
     eval_steps: Int = Field(
         50,

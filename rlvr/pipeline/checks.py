@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlvr.grpo.config import check_trl_config
+from rlvr.grpo.distributed import check_launch_config
 from rlvr.params.config import PARAMS_FILE, Params, ParamsError, load_params
 from rlvr.pipeline.experiments import experiment_params
 from rlvr.rewards.registry import check_reward_names
@@ -15,6 +16,8 @@ from rlvr.rewards.registry import check_reward_names
 def check_run_params(params: Params) -> None:
     """What the stages of one run would find wrong with these params, found now."""
     check_reward_names(params.rewards.funcs)
+    # before TRL's: on a machine without GPUs TRL refuses any GPU config, this check still says
+    check_launch_config(params.train.accelerate_config, params.train.processes)
     check_trl_config(params)
     report = params.report
     if report.slice_drop_to >= report.slice_drop_from:  # else every tag would count as forgotten
