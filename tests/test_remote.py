@@ -109,3 +109,57 @@ def test_a_push_killed_half_way_is_completed_by_the_rerun(ssh_home, tmp_path):
     push(repo)
     assert "Cache and remote 'team' are in sync" in dvc(repo, "status", "--cloud")
     _clone_pulls_the_same(repo, tmp_path)
+
+
+def test_the_prod_model_is_fetched_by_name_in_a_clean_folder(ssh_home, tmp_path):
+    """The registry's promise for users: GTO's tags in the git remote, the weights in the DVC
+    remote, and `dvc artifacts get <repo> policy --stage prod` brings them to an empty folder."""
+    repo = _repo(tmp_path / "repo", ssh_home)
+    (repo / "dvc.yaml").write_text(
+        "artifacts:\n  policy:\n    path: models/final\n    type: model\n"
+    )
+    commit_all(repo, "the policy as an artifact")
+    push(repo)
+    env = {**project_env(repo), "HOME": str(ssh_home.home)}
+    for args in (["register", "policy"], ["assign", "policy", "--stage", "prod"]):
+        gto = subprocess.run(
+            ["gto", *args],
+            cwd=repo,
+            env={
+                **env,
+                "GIT_AUTHOR_NAME": "t",
+                "GIT_AUTHOR_EMAIL": "t@t",
+                "GIT_COMMITTER_NAME": "t",
+                "GIT_COMMITTER_EMAIL": "t@t",
+            },
+            capture_output=True,
+            text=True,
+        )
+        assert gto.returncode == 0, gto.stderr
+    shown = subprocess.run(["gto", "show"], cwd=repo, env=env, capture_output=True, text=True)
+    assert "│ policy │ v0.0.1   │ v0.0.1  │" in shown.stdout, shown.stdout
+    shared = tmp_path / "shared.git"  # the team's git remote: the commits and GTO's tags
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(shared)], check=True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    get = subprocess.run(
+        [
+            "dvc",
+            "artifacts",
+            "get",
+            str(shared),
+            "policy",
+            "--stage",
+            "prod",
+            "-o",
+            "prod",
+            "--remote-config",
+            f"keyfile={ssh_home.client_key}",
+        ],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert get.returncode == 0, get.stdout + get.stderr
+    assert _digests(empty / "prod") == _digests(repo / "models" / "final")
