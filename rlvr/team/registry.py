@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 from dvc.api import DVCFileSystem
+from dvc.repo import Repo
 from gto.api import assign, find_latest_version, find_versions_in_stage, parse_tag, register
 from gto.exceptions import ArtifactNotFound, GTOException
 
@@ -40,19 +41,21 @@ class RegistryError(PipelineError):
 
 
 def published_artifact(root: str | Path) -> tuple[str, str]:
-    """(name, path) of the one artifact of type model in dvc.yaml's `artifacts:`."""
-    spec = yaml.safe_load((Path(root) / "dvc.yaml").read_text()) or {}
-    models = [
-        (name, entry["path"])
-        for name, entry in (spec.get("artifacts") or {}).items()
-        if (entry or {}).get("type") == "model"
-    ]
-    if len(models) != 1:
+    """(name, path) of the one artifact of type model in dvc.yaml's `artifacts:`, as DVC reads
+    it (its ${paths.*} resolved)."""
+    with Repo(str(root)) as repo:
+        found = [
+            (name, artifact.path)
+            for artifacts in repo.artifacts.read().values()
+            for name, artifact in artifacts.items()
+            if artifact.type == "model"
+        ]
+    if len(found) != 1:
         raise RegistryError(
             f"dvc.yaml: artifacts: needs exactly one artifact of type model (the published "
-            f"policy), found {len(models)}"
+            f"policy), found {len(found)}"
         )
-    return models[0]
+    return found[0]
 
 
 def _git(root: str | Path, *args: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from rlvr.team.remote import RemoteFailed, pull, push
 from tests.helpers import commit_all, dvc, project_env
-from tests.servers import SSHServer
+from tests.team.servers import SSHServer
 
 
 def _repo(path: Path, server: SSHServer, files: int = 20, size: int = 4096) -> Path:

@@ -17,7 +17,7 @@ from rlvr.team.registry import (
 )
 from tests.helpers import commit_all
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROWS = [f"h{i:02d}" for i in range(16)]
 
 
