@@ -26,6 +26,7 @@ from rlvr.audit.recipe import recipe_difference
 from rlvr.core.errors import PipelineError
 from rlvr.core.seeds import seed_folder
 from rlvr.params.config import PathsParams
+from rlvr.report.render import md_escape
 
 PROD = "prod"
 HELD_OUT = "heldout"  # the split the verdict reads (per_prompt.jsonl's "split")
@@ -243,3 +244,42 @@ def promote_after_run(root: str | Path, push: bool = False) -> Decision:
         comparison=comparison,
         warnings=warnings,
     )
+
+
+def promotion_markdown(decision: Decision) -> str:
+    """The Prefect artifact `promotion`: the decision, both models' figures and the reason."""
+    lines = [f"# {md_escape(decision.line)}", ""]
+    c = decision.comparison
+    if c:
+        before = (decision.prod_before or {}).get("version", "?")
+        d = c["difference"]
+        lines += [
+            f"| held-out, {c['rows']} shared rows | prod {md_escape(before)} (champion) "
+            f"| new {md_escape(decision.registered)} (challenger) |",
+            "|---|---|---|",
+            *(
+                f"| {label} | {fmt(c['champion'][key])} | {fmt(c['challenger'][key])} |"
+                for label, key, fmt in (
+                    ("mean reward", "mean_reward", "{:.3f}".format),
+                    ("pass@1", "pass@1", "{:.3f}".format),
+                    ("seeds", "seeds", lambda s: ", ".join(map(str, s))),
+                )
+            ),
+            "",
+            f"Difference (new - prod): {d['value']:+.3f}, 95% interval [{d['ci_low']:+.3f}, "
+            f"{d['ci_high']:+.3f}] over both models' seeds and the prompts (paired by prompt); "
+            f"probability of improvement {d['probability_of_improvement']:.2f}. Verdict: "
+            f"**{c['verdict']}**.",
+            "",
+        ]
+    lines += [
+        f"Registered: {md_escape(decision.registered or 'nothing (no new model)')}; prod before: "
+        f"{md_escape((decision.prod_before or {}).get('version', 'none'))}, after: "
+        f"{md_escape((decision.prod_after or {}).get('version', 'none'))}.",
+        "",
+        f"Reason: {md_escape(decision.reason)}",
+        "",
+        f"Policy: {PROMOTION_POLICY}.",
+    ]
+    lines += [f"- {md_escape(w)}" for w in decision.warnings]
+    return "\n".join(lines) + "\n"

@@ -41,6 +41,11 @@ def _where(root: str | Path) -> tuple[str, str]:
     return found
 
 
+def _cache_dir(root: str | Path) -> str:
+    """Where this repository's DVC cache is (a shared one when `cache.dir` is set)."""
+    return run_dvc(root, "cache", "dir").stdout.strip() or str(Path(root) / ".dvc" / "cache")
+
+
 def push(root: str | Path) -> str:
     """`dvc push` to the default remote; DVC's summary line, or RemoteFailed."""
     name, url = _where(root)
@@ -48,7 +53,7 @@ def push(root: str | Path) -> str:
     if run.returncode != 0:
         raise RemoteFailed(
             f"dvc push to remote '{name}' ({url}) failed: {_dvc_error(run.stdout + run.stderr)}; "
-            f"kept locally: every output in {Path(root) / '.dvc' / 'cache'} and dvc.lock: rerun "
+            f"kept locally: every output in {_cache_dir(root)} and dvc.lock: rerun "
             "`dvc push` once the remote answers (it sends only what is missing)"
         )
     return (run.stdout.strip().splitlines() or ["pushed"])[-1]

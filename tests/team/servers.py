@@ -2,8 +2,9 @@
 
 SSHServer: OpenSSH's sshd (Debian's openssh-server; .ci/run installs it, pinned) serving a folder
 as a DVC remote over SFTP, reached with DVC's own SSH plugin (dvc-ssh). Its keys, its config and
-the client's known_hosts live in one folder; `env()` points HOME there, so asyncssh (under dvc-ssh)
-trusts this server's key and the user's own ~/.ssh is never read or written.
+the client's ~/.ssh (known_hosts naming this server, its key as id_ed25519) live in one folder;
+`env()` points HOME there, so asyncssh (under dvc-ssh) trusts this server and logs in, and the
+user's own ~/.ssh is never read or written.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ class SSHServer:
             _keygen(self.client_key)
         (folder / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
         (self.home / ".ssh").mkdir(parents=True, exist_ok=True)
+        # the client's own default key: a clone with no keyfile in its DVC config (the nightly's)
+        # logs in as a worker with its own ~/.ssh would
+        own = self.home / ".ssh" / "id_ed25519"
+        shutil.copyfile(self.client_key, own)
+        own.chmod(0o600)
         key = host_key.with_suffix(".pub").read_text().split()[:2]
         (self.home / ".ssh" / "known_hosts").write_text(
             f"[127.0.0.1]:{self.port} {' '.join(key)}\n"

@@ -1,0 +1,139 @@
+"""Prefect flow: the nightly runs the branch, not a folder (rlvr.team.nightly).
+
+    python -m flows.nightly [--repo URL] [--branch main]     (offline: Prefect's embedded server)
+
+Each flow run clones the git remote at the branch head into its own folder, `dvc pull`s what
+earlier nights made (a night with nothing new trains nothing and says so), runs the pipeline
+flow there (the stages DVC says are stale), `dvc push`es, records the night as a commit on the
+results branch of the git remote, and lets the model registry decide whether the new model
+replaces `prod` (rlvr.team.registry). Artifacts: `nightly` (what ran, where it went) and
+`promotion` (the decision, both models' figures, the reason). A push that fails ends the run
+with one line naming the remote; the clone is kept and the next night pushes it first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
+
+from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HOME)
+from flows.pipeline import pipeline
+from rlvr.core.errors import PipelineError
+from rlvr.pipeline.orchestration import failed, quiet_returned_failures
+from rlvr.team.nightly import (
+    Night,
+    NightlyError,
+    checkout,
+    finish,
+    kept,
+    night_markdown,
+    origin_url,
+    plan,
+    summary_line,
+)
+from rlvr.team.registry import promotion_markdown
+from rlvr.team.remote import pull
+
+quiet_returned_failures()
+
+
+def default_workdir() -> Path:
+    """Where the nightly keeps its clones and the machine's shared DVC cache."""
+    return Path.home() / ".cache" / "rlvr" / "nightly"
+
+
+@task(cache_policy=NO_CACHE)
+def finish_task(night: Night, workdir: Path, message: str) -> dict:
+    """Push, record, promote (rlvr.team.nightly.finish); a Failed state with the line if the
+    push or the record failed."""
+    try:
+        result = finish(night, workdir, message)
+    except PipelineError as error:
+        return failed(error)
+    decision = result["decision"]
+    for warning in decision.warnings:
+        get_run_logger().warning(warning)
+    get_run_logger().info(decision.line)
+    create_markdown_artifact(
+        markdown=promotion_markdown(decision), key="promotion", description=decision.line
+    )
+    return result
+
+
+@flow(name="grpo-nightly", log_prints=True)
+def nightly(
+    repo: str | None = None,
+    branch: str = "main",
+    results_branch: str = "results",
+    workdir: str | None = None,
+) -> dict:
+    """One night: clone, pull, run what changed, push, record, promote. Returns {"line",
+    "commit", "promoted"}."""
+    logger = get_run_logger()
+    work = Path(workdir) if workdir else default_workdir()
+    try:
+        repo = repo or origin_url(ROOT)
+    except NightlyError as error:
+        return failed(error)
+    for earlier in kept(work):  # a night whose push failed: pushed and recorded first
+        logger.info("nightly: finishing the night kept at %s first", earlier.root)
+        state = finish_task.with_options(name="finish-kept-night")(
+            earlier,
+            work,
+            f"nightly (kept): {earlier.branch} {earlier.source[:8]}",
+            return_state=True,
+        )
+        if not state.is_completed():
+            return state
+    name = f"{flow_run.name or 'local'}-{time.strftime('%Y%m%dT%H%M%S')}"
+    try:
+        night = checkout(repo, branch, results_branch, work, name)
+        pulled = pull(night.root)
+    except PipelineError as error:
+        return failed(error)
+    if not plan(night):
+        logger.info(summary_line(night, None))
+    else:
+        logger.info("nightly: %s stage(s) to run: %s", len(night.stale), ", ".join(night.stale))
+        state = pipeline(root=str(night.root), return_state=True)
+        if not state.is_completed():
+            logger.info("nightly: the clone is kept at %s", night.root)
+            return state
+    done = finish_task(
+        night,
+        work,
+        f"nightly {name}: {branch} {night.source[:8]}: "
+        + (", ".join(night.stale) or "nothing new"),
+        return_state=True,
+    )
+    if not done.is_completed():
+        return done
+    result = done.result()
+    line = summary_line(night, result["commit"])
+    create_markdown_artifact(
+        markdown=night_markdown(night, line, result, pulled), key="nightly", description=line
+    )
+    logger.info(line)
+    return {"line": line, "commit": result["commit"], "promoted": result["decision"].promoted}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", help="the git remote (default: this folder's origin)")
+    parser.add_argument("--branch", default="main")
+    parser.add_argument("--results-branch", default="results")
+    parser.add_argument("--workdir", help=f"clones and the shared cache ({default_workdir()})")
+    args = parser.parse_args()
+    try:
+        result = nightly(args.repo, args.branch, args.results_branch, args.workdir)
+    except PipelineError as error:
+        drain_prefect()
+        raise SystemExit(f"nightly: {error}") from None
+    drain_prefect()
+    print(result["line"])

@@ -1,0 +1,224 @@
+"""The nightly runs the branch: each night works in its own fresh clone of the git remote, restores
+what earlier nights made from the DVC remote, runs what changed, pushes the data to the DVC remote
+and records the run as a commit on a results branch of the git remote.
+
+Why a results branch (not `dvc exp push`): the registry's versions are git tags on the commit
+whose dvc.lock holds the model, `dvc artifacts get` and `git log` read it with no DVC experiment
+refs, and a teammate sees every night with `git log --first-parent results`. Each results commit
+has two parents: the previous night's results commit (first) and the branch commit it ran
+(second), so each night's code is one `git show results^2` away.
+
+A night starts from the branch head, with the output files the last night recorded (dvc.lock,
+metrics/, the reports git keeps) laid over it, except those the branch itself changed since
+that night: what a developer committed wins, and DVC reruns every stage whose code, params or
+data differ from the lock. Every night's clone shares one DVC cache on the machine
+(`<workdir>/cache`), so a night whose push failed leaves its outputs there, its clone is kept,
+and the next night pushes and records it before it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlvr.core.errors import PipelineError
+from rlvr.pipeline.orchestration import run_dvc, stale_stages
+from rlvr.report.render import md_escape
+from rlvr.team.registry import promote_after_run
+from rlvr.team.remote import push
+
+PENDING = "pending.json"  # under the workdir: kept clones whose push or record failed
+
+
+class NightlyError(PipelineError):
+    """A night cannot go on; the message says what failed and what is kept."""
+
+
+def git(root: str | Path, *args: str) -> str:
+    """`git <args>` in root; its stdout, or NightlyError with git's own last line."""
+    run = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if run.returncode != 0:
+        said = (run.stderr.strip() or run.stdout.strip() or "no output").splitlines()[-1]
+        raise NightlyError(f"git {' '.join(args[:2])} failed in {root}: {said}")
+    return run.stdout.strip()
+
+
+def _rev(root: Path, ref: str) -> str | None:
+    run = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    return run.stdout.strip() or None
+
+
+@dataclass
+class Night:
+    """One night's clone and where it started."""
+
+    root: Path
+    branch: str
+    results_branch: str
+    source: str  # the branch commit it runs
+    results_before: str | None  # the last night's results commit (None: the first night)
+    carried: list[str] = field(default_factory=list)  # output files laid over from it
+    stale: list[str] = field(default_factory=list)  # the stages DVC said would run
+
+    @property
+    def nothing_new(self) -> bool:
+        return not self.stale
+
+
+def checkout(repo: str, branch: str, results_branch: str, workdir: Path, name: str) -> Night:
+    """A fresh clone of `repo` at `branch`'s head in <workdir>/runs/<name>, on the machine's
+    shared DVC cache, with the last night's outputs laid over it."""
+    root = workdir / "runs" / name
+    if root.exists():
+        shutil.rmtree(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    git(workdir, "clone", "--quiet", "--branch", branch, repo, str(root))
+    for key, value in (("user.name", "rlvr nightly"), ("user.email", "nightly@rlvr.invalid")):
+        if not subprocess.run(["git", "config", key], cwd=root, capture_output=True).stdout:
+            git(root, "config", key, value)
+    (workdir / "cache").mkdir(parents=True, exist_ok=True)
+    run = run_dvc(root, "cache", "dir", "--local", str(workdir / "cache"))
+    if run.returncode != 0:
+        raise NightlyError(f"dvc cache dir failed in {root}: {run.stderr.strip()[-300:]}")
+    source = git(root, "rev-parse", "HEAD")
+    before = _rev(root, f"origin/{results_branch}")
+    night = Night(root, branch, results_branch, source, before)
+    if before:
+        ran = git(root, "rev-parse", f"{before}^@").split()[-1]  # the branch commit it ran
+        recorded = set(git(root, "diff", "--name-only", ran, before).splitlines())
+        changed = set(git(root, "diff", "--name-only", ran, source).splitlines())
+        night.carried = sorted(recorded - changed)
+        if night.carried:
+            git(root, "checkout", before, "--", *night.carried)
+    return night
+
+
+def plan(night: Night) -> list[str]:
+    """The stages DVC says must run, after the pull (None from DVC: all of them)."""
+    stale = stale_stages(night.root)
+    night.stale = sorted(stale) if stale is not None else ["(dvc status failed: every stage)"]
+    return night.stale
+
+
+def record(night: Night, message: str) -> str | None:
+    """Commit the night's files (dvc.lock, metrics/, the reports git keeps) as the next results
+    commit and push it to the git remote's results branch; its hash, or None when the tree is
+    the last night's (nothing to record). HEAD is then that commit (the registry tags it)."""
+    root = night.root
+    git(root, "add", "-A")
+    tree = git(root, "write-tree")
+    if night.results_before and tree == git(root, "rev-parse", f"{night.results_before}^{{tree}}"):
+        git(root, "checkout", "--quiet", night.results_before)
+        return None
+    parents = [night.results_before, night.source] if night.results_before else [night.source]
+    commit = git(root, "commit-tree", tree, *[a for p in parents for a in ("-p", p)], "-m", message)
+    # first parent is the remote's results head: the push fast-forwards, or fails if another
+    # night recorded meanwhile (the concurrency limit keeps nights apart)
+    git(root, "push", "--quiet", "origin", f"{commit}:refs/heads/{night.results_branch}")
+    git(root, "checkout", "--quiet", "-B", night.results_branch, commit)
+    return commit
+
+
+def keep(workdir: Path, night: Night) -> None:
+    """Note a night whose push or record failed: the next night finishes it first."""
+    pending = _pending(workdir)
+    pending[str(night.root)] = {
+        "branch": night.branch,
+        "results_branch": night.results_branch,
+        "source": night.source,
+        "results_before": night.results_before,
+        "stale": night.stale,
+    }
+    (workdir / PENDING).write_text(json.dumps(pending, indent=1))
+
+
+def kept(workdir: Path) -> list[Night]:
+    """The nights kept by keep(), oldest first, whose clones still exist."""
+    return [
+        Night(
+            Path(root),
+            n["branch"],
+            n["results_branch"],
+            n["source"],
+            n["results_before"],
+            stale=n["stale"],
+        )
+        for root, n in _pending(workdir).items()
+        if Path(root).exists()
+    ]
+
+
+def forget(workdir: Path, night: Night) -> None:
+    pending = _pending(workdir)
+    pending.pop(str(night.root), None)
+    (workdir / PENDING).write_text(json.dumps(pending, indent=1))
+    shutil.rmtree(night.root, ignore_errors=True)
+
+
+def _pending(workdir: Path) -> dict:
+    path = workdir / PENDING
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def summary_line(night: Night, commit: str | None) -> str:
+    """The night in one line."""
+    at = f"{night.branch} {night.source[:8]}"
+    if night.nothing_new:
+        return f"nightly: nothing new at {at}: every stage up to date, nothing trained"
+    where = f"results {commit[:8]}" if commit else "no new results commit"
+    return f"nightly: ran {len(night.stale)} stage(s) at {at} ({', '.join(night.stale)}); {where}"
+
+
+def finish(night: Night, workdir: Path, message: str) -> dict:
+    """Push the night's data to the DVC remote, record it on the results branch, and let the
+    registry decide on its model. A failed push or record keeps the clone for the next night
+    (keep) and raises NightlyError in one line; a recorded night's clone is removed."""
+    try:
+        pushed = push(night.root)
+        commit = record(night, message)
+    except PipelineError as error:
+        keep(workdir, night)
+        raise NightlyError(
+            f"{error}; the night's clone is kept at {night.root}: the next night pushes and "
+            "records it first"
+        ) from None
+    decision = promote_after_run(night.root, push=True)
+    forget(workdir, night)
+    return {"pushed": pushed, "commit": commit, "decision": decision}
+
+
+def origin_url(root: Path) -> str:
+    """The git remote a deployment's folder was cloned from (the nightly's default repo)."""
+    try:
+        return git(root, "remote", "get-url", "origin")
+    except NightlyError:
+        raise NightlyError(
+            f"{root} has no git remote 'origin': pass the nightly's repo parameter (a git URL)"
+        ) from None
+
+
+def night_markdown(night: Night, line: str, result: dict | None, pulled: str) -> str:
+    """The Prefect artifact `nightly`: what the night started from, what ran, where it went."""
+    rows = [
+        ("branch", f"{night.branch} {night.source}"),
+        ("last results", night.results_before or "none (the first night)"),
+        ("laid over from them", f"{len(night.carried)} file(s)"),
+        ("dvc pull", pulled),
+        ("stages run", ", ".join(night.stale) or "none: nothing new"),
+    ]
+    if result:
+        rows += [
+            ("dvc push", result["pushed"]),
+            ("results commit", result["commit"] or "none (the same files as the last night)"),
+            ("registry", result["decision"].line),
+        ]
+    table = "\n".join(f"| {k} | {md_escape(v)} |" for k, v in rows)
+    return f"# {md_escape(line)}\n\n| | |\n|---|---|\n{table}\n"

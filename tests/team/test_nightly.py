@@ -1,0 +1,160 @@
+"""The nightly's steps (rlvr.team.nightly) on a one-stage project of its own, against a bare git
+remote and the session's sshd as DVC remote: nights in a row (the first runs and promotes, then
+nothing new, then a params commit), the DVC remote stopped at the push (one line; the clone is
+kept; the next night pushes and records it first). The flow on the real project, from a
+deployment on a real Prefect server: tests/team/test_nightly_deployment.py."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.pipeline.orchestration import run_dvc
+from rlvr.team.nightly import NightlyError, checkout, finish, kept, plan, summary_line
+from rlvr.team.remote import pull
+from tests.helpers import commit_all
+
+# The stage: a "model" and held-out records whose rewards follow params.yaml `quality`.
+MAKE = '''
+import json, pathlib, yaml
+q = yaml.safe_load(open("params.yaml"))["quality"]
+pathlib.Path("models/final").mkdir(parents=True, exist_ok=True)
+pathlib.Path("models/final/weights.txt").write_text(f"quality {q}\\n")
+for seed in (0, 1):
+    folder = pathlib.Path(f"reports/eval/seed-{seed}")
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": f"h{i:02d}", "split": "heldout", "final_reward": min(1.0, q + 0.01 * ((i + seed) % 3)),
+             "final_correct": round(8 * q), "samples": 8} for i in range(16)]
+    (folder / "per_prompt.jsonl").write_text("".join(json.dumps(r) + "\\n" for r in rows))
+pathlib.Path("metrics").mkdir(exist_ok=True)
+pathlib.Path("metrics/quality.json").write_text(json.dumps({"quality": q}))
+'''
+
+DVC_YAML = """stages:
+  publish:
+    cmd: python make.py
+    deps: [make.py]
+    params: [quality]
+    outs: [models/final, reports/eval]
+    metrics:
+      - metrics/quality.json:
+          cache: false
+artifacts:
+  policy:
+    path: models/final
+    type: model
+"""
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def team(ssh_home, tmp_path):
+    """(the bare git remote, a developer's clone of it)."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    _git(dev, "init", "-q", "-b", "main")
+    _git(dev, "config", "user.name", "dev")
+    _git(dev, "config", "user.email", "dev@example.com")
+    run_dvc(dev, "init", "-q")
+    (dev / "make.py").write_text(MAKE)
+    (dev / "dvc.yaml").write_text(DVC_YAML)
+    (dev / "params.yaml").write_text(
+        yaml.safe_dump({"quality": 0.5, "audit": {"seeds": [0, 1]}, "paths": {"eval_runs": "reports/eval"}})
+    )
+    ssh_home.add_remote(dev)
+    commit_all(dev, "the project")
+    shared = tmp_path / "shared.git"
+    _git(tmp_path, "clone", "-q", "--bare", str(dev), str(shared))
+    _git(dev, "remote", "add", "origin", str(shared))
+    return shared, dev
+
+
+def _night(shared: Path, workdir: Path, name: str) -> dict:
+    night = checkout(str(shared), "main", "results", workdir, name)
+    pull(night.root)
+    if plan(night):
+        run = run_dvc(night.root, "repro")
+        assert run.returncode == 0, run.stdout + run.stderr
+    result = finish(night, workdir, f"nightly {name}")
+    return {"night": night, **result, "line": summary_line(night, result["commit"])}
+
+
+def _ran(shared: Path) -> str:
+    """The branch commit the last recorded night ran (the results commit's last parent)."""
+    return _git(shared, "rev-parse", "results^@").split()[-1]
+
+
+def _set_quality(dev: Path, q: float) -> None:
+    params = yaml.safe_load((dev / "params.yaml").read_text())
+    (dev / "params.yaml").write_text(yaml.safe_dump({**params, "quality": q}))
+    _git(dev, "commit", "-qam", f"quality {q}")
+    _git(dev, "push", "-q", "origin", "main")
+
+
+def test_nights_in_a_row_run_what_changed_and_promote_only_a_better_model(team, tmp_path):
+    shared, dev = team
+    work = tmp_path / "work"
+
+    first = _night(shared, work, "n1")
+    assert first["night"].stale == ["publish"] and first["commit"]
+    assert first["decision"].promoted and "first model" in first["decision"].reason
+    assert _git(shared, "rev-parse", "results") == first["commit"]
+    assert not first["night"].root.exists()  # recorded: the clone is gone, the cache stays
+
+    second = _night(shared, work, "n2")
+    assert second["night"].nothing_new and second["commit"] is None
+    assert second["line"].startswith("nightly: nothing new at main ")
+    assert "nothing trained" in second["line"]
+    assert not second["decision"].promoted and "no new model" in second["decision"].reason
+    assert "dvc.lock" in second["night"].carried
+
+    _set_quality(dev, 0.9)
+    third = _night(shared, work, "n3")
+    assert third["night"].stale == ["publish"]
+    decision = third["decision"]
+    assert decision.promoted and decision.registered == "v0.0.2"
+    assert decision.comparison["verdict"] == "improved"
+    # the results branch: each night's first parent is the last night, the second the branch
+    assert _git(shared, "rev-parse", "results^1") == first["commit"]
+    assert _git(shared, "rev-parse", "results^2") == _git(shared, "rev-parse", "main")
+    tags = set(_git(shared, "tag").split())
+    assert {"policy@v0.0.1", "policy@v0.0.2", "policy#prod#1", "policy#prod#2"} <= tags
+
+
+def test_the_remote_down_at_the_push_keeps_the_night_and_the_next_one_pushes_it(
+    team, ssh_home, tmp_path
+):
+    shared, dev = team
+    work = tmp_path / "work"
+    _night(shared, work, "n1")
+    _set_quality(dev, 0.2)
+    night = checkout(str(shared), "main", "results", work, "n2")
+    pull(night.root)
+    assert plan(night) == ["publish"]
+    assert run_dvc(night.root, "repro").returncode == 0
+    ssh_home.stop()
+    try:
+        with pytest.raises(NightlyError) as error:
+            finish(night, work, "nightly n2")
+    finally:
+        ssh_home.start()
+    line = str(error.value)
+    assert "\n" not in line and line.startswith(f"dvc push to remote 'team' ({ssh_home.url}) failed")
+    assert f"the night's clone is kept at {night.root}" in line
+    assert night.root.exists() and [k.root for k in kept(work)] == [night.root]
+    assert _ran(shared) != _git(shared, "rev-parse", "main")  # not recorded
+
+    # the next night finishes the kept one first (pushes, records, decides), then finds nothing new
+    (earlier,) = kept(work)
+    done = finish(earlier, work, "nightly n2 (kept)")
+    assert done["commit"] and done["decision"].comparison["verdict"] == "regressed"
+    assert not done["decision"].promoted and kept(work) == []
+    assert _ran(shared) == _git(shared, "rev-parse", "main")
+    after = _night(shared, work, "n3")
+    assert after["night"].nothing_new and after["commit"] is None
