@@ -14,6 +14,7 @@ with one line naming the remote; the clone is kept and the next night pushes it 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -44,8 +45,9 @@ quiet_returned_failures()
 
 
 def default_workdir() -> Path:
-    """Where the nightly keeps its clones and the machine's shared DVC cache."""
-    return Path.home() / ".cache" / "rlvr" / "nightly"
+    """Where the nightly keeps its clones and the machine's shared DVC cache: $RLVR_NIGHTLY_DIR,
+    else ~/.cache/rlvr/nightly."""
+    return Path(os.environ.get("RLVR_NIGHTLY_DIR") or Path.home() / ".cache" / "rlvr" / "nightly")
 
 
 @task(cache_policy=NO_CACHE)

@@ -1,4 +1,4 @@
-"""Serve the nightly pipeline deployment from this one process, on prefect.yaml's schedule.
+"""Serve the nightly deployment (flows/nightly.py) from this one process, on prefect.yaml's schedule.
 
     python -m flows.serve               (needs a Prefect server: see the README)
 
@@ -15,7 +15,8 @@ from prefect.client.schemas.objects import ConcurrencyLimitConfig
 from prefect.schedules import Cron
 from ruamel.yaml import YAML
 
-from flows.pipeline import ROOT, pipeline
+from flows import ROOT
+from flows.nightly import nightly
 
 
 def nightly_schedule(prefect_yaml: Path = ROOT / "prefect.yaml") -> dict:
@@ -44,4 +45,4 @@ def serve_options(spec: dict) -> dict:
 
 
 if __name__ == "__main__":
-    pipeline.serve(**serve_options(nightly_schedule()))
+    nightly.serve(**serve_options(nightly_schedule()))

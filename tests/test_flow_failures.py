@@ -417,7 +417,7 @@ def test_a_prefect_server_takes_the_deployments_concurrency_limit(project_copy, 
         code, console, _ = _run(project, api_url, prefect, *command, env=env)
         assert code == 0, console[-3000:]
     code, console, _ = _run(
-        project, api_url, prefect, "api", "GET", "/deployments/name/grpo-pipeline/nightly", env=env
+        project, api_url, prefect, "api", "GET", "/deployments/name/grpo-nightly/nightly", env=env
     )
     assert code == 0, console[-3000:]
     deployment = json.loads(console[console.index("{") :])

@@ -70,7 +70,7 @@ def test_a_deployment_runs_one_flow_run_at_a_time_and_queues_the_next(deployment
     assert {
         name
         for name, config in configs.items()
-        if config["entrypoint"] == "flows/pipeline.py:pipeline"
+        if config["entrypoint"] == "flows/nightly.py:nightly"
     } == {"nightly", DOCKER_DEPLOYMENT}
 
 

@@ -24,8 +24,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from rlvr.core.errors import PipelineError
-from rlvr.pipeline.orchestration import run_dvc, stale_stages
+from rlvr.pipeline.orchestration import dvc_stages, run_dvc, stale_stages
 from rlvr.report.render import md_escape
 from rlvr.team.registry import promote_after_run
 from rlvr.team.remote import push
@@ -66,7 +68,9 @@ class Night:
     source: str  # the branch commit it runs
     results_before: str | None  # the last night's results commit (None: the first night)
     carried: list[str] = field(default_factory=list)  # output files laid over from it
-    stale: list[str] = field(default_factory=list)  # the stages DVC said would run
+    stale: list[str] = field(default_factory=list)  # the stages DVC said were stale
+    lock_before: dict = field(default_factory=dict)  # dvc.lock's stages before the run
+    ran: list[str] = field(default_factory=list)  # the stages that ran (finish: ran())
 
     @property
     def nothing_new(self) -> bool:
@@ -103,9 +107,26 @@ def checkout(repo: str, branch: str, results_branch: str, workdir: Path, name: s
 
 def plan(night: Night) -> list[str]:
     """The stages DVC says must run, after the pull (None from DVC: all of them)."""
+    night.lock_before = _lock(night.root)
     stale = stale_stages(night.root)
-    night.stale = sorted(stale) if stale is not None else ["(dvc status failed: every stage)"]
+    if stale is None:
+        night.stale = ["(dvc status failed: every stage)"]
+    else:  # in dvc.yaml's order (a foreach stage by its name: train for train@0, train@1, ...)
+        order = dvc_stages(night.root / "dvc.yaml")
+        night.stale = sorted(stale, key=lambda s: (order.index(s) if s in order else len(order), s))
     return night.stale
+
+
+def _lock(root: Path) -> dict:
+    path = root / "dvc.lock"
+    return (yaml.safe_load(path.read_text()) or {}).get("stages", {}) if path.exists() else {}
+
+
+def stages_that_ran(night: Night) -> list[str]:
+    """The stages that ran this night (train@0, ...): those whose dvc.lock entry changed, in the
+    lock's order. (The stale ones start it; DVC reruns what depends on them when it changed.)"""
+    after = _lock(night.root)
+    return [name for name, entry in after.items() if night.lock_before.get(name) != entry]
 
 
 def record(night: Night, message: str) -> str | None:
@@ -136,6 +157,7 @@ def keep(workdir: Path, night: Night) -> None:
         "source": night.source,
         "results_before": night.results_before,
         "stale": night.stale,
+        "ran": night.ran,
     }
     (workdir / PENDING).write_text(json.dumps(pending, indent=1))
 
@@ -150,6 +172,7 @@ def kept(workdir: Path) -> list[Night]:
             n["source"],
             n["results_before"],
             stale=n["stale"],
+            ran=n.get("ran", []),
         )
         for root, n in _pending(workdir).items()
         if Path(root).exists()
@@ -174,13 +197,14 @@ def summary_line(night: Night, commit: str | None) -> str:
     if night.nothing_new:
         return f"nightly: nothing new at {at}: every stage up to date, nothing trained"
     where = f"results {commit[:8]}" if commit else "no new results commit"
-    return f"nightly: ran {len(night.stale)} stage(s) at {at} ({', '.join(night.stale)}); {where}"
+    return f"nightly: ran {len(night.ran)} stage(s) at {at} ({', '.join(night.ran)}); {where}"
 
 
 def finish(night: Night, workdir: Path, message: str) -> dict:
     """Push the night's data to the DVC remote, record it on the results branch, and let the
     registry decide on its model. A failed push or record keeps the clone for the next night
     (keep) and raises NightlyError in one line; a recorded night's clone is removed."""
+    night.ran = night.ran or stages_that_ran(night)
     try:
         pushed = push(night.root)
         commit = record(night, message)
@@ -212,7 +236,8 @@ def night_markdown(night: Night, line: str, result: dict | None, pulled: str) ->
         ("last results", night.results_before or "none (the first night)"),
         ("laid over from them", f"{len(night.carried)} file(s)"),
         ("dvc pull", pulled),
-        ("stages run", ", ".join(night.stale) or "none: nothing new"),
+        ("stale stages (dvc status)", ", ".join(night.stale) or "none: nothing new"),
+        ("stages that ran", ", ".join(night.ran) or "none"),
     ]
     if result:
         rows += [

@@ -16,7 +16,7 @@ from rlvr.team.remote import pull
 from tests.helpers import commit_all
 
 # The stage: a "model" and held-out records whose rewards follow params.yaml `quality`.
-MAKE = '''
+MAKE = """
 import json, pathlib, yaml
 q = yaml.safe_load(open("params.yaml"))["quality"]
 pathlib.Path("models/final").mkdir(parents=True, exist_ok=True)
@@ -29,7 +29,7 @@ for seed in (0, 1):
     (folder / "per_prompt.jsonl").write_text("".join(json.dumps(r) + "\\n" for r in rows))
 pathlib.Path("metrics").mkdir(exist_ok=True)
 pathlib.Path("metrics/quality.json").write_text(json.dumps({"quality": q}))
-'''
+"""
 
 DVC_YAML = """stages:
   publish:
@@ -65,7 +65,9 @@ def team(ssh_home, tmp_path):
     (dev / "make.py").write_text(MAKE)
     (dev / "dvc.yaml").write_text(DVC_YAML)
     (dev / "params.yaml").write_text(
-        yaml.safe_dump({"quality": 0.5, "audit": {"seeds": [0, 1]}, "paths": {"eval_runs": "reports/eval"}})
+        yaml.safe_dump(
+            {"quality": 0.5, "audit": {"seeds": [0, 1]}, "paths": {"eval_runs": "reports/eval"}}
+        )
     )
     ssh_home.add_remote(dev)
     commit_all(dev, "the project")
@@ -102,7 +104,11 @@ def test_nights_in_a_row_run_what_changed_and_promote_only_a_better_model(team, 
     work = tmp_path / "work"
 
     first = _night(shared, work, "n1")
-    assert first["night"].stale == ["publish"] and first["commit"]
+    assert first["night"].stale == first["night"].ran == ["publish"] and first["commit"]
+    assert (
+        first["line"].startswith("nightly: ran 1 stage(s) at main ")
+        and "(publish)" in first["line"]
+    )
     assert first["decision"].promoted and "first model" in first["decision"].reason
     assert _git(shared, "rev-parse", "results") == first["commit"]
     assert not first["night"].root.exists()  # recorded: the clone is gone, the cache stays
@@ -145,7 +151,9 @@ def test_the_remote_down_at_the_push_keeps_the_night_and_the_next_one_pushes_it(
     finally:
         ssh_home.start()
     line = str(error.value)
-    assert "\n" not in line and line.startswith(f"dvc push to remote 'team' ({ssh_home.url}) failed")
+    assert "\n" not in line and line.startswith(
+        f"dvc push to remote 'team' ({ssh_home.url}) failed"
+    )
     assert f"the night's clone is kept at {night.root}" in line
     assert night.root.exists() and [k.root for k in kept(work)] == [night.root]
     assert _ran(shared) != _git(shared, "rev-parse", "main")  # not recorded
