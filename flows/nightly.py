@@ -107,6 +107,7 @@ def nightly(
         if not state.is_completed():
             logger.info("nightly: the clone is kept at %s", night.root)
             return state
+        night.ran = state.result()["ran"]
     done = finish_task(
         night,
         work,

@@ -15,7 +15,7 @@ artifact names the failed one; no verdict from fewer than 2) and ends Failed wit
 and that recipe's verdict line. `dvc repro` later reruns only what failed.
 After each stage an artifact is published under the same key every run (Prefect versions them),
 its description carrying the git commit and the dvc.lock hashes it came from. The flow returns
-{"artifacts": {stage: keys}, "verdict": the audit's verdict or None}.
+{"artifacts": {stage: keys}, "verdict": the audit's verdict or None, "ran": the stages DVC ran}.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from rlvr.pipeline.orchestration import (
     run_summary,
     seeded_stages,
     stage_failure,
+    stages_ran,
     stages_to_run,
     stale_stages,
     workspace_lock,
@@ -122,6 +123,7 @@ def _run_stages(root: str, stages: list[str] | None):
     to_run = stages_to_run(order, stale_stages(root))
     seeded = seeded_stages(Path(root) / "dvc.yaml")
     published: dict[str, list[str]] = {}
+    ran: list[str] = []  # what `dvc repro` ran (train@0, ...), not what it found up to date
     lost = None  # (stage, its ending) once a seed failed: the other seeds go on
     for stage in order:
         if lost and stage not in seeded:
@@ -135,7 +137,9 @@ def _run_stages(root: str, stages: list[str] | None):
                 timeout_seconds=params.timeouts.get(stage, params.default_timeout),
             )
             state = run(stage, root, stage in seeded, return_state=True)
-            if not state.is_completed():
+            if state.is_completed():
+                ran += stages_ran(state.result())
+            else:
                 ended = stage_failure(stage, state)
                 if stage not in seeded:
                     return ended
@@ -150,7 +154,7 @@ def _run_stages(root: str, stages: list[str] | None):
         )
     if lost:
         return _seeds_that_ran(root, order, *lost)
-    return {"artifacts": published, "verdict": audit_verdict(root)}
+    return {"artifacts": published, "verdict": audit_verdict(root), "ran": ran}
 
 
 def _seeds_that_ran(root: str, order: list[str], stage: str, ended):

@@ -138,6 +138,16 @@ def _stage_line(stage: str, output: str) -> str | None:
     return None
 
 
+def stages_ran(output: str) -> list[str]:
+    """The stages `dvc repro` says it ran (not those it skipped or restored), in its order.
+
+    >>> stages_ran("Stage 'smoke' didn't change, skipping\\nRunning stage 'train@0':\\n> x"
+    ...            "\\nRunning stage 'train@1':\\n")
+    ['train@0', 'train@1']
+    """
+    return re.findall(r"^Running stage '([^']+)'", output, flags=re.M)
+
+
 def readable(output: str) -> str:
     r"""A stage's output as a person reads it in a log: each progress bar's last state only (a bar
     redraws itself with \r), every line of every seed kept.

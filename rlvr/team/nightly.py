@@ -24,8 +24,6 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from rlvr.core.errors import PipelineError
 from rlvr.pipeline.orchestration import dvc_stages, run_dvc, stale_stages
 from rlvr.report.render import md_escape
@@ -69,8 +67,7 @@ class Night:
     results_before: str | None  # the last night's results commit (None: the first night)
     carried: list[str] = field(default_factory=list)  # output files laid over from it
     stale: list[str] = field(default_factory=list)  # the stages DVC said were stale
-    lock_before: dict = field(default_factory=dict)  # dvc.lock's stages before the run
-    ran: list[str] = field(default_factory=list)  # the stages that ran (finish: ran())
+    ran: list[str] = field(default_factory=list)  # the stages `dvc repro` ran (train@0, ...)
 
     @property
     def nothing_new(self) -> bool:
@@ -107,7 +104,6 @@ def checkout(repo: str, branch: str, results_branch: str, workdir: Path, name: s
 
 def plan(night: Night) -> list[str]:
     """The stages DVC says must run, after the pull (None from DVC: all of them)."""
-    night.lock_before = _lock(night.root)
     stale = stale_stages(night.root)
     if stale is None:
         night.stale = ["(dvc status failed: every stage)"]
@@ -115,18 +111,6 @@ def plan(night: Night) -> list[str]:
         order = dvc_stages(night.root / "dvc.yaml")
         night.stale = sorted(stale, key=lambda s: (order.index(s) if s in order else len(order), s))
     return night.stale
-
-
-def _lock(root: Path) -> dict:
-    path = root / "dvc.lock"
-    return (yaml.safe_load(path.read_text()) or {}).get("stages", {}) if path.exists() else {}
-
-
-def stages_that_ran(night: Night) -> list[str]:
-    """The stages that ran this night (train@0, ...): those whose dvc.lock entry changed, in the
-    lock's order. (The stale ones start it; DVC reruns what depends on them when it changed.)"""
-    after = _lock(night.root)
-    return [name for name, entry in after.items() if night.lock_before.get(name) != entry]
 
 
 def record(night: Night, message: str) -> str | None:
@@ -204,7 +188,6 @@ def finish(night: Night, workdir: Path, message: str) -> dict:
     """Push the night's data to the DVC remote, record it on the results branch, and let the
     registry decide on its model. A failed push or record keeps the clone for the next night
     (keep) and raises NightlyError in one line; a recorded night's clone is removed."""
-    night.ran = night.ran or stages_that_ran(night)
     try:
         pushed = push(night.root)
         commit = record(night, message)

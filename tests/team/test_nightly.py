@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlvr.pipeline.orchestration import run_dvc
+from rlvr.pipeline.orchestration import run_dvc, stages_ran
 from rlvr.team.nightly import NightlyError, checkout, finish, kept, plan, summary_line
 from rlvr.team.remote import pull
 from tests.helpers import commit_all
@@ -83,6 +83,7 @@ def _night(shared: Path, workdir: Path, name: str) -> dict:
     if plan(night):
         run = run_dvc(night.root, "repro")
         assert run.returncode == 0, run.stdout + run.stderr
+        night.ran = stages_ran(run.stdout)
     result = finish(night, workdir, f"nightly {name}")
     return {"night": night, **result, "line": summary_line(night, result["commit"])}
 
