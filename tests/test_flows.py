@@ -36,6 +36,10 @@ def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
     set_params(project, small_budget)
     result = pipeline(root=str(project))
     assert result["artifacts"] == STAGE_KEYS
+    # what DVC ran: the new budget's train and what follows; not the gate (its input, the
+    # params check's verdict, is the same bytes for every valid params.yaml)
+    assert {"train@0", "train@1", "evaluate@0", "recipe", "publish"} <= set(result["ran"])
+    assert "reward_tests" not in result["ran"]
     # the recipe's verdict over its seeds comes back with the artifact keys
     verdict = json.loads((project / "metrics/recipe.json").read_text())["verdict"]
     assert result["verdict"] == verdict
@@ -43,7 +47,7 @@ def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
     timing = project / "reports/timing/train@0.json"
     first_train = _mtime(timing)
     # DVC: nothing changed, nothing reruns
-    assert pipeline(root=str(project)) == {"artifacts": STAGE_KEYS, "verdict": verdict}
+    assert pipeline(root=str(project)) == {"artifacts": STAGE_KEYS, "verdict": verdict, "ran": []}
     assert _mtime(timing) == first_train
     for key in [k for keys in STAGE_KEYS.values() for k in keys]:
         versions = artifact_versions(key)
