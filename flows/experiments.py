@@ -2,6 +2,8 @@
 
     python -m flows.experiments                 the ablations and the sweep
     python -m flows.experiments --grid NAME     instead, every combination of orchestration.grids.NAME
+    python -m flows.experiments --workers [--grid NAME]   each run on a worker of the work pool
+    python -m flows.experiments --seeds         the default's seeds, one per worker, then the recipe
 
 Queues `orchestration.ablations` (name -> `-S` overrides) and the `orchestration.sweep` grid with
 `dvc exp run --queue`, runs the queue (`dvc exp run --run-all --jobs N`, N from
@@ -12,18 +14,26 @@ then publishes the comparison table (scripts/compare_experiments) as the artifac
 `experiments-comparison`. It holds the workspace for the whole run
 (rlvr.pipeline.orchestration.workspace_lock): started while another flow run holds it, it stops at once
 with one line naming that run.
+
+With --workers (or --seeds) nothing runs here but what compares: each run is a flow run of the
+`experiment-run` deployment (this file's experiment_run), taken by any worker of the pool on any
+machine, in its own clone of the git remote at this folder's commit; a run whose worker died is
+submitted again (rlvr.team.spread). The runs come back with `dvc exp pull`: the grid's are compared
+as above; the seeds' are taken into this workspace and the pipeline runs the recipe over them.
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HOME)
+from flows.pipeline import pipeline
 from rlvr.core.errors import PipelineError
 from rlvr.params.config import ParamsError, load_params
 from rlvr.pipeline.comparison import compare, comparison_rows
@@ -42,6 +52,8 @@ from rlvr.pipeline.orchestration import (
     run_dvc,
     workspace_lock,
 )
+from rlvr.team import spread
+from rlvr.team.clones import default_workdir
 
 
 def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:
@@ -95,11 +107,93 @@ def publish_comparison(root: str) -> list[list]:
     return rows
 
 
+@flow(name=spread.EXPERIMENT_FLOW, log_prints=True)
+def experiment_run(
+    repo: str,
+    commit: str,
+    name: str,
+    overrides: list[str] | None = None,
+    targets: list[str] | None = None,
+    workdir: str | None = None,
+) -> dict:
+    """One experiment on whichever worker took it (rlvr.team.spread.run_one)."""
+    from prefect.runtime import flow_run
+
+    work = Path(workdir) if workdir else default_workdir()
+    label = f"{name}-{(flow_run.id or 'local')[:8]}"
+    try:
+        result = spread.run_one(
+            repo, commit, spread.Run(name, overrides or [], targets or []), work, label
+        )
+    except PipelineError as error:
+        return failed(error)
+    steps = ", ".join(f"{step} {seconds} s" for step, seconds in result["steps"].items())
+    print(f"experiment {name}: pushed {result['exp'][:8]} in {result['seconds']} s ({steps})")
+    return result
+
+
+def _spread(root: str, grid: str | None, seeds: bool) -> list[list] | dict:
+    say = get_run_logger().info
+    repo, commit = spread.ready(root)
+    runs = spread.seed_runs(root) if seeds else spread.grid_runs(root, grid)
+    if seeds:
+        ran = spread.prepare_seeds(root)
+        say(
+            f"experiments: the stages before train here first: {', '.join(ran) or 'up to date'}; pushed"
+        )
+    spread.ensure_crash_detection()
+    started = time.monotonic()
+    done = spread.wait_for_runs(
+        runs,
+        lambda run: {
+            "repo": repo,
+            "commit": commit,
+            "name": run.name,
+            "overrides": run.overrides,
+            "targets": run.targets,
+        },
+        say=say,
+    )
+    seconds = time.monotonic() - started
+    spread.collect(root, [run.name for run in runs])
+    resubmitted = sum(d["submissions"] - 1 for d in done.values())
+    say(
+        f"experiments: {len(runs)} run(s) on the workers in {seconds:.0f} s "
+        f"({resubmitted} submitted again); pulled"
+    )
+    if not seeds:
+        return publish_comparison(root)
+    for run in runs:
+        spread.adopt(root, run.name, run.targets)
+    state = pipeline(root=root, lock=False, return_state=True)  # (this flow holds it)
+    if not state.is_completed():
+        return state
+    result = state.result()
+    retrained = [s for s in result["ran"] if s.split("@")[0] in ("train", "evaluate")]
+    if retrained:  # DVC found a worker's seed stale here: its inputs differ from this workspace's
+        say(
+            f"experiments: ran again here, their inputs differ from the workers': {', '.join(retrained)}"
+        )
+    say(
+        f"experiments: the recipe over seeds {', '.join(r.name for r in runs)}: {result['verdict']}"
+    )
+    return {
+        "runs": done,
+        "seconds": round(seconds, 1),
+        "ran_here": result["ran"],
+        "verdict": result["verdict"],
+    }
+
+
 @flow(name="grpo-experiments", log_prints=True)
-def experiments(root: str = str(ROOT), grid: str | None = None) -> list[list]:
+def experiments(
+    root: str = str(ROOT), grid: str | None = None, workers: bool = False, seeds: bool = False
+) -> list[list] | dict:
     with ExitStack() as held:
         try:
             held.enter_context(workspace_lock(root))
+            if workers or seeds:
+                return _spread(root, grid, seeds)
         except PipelineError as error:  # another run holds it: one line naming it, no traceback
             return failed(error)
         queued = queue_experiments(root, grid)
@@ -113,11 +207,14 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", help="queue and run only orchestration.grids.GRID")
+    parser.add_argument("--workers", action="store_true", help="each run on a worker of the pool")
+    parser.add_argument("--seeds", action="store_true", help="the default's seeds on the workers")
+    args = parser.parse_args()
     try:
-        rows = experiments(grid=parser.parse_args().grid)
+        rows = experiments(grid=args.grid, workers=args.workers, seeds=args.seeds)
     except PipelineError as error:  # StageFailed, WorkspaceBusy
         drain_prefect()
         raise SystemExit(f"experiments: {error}") from None
     drain_prefect()
-    for row in rows:
+    for row in rows if isinstance(rows, list) else [rows]:
         print(row)

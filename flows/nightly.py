@@ -14,7 +14,6 @@ with one line naming the remote; the clone is kept and the next night pushes it 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
@@ -27,14 +26,13 @@ from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HO
 from flows.pipeline import pipeline
 from rlvr.core.errors import PipelineError
 from rlvr.pipeline.orchestration import failed, quiet_returned_failures
+from rlvr.team.clones import default_workdir, origin_url
 from rlvr.team.nightly import (
     Night,
-    NightlyError,
     checkout,
     finish,
     kept,
     night_markdown,
-    origin_url,
     plan,
     summary_line,
 )
@@ -42,12 +40,6 @@ from rlvr.team.registry import promotion_markdown
 from rlvr.team.remote import pull
 
 quiet_returned_failures()
-
-
-def default_workdir() -> Path:
-    """Where the nightly keeps its clones and the machine's shared DVC cache: $RLVR_NIGHTLY_DIR,
-    else ~/.cache/rlvr/nightly."""
-    return Path(os.environ.get("RLVR_NIGHTLY_DIR") or Path.home() / ".cache" / "rlvr" / "nightly")
 
 
 @task(cache_policy=NO_CACHE)
@@ -81,7 +73,7 @@ def nightly(
     work = Path(workdir) if workdir else default_workdir()
     try:
         repo = repo or origin_url(ROOT)
-    except NightlyError as error:
+    except PipelineError as error:
         return failed(error)
     for earlier in kept(work):  # a night whose push failed: pushed and recorded first
         logger.info("nightly: finishing the night kept at %s first", earlier.root)

@@ -90,12 +90,14 @@ def artifact_task(stage: str, root: str) -> list[str]:
 
 
 @flow(name="grpo-pipeline", log_prints=True)
-def pipeline(root: str = str(ROOT), stages: list[str] | None = None) -> dict:
+def pipeline(root: str = str(ROOT), stages: list[str] | None = None, lock: bool = True) -> dict:
     """Run every DVC stage in dvc.yaml's order (or the given subset) and publish artifacts;
-    returns {"artifacts": {stage: published keys}, "verdict": the audit's verdict or None}."""
+    returns {"artifacts": {stage: published keys}, "verdict": the audit's verdict or None}.
+    lock=False: the calling flow holds the workspace already (the experiments flow's seeds)."""
     with ExitStack() as held:
         try:
-            held.enter_context(workspace_lock(root))
+            if lock:
+                held.enter_context(workspace_lock(root))
         except PipelineError as error:  # another run holds it, or root is no DVC repository
             return failed(error)
         return _run_stages(root, stages)

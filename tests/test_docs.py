@@ -64,6 +64,20 @@ def test_ci_runs_the_readme_commands():
         assert re.search(rf"^{re.escape(command)}$", ci, flags=re.M), command
 
 
+def test_ci_installs_the_pinned_sshd_and_lets_no_server_test_skip():
+    """The README's ".ci/run installs it": the pinned openssh-server, installed when sshd is
+    missing, and RLVR_REQUIRE_SERVERS (which turns the team tests' skip into a failure) set before
+    any test runs."""
+    ci = (ROOT / ".ci/run").read_text()
+    pinned = re.search(r"^SSHD_VERSION=(\S+)$", ci, flags=re.M)
+    assert pinned and re.fullmatch(r"\d+:[\w.+~-]+", pinned.group(1)), "openssh-server unpinned"
+    assert '"openssh-server=$SSHD_VERSION"' in ci and "if [ ! -x /usr/sbin/sshd ]" in ci
+    required = ci.index("export RLVR_REQUIRE_SERVERS=1\n")
+    assert required < ci.index("\n./dev test\n")
+    conftest = (ROOT / "tests/team/conftest.py").read_text()
+    assert 'os.environ.get("RLVR_REQUIRE_SERVERS")' in conftest and "pytest.fail(" in conftest
+
+
 def test_the_picture_of_the_report_is_small():
     assert (ROOT / "docs/report.png").stat().st_size < 300_000
 

@@ -11,6 +11,7 @@ import pytest
 from tests.helpers import ROOT
 
 DOCKER_DEPLOYMENT = "nightly-docker"
+SPREAD_DEPLOYMENT = "experiment-run"  # many at once, one per worker (rlvr.team.spread)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def test_every_deployment_passes_prefects_own_model(deployments):
 
     configs, actions, printed = deployments
     assert printed == ""  # no validation error, nothing skipped
-    assert set(configs) == {"nightly", "experiments", DOCKER_DEPLOYMENT}
+    assert set(configs) == {"nightly", "experiments", SPREAD_DEPLOYMENT, DOCKER_DEPLOYMENT}
     assert actions["pull"]  # the process pool's working directory
     for name, config in configs.items():
         assert config["work_pool"]["name"], name
@@ -48,7 +49,8 @@ def test_every_deployment_passes_prefects_own_model(deployments):
 
 
 def test_a_deployment_runs_one_flow_run_at_a_time_and_queues_the_next(deployments):
-    """Every deployment runs in the workspace (the docker one in its container's), so each has
+    """Every deployment but experiment-run runs in the workspace (the docker one in its
+    container's), so each has
     a deployment concurrency limit of 1 with ENQUEUE: a run due while one runs waits for it
     (Prefect 3.9.1 turns the mapping into concurrency_limit + concurrency_options as in
     prefect/cli/deploy/_core.py; its models check the values)."""
@@ -61,6 +63,9 @@ def test_a_deployment_runs_one_flow_run_at_a_time_and_queues_the_next(deployment
 
     configs, _, _ = deployments
     for name, config in configs.items():
+        if name == SPREAD_DEPLOYMENT:  # its runs go in parallel, each in a clone of its own
+            assert "concurrency_limit" not in config
+            continue
         spec = DeploymentConfig.model_validate(config).concurrency_limit
         assert isinstance(spec, ConcurrencyLimitSpec), name
         limit = ConcurrencyLimitConfig.model_validate(spec.model_dump(exclude_none=True))
@@ -72,6 +77,24 @@ def test_a_deployment_runs_one_flow_run_at_a_time_and_queues_the_next(deployment
         for name, config in configs.items()
         if config["entrypoint"] == "flows/nightly.py:nightly"
     } == {"nightly", DOCKER_DEPLOYMENT}
+
+
+def test_the_experiment_runs_send_the_heartbeats_the_crash_automation_expects(deployments):
+    """A killed worker's run is Crashed after SILENT_HEARTBEATS missed heartbeats of the
+    frequency the deployment sets (rlvr.team.spread): the two must agree, and Prefect must accept
+    the frequency (its minimum is 30 s)."""
+    from prefect.settings.models.flows import FlowsSettings
+
+    from flows.experiments import experiment_run
+    from rlvr.team import spread
+
+    configs, _, _ = deployments
+    config = configs[SPREAD_DEPLOYMENT]
+    env = config["work_pool"]["job_variables"]["env"]
+    frequency = FlowsSettings(heartbeat_frequency=int(env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]))
+    assert frequency.heartbeat_frequency == spread.HEARTBEAT_SECONDS
+    assert spread.DEPLOYMENT == f"{experiment_run.name}/{SPREAD_DEPLOYMENT}"
+    assert config["entrypoint"] == "flows/experiments.py:experiment_run"
 
 
 def test_serving_the_nightly_in_one_process_keeps_its_schedule_and_limit():

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.core.errors import PipelineError
-from rlvr.pipeline.orchestration import dvc_stages, run_dvc, stale_stages
+from rlvr.pipeline.orchestration import dvc_stages, stale_stages
 from rlvr.report.render import md_escape
+from rlvr.team.clones import clone, git, rev
 from rlvr.team.registry import promote_after_run
 from rlvr.team.remote import push
 
@@ -35,25 +35,6 @@ PENDING = "pending.json"  # under the workdir: kept clones whose push or record 
 
 class NightlyError(PipelineError):
     """A night cannot go on; the message says what failed and what is kept."""
-
-
-def git(root: str | Path, *args: str) -> str:
-    """`git <args>` in root; its stdout, or NightlyError with git's own last line."""
-    run = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-    if run.returncode != 0:
-        said = (run.stderr.strip() or run.stdout.strip() or "no output").splitlines()[-1]
-        raise NightlyError(f"git {' '.join(args[:2])} failed in {root}: {said}")
-    return run.stdout.strip()
-
-
-def _rev(root: Path, ref: str) -> str | None:
-    run = subprocess.run(
-        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-    )
-    return run.stdout.strip() or None
 
 
 @dataclass
@@ -78,19 +59,8 @@ def checkout(repo: str, branch: str, results_branch: str, workdir: Path, name: s
     """A fresh clone of `repo` at `branch`'s head in <workdir>/runs/<name>, on the machine's
     shared DVC cache, with the last night's outputs laid over it."""
     root = workdir / "runs" / name
-    if root.exists():
-        shutil.rmtree(root)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    git(workdir, "clone", "--quiet", "--branch", branch, repo, str(root))
-    for key, value in (("user.name", "rlvr nightly"), ("user.email", "nightly@rlvr.invalid")):
-        if not subprocess.run(["git", "config", key], cwd=root, capture_output=True).stdout:
-            git(root, "config", key, value)
-    (workdir / "cache").mkdir(parents=True, exist_ok=True)
-    run = run_dvc(root, "cache", "dir", "--local", str(workdir / "cache"))
-    if run.returncode != 0:
-        raise NightlyError(f"dvc cache dir failed in {root}: {run.stderr.strip()[-300:]}")
-    source = git(root, "rev-parse", "HEAD")
-    before = _rev(root, f"origin/{results_branch}")
+    source = clone(repo, root, workdir, branch)
+    before = rev(root, f"origin/{results_branch}")
     night = Night(root, branch, results_branch, source, before)
     if before:
         ran = git(root, "rev-parse", f"{before}^@").split()[-1]  # the branch commit it ran
@@ -200,16 +170,6 @@ def finish(night: Night, workdir: Path, message: str) -> dict:
     decision = promote_after_run(night.root, push=True)
     forget(workdir, night)
     return {"pushed": pushed, "commit": commit, "decision": decision}
-
-
-def origin_url(root: Path) -> str:
-    """The git remote a deployment's folder was cloned from (the nightly's default repo)."""
-    try:
-        return git(root, "remote", "get-url", "origin")
-    except NightlyError:
-        raise NightlyError(
-            f"{root} has no git remote 'origin': pass the nightly's repo parameter (a git URL)"
-        ) from None
 
 
 def night_markdown(night: Night, line: str, result: dict | None, pulled: str) -> str:

@@ -12,7 +12,6 @@ policy for everything else is in PROMOTION_POLICY.
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from rlvr.core.errors import PipelineError
 from rlvr.core.seeds import seed_folder
 from rlvr.params.config import PathsParams
 from rlvr.report.render import md_escape
+from rlvr.team.clones import git
 
 PROD = "prod"
 HELD_OUT = "heldout"  # the split the verdict reads (per_prompt.jsonl's "split")
@@ -59,17 +59,11 @@ def published_artifact(root: str | Path) -> tuple[str, str]:
     return found[0]
 
 
-def _git(root: str | Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=root, capture_output=True, text=True, check=True
-    ).stdout
-
-
 def stray_tags(root: str | Path, name: str) -> list[str]:
     """One line per git tag that looks like the artifact's registry tag but is none GTO can read
     (made by hand): GTO skips it, and so does the registry here."""
     lines = []
-    for tag in _git(root, "tag", "--list", f"{name}@*", f"{name}#*").split():
+    for tag in git(root, "tag", "--list", f"{name}@*", f"{name}#*").split():
         try:
             parse_tag(tag)
         except GTOException:
@@ -105,7 +99,7 @@ def latest_version(root: str | Path, name: str) -> dict | None:
 
 def model_md5(root: str | Path, rev: str | None, path: str) -> str | None:
     """The md5 dvc.lock records for the model folder at a revision (None: not in that lock)."""
-    text = _git(root, "show", f"{rev or 'HEAD'}:dvc.lock")
+    text = git(root, "show", f"{rev or 'HEAD'}:dvc.lock")
     for stage in (yaml.safe_load(text) or {}).get("stages", {}).values():
         for out in stage.get("outs", []):
             if out["path"] == path:
@@ -121,7 +115,14 @@ def held_out_runs(root: str | Path, rev: str | None = None) -> dict[int, list[di
     folder = (params.get("paths") or {}).get("eval_runs") or PathsParams().eval_runs
     runs = {}
     for seed in (params.get("audit") or {}).get("seeds") or []:
-        text = fs.read_text(f"{folder}/{seed_folder(seed)}/per_prompt.jsonl")
+        path = f"{folder}/{seed_folder(seed)}/per_prompt.jsonl"
+        try:
+            text = fs.read_text(path)
+        except OSError as error:  # FileNotFoundError: neither the cache nor the remote has it
+            raise RegistryError(
+                f"{rev or 'the workspace'}: cannot read {path} ({type(error).__name__}: {error}): "
+                "push that run's data (`dvc push` in its clone) or pull it from the remote"
+            ) from None
         records = [json.loads(line) for line in text.splitlines() if line.strip()]
         runs[int(seed)] = [r for r in records if r.get("split") == HELD_OUT]
     if not runs:

@@ -59,11 +59,12 @@ def push(root: str | Path) -> str:
     return (run.stdout.strip().splitlines() or ["pushed"])[-1]
 
 
-def pull(root: str | Path) -> str:
+def pull(root: str | Path, *targets: str) -> str:
     """`dvc pull --allow-missing` from the default remote (an output never pushed is left for
-    `dvc repro` to rebuild); DVC's summary line, or RemoteFailed."""
+    `dvc repro` to rebuild), of every output or of `targets` and what they depend on; DVC's
+    summary line, or RemoteFailed."""
     name, url = _where(root)
-    run = run_dvc(root, "pull", "--allow-missing")
+    run = run_dvc(root, "pull", "--allow-missing", *(["--with-deps", *targets] if targets else []))
     if run.returncode != 0:
         raise RemoteFailed(
             f"dvc pull from remote '{name}' ({url}) failed: {_dvc_error(run.stdout + run.stderr)}; "

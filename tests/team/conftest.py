@@ -29,3 +29,15 @@ def ssh_home(ssh_server, monkeypatch):
     """HOME pointing at a folder whose known_hosts trusts the session's sshd (for dvc-ssh)."""
     monkeypatch.setenv("HOME", str(ssh_server.home))
     return ssh_server
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """One real Prefect server (and database) on 127.0.0.1 for the session's deployment tests,
+    with the process work pool rlvr-process; stopped, with whatever the tests started through it,
+    at the end of the session."""
+    from tests.team.servers import PrefectServer
+
+    server = PrefectServer(tmp_path_factory.mktemp("prefect")).start()
+    yield server
+    server.stop()

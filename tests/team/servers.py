@@ -1,5 +1,8 @@
 """Real servers for the tests, on 127.0.0.1 only, started and stopped by the tests.
 
+PrefectServer: `prefect server start` with a database of its own and the work pool rlvr-process;
+the processes a test starts through it (workers, flows) are stopped with it or by the test.
+
 SSHServer: OpenSSH's sshd (Debian's openssh-server; .ci/run installs it, pinned) serving a folder
 as a DVC remote over SFTP, reached with DVC's own SSH plugin (dvc-ssh). Its keys, its config and
 the client's ~/.ssh (known_hosts naming this server, its key as id_ed25519) live in one folder;
@@ -10,21 +13,24 @@ user's own ~/.ssh is never read or written.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
+
+from rlvr.grpo.distributed import free_port
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+PREFECT = str(Path(sys.executable).parent / "prefect")
+POOL = "rlvr-process"
 
 
 def _keygen(path: Path) -> None:
@@ -136,3 +142,112 @@ class SSHServer:
 
 def sshd_available() -> bool:
     return Path(SSHD).exists()
+
+
+def stop_group(process: subprocess.Popen, how: int = signal.SIGTERM) -> None:
+    """Stop a process started in a session of its own, with everything it started."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, how)  # a served / worker process ignores SIGINT
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+class PrefectServer:
+    """`prefect server start` on 127.0.0.1:<port>, its PREFECT_HOME in `folder`, and the process
+    work pool the deployments of prefect.yaml name."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.port = free_port()
+        self.api = f"http://127.0.0.1:{self.port}/api"
+        self.logs = folder / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        # as the README says, on any port: the UI's own API address too (it would assume 4200)
+        self.env = {
+            **os.environ,
+            "PREFECT_HOME": str(folder / "prefect-home"),
+            "PREFECT_API_URL": self.api,
+            "PREFECT_UI_API_URL": self.api,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        }
+        self.started: list[subprocess.Popen] = []
+
+    def background(self, name: str, *command: str, cwd: Path, env: dict | None = None):
+        """A process in a session of its own, its output in logs/<name>.log."""
+        process = subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env={**self.env, **(env or {})},
+            start_new_session=True,
+            stdout=open(self.logs / f"{name}.log", "w"),  # noqa: SIM115 (the process's lifetime)
+            stderr=subprocess.STDOUT,
+        )
+        self.started.append(process)
+        return process
+
+    def log(self, name: str, tail: int = 6000) -> str:
+        return (self.logs / f"{name}.log").read_text()[-tail:]
+
+    def cli(self, *args: str, cwd: Path, env: dict | None = None) -> str:
+        run = subprocess.run(
+            [PREFECT, *args],
+            cwd=cwd,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        return run.stdout + run.stderr
+
+    def api_get(self, path: str) -> dict:
+        with urllib.request.urlopen(f"{self.api}{path}", timeout=30) as response:
+            return json.loads(response.read())
+
+    def state(self, flow_run_id: str) -> str:
+        return self.api_get(f"/flow_runs/{flow_run_id}")["state"]["type"]
+
+    def wait(self, flow_run_id: str, timeout: float, log: str) -> str:
+        """The flow run's final state type; TimeoutError with the log `log` if it has none."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.state(flow_run_id)
+            if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                return state
+            time.sleep(3)
+        raise TimeoutError(f"flow run {flow_run_id} still running; {log}.log:\n{self.log(log)}")
+
+    def start(self) -> PrefectServer:
+        server = self.background(
+            "server",
+            PREFECT,
+            "server",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            cwd=self.folder,
+        )
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise RuntimeError(f"the Prefect server exited: {self.log('server')}")
+            try:
+                self.api_get("/health")
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise TimeoutError(f"no healthy Prefect server at {self.api}")
+        self.cli("work-pool", "create", POOL, "--type", "process", cwd=self.folder)
+        return self
+
+    def stop(self) -> None:
+        for process in reversed(self.started):
+            stop_group(process)

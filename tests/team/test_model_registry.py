@@ -12,6 +12,7 @@ from rlvr.team.registry import (
     PROD,
     RegistryError,
     champion_vs_challenger,
+    held_out_runs,
     promote_after_run,
     published_artifact,
 )
@@ -135,3 +136,25 @@ def test_models_with_no_common_held_out_row_are_not_compared():
     b = {0: [{**r, "id": r["id"] + "x"} for r in a[0]]}
     with pytest.raises(RegistryError, match="share no held-out row"):
         champion_vs_challenger(a, b)
+
+
+def test_records_that_neither_the_cache_nor_the_remote_holds_are_one_line(repo):
+    """A run recorded in git whose held-out records were never pushed: one line naming the file
+    and what to do, not DVC's traceback."""
+    _run(repo, "a" * 32, _records({0: [0.5] * 16, 1: [0.5] * 16}), "a run")
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
+    subprocess.run(
+        ["git", "rm", "-q", "reports/eval/seed-1/per_prompt.jsonl"], cwd=repo, check=True
+    )
+    commit_all(repo, "seed 1's records gone")
+    with pytest.raises(RegistryError) as error:
+        held_out_runs(repo, "HEAD")
+    line = str(error.value)
+    assert "\n" not in line
+    assert line.startswith("HEAD: cannot read reports/eval/seed-1/per_prompt.jsonl (")
+    assert line.endswith(
+        "push that run's data (`dvc push` in its clone) or pull it from the remote"
+    )
+    assert set(held_out_runs(repo, commit)) == {0, 1}  # the commit that holds them reads

@@ -5,19 +5,15 @@ the third, after a params commit, trains what changed and decides promotion, wit
 Every process the test started is stopped, also when it fails."""
 
 import json
-import os
 import re
-import signal
-import socket
 import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import commit_all, set_params
+from tests.team.servers import POOL, PREFECT, stop_group
 
 KEYS = [
     "reward-tests",
@@ -29,36 +25,6 @@ KEYS = [
     "retrospective-html",
     "model-card",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, timeout: float, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert server.poll() is None, "the Prefect server exited"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"no healthy Prefect server at {url}")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)  # a served / worker process ignores SIGINT
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
 
 
 def ran(line: str) -> set[str]:
@@ -74,7 +40,7 @@ def _git(root: Path, *args: str) -> str:
 
 @pytest.mark.slow
 def test_three_nights_from_the_deployment_on_a_real_server_and_worker(
-    copy_run, ssh_server, tmp_path
+    copy_run, ssh_server, prefect_server, tmp_path
 ):
     # The team's setup: the shared cold run's project with the sshd as its DVC remote, pushed to
     # a git remote; the DVC remote is empty, so the first night trains everything.
@@ -85,58 +51,21 @@ def test_three_nights_from_the_deployment_on_a_real_server_and_worker(
     shared = tmp_path / "shared.git"
     _git(tmp_path, "clone", "-q", "--bare", str(project), str(shared))
     _git(project, "remote", "add", "origin", str(shared))
-    prefect = str(Path(sys.executable).parent / "prefect")
-    port = _free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    # as the README says, on any port: the UI's own API address too (it would assume port 4200)
     env = {
-        **os.environ,
         "HOME": str(ssh_server.home),  # the worker's ~/.ssh: the server's host key, its own key
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_API_URL": api,
-        "PREFECT_UI_API_URL": api,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "RLVR_ROOT": str(project),
         "RLVR_NIGHTLY_DIR": str(tmp_path / "nightly"),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    started: list[subprocess.Popen] = []
-
-    def background(name, *command):
-        process = subprocess.Popen(
-            list(command),
-            cwd=project,
-            env=env,
-            start_new_session=True,
-            stdout=open(logs / f"{name}.log", "w"),
-            stderr=subprocess.STDOUT,
-        )
-        started.append(process)
-        return process
 
     def cli(*args):
-        run = subprocess.run(
-            [prefect, *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
-        )
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        return run.stdout + run.stderr
-
-    def worker_log() -> str:
-        return (logs / "worker.log").read_text()[-6000:]
+        return prefect_server.cli(*args, cwd=project, env=env)
 
     def night() -> str:
         triggered = cli("deployment", "run", "grpo-nightly/nightly")
         flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", triggered).group(1)
-        deadline = time.monotonic() + 1500
-        while time.monotonic() < deadline:
-            state = json.loads(cli("api", "GET", f"/flow_runs/{flow_run_id}"))["state"]["type"]
-            if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-                assert state == "COMPLETED", worker_log()
-                return flow_run_id
-            time.sleep(3)
-        raise TimeoutError(f"flow run {flow_run_id} still running; worker log:\n{worker_log()}")
+        state = prefect_server.wait(flow_run_id, 1500, "worker")
+        assert state == "COMPLETED", prefect_server.log("worker")
+        return flow_run_id
 
     def versions(key: str) -> list[dict]:
         """Every stored version of an artifact key, newest first."""
@@ -146,20 +75,20 @@ def test_three_nights_from_the_deployment_on_a_real_server_and_worker(
     def latest(key: str) -> dict:
         return versions(key)[0]
 
+    worker = None
     try:
-        server = background(
-            "server", prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)
-        )
-        _wait_healthy(f"{api}/health", 180, server)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui-settings", timeout=10) as ui:
-            assert json.loads(ui.read())["api_url"] == api  # the UI in a browser finds the API
-        cli("work-pool", "create", "rlvr-process", "--type", "process")
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{prefect_server.port}/ui-settings", timeout=10
+        ) as ui:
+            assert json.loads(ui.read())["api_url"] == prefect_server.api  # a browser finds it
         # by name: prefect.yaml also holds a docker deployment whose pool does not exist here
         assert "grpo-nightly/nightly" in cli("--no-prompt", "deploy", "--name", "nightly")
         deployment = json.loads(cli("api", "GET", "/deployments/name/grpo-nightly/nightly"))
         assert [s["schedule"]["cron"] for s in deployment["schedules"]] == ["0 2 * * *"]
         assert deployment["schedules"][0]["schedule"]["timezone"] == "UTC"
-        background("worker", prefect, "worker", "start", "--pool", "rlvr-process")
+        worker = prefect_server.background(
+            "worker", PREFECT, "worker", "start", "--pool", POOL, cwd=project, env=env
+        )
 
         # night 1: trains everything, pushes, records, and the first model becomes prod
         night()
@@ -230,6 +159,6 @@ def test_three_nights_from_the_deployment_on_a_real_server_and_worker(
         assert got.returncode == 0, got.stdout + got.stderr
         assert (empty / "policy" / "README.md").exists()
     finally:
-        for process in reversed(started):
-            _stop(process)
-    assert all(p.poll() is not None for p in started)
+        if worker is not None:
+            stop_group(worker)
+    assert worker.poll() is not None

@@ -1,0 +1,72 @@
+"""Git for the team's flows: one runner whose failure is one line, and a fresh clone of the git
+remote on the machine's shared DVC cache (each night of the nightly, each run an experiment worker
+takes)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from rlvr.core.errors import PipelineError
+from rlvr.pipeline.orchestration import run_dvc
+
+WORKDIR_ENV = "RLVR_NIGHTLY_DIR"  # the machine's clones and shared DVC cache (prefect.yaml sets it)
+
+
+class GitFailed(PipelineError):
+    """A git or DVC command of a team flow failed; the message is its own last line."""
+
+
+def git(root: str | Path, *args: str) -> str:
+    """`git <args>` in root; its stdout, or GitFailed with git's own last line."""
+    run = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if run.returncode != 0:
+        said = (run.stderr.strip() or run.stdout.strip() or "no output").splitlines()[-1]
+        raise GitFailed(f"git {' '.join(args[:2])} failed in {root}: {said}")
+    return run.stdout.strip()
+
+
+def rev(root: str | Path, ref: str) -> str | None:
+    """The commit `ref` names in root, or None when it names none."""
+    run = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    return run.stdout.strip() or None
+
+
+def default_workdir() -> Path:
+    """Where the team's flows keep their clones and the machine's shared DVC cache:
+    $RLVR_NIGHTLY_DIR, else ~/.cache/rlvr/nightly."""
+    return Path(os.environ.get(WORKDIR_ENV) or Path.home() / ".cache" / "rlvr" / "nightly")
+
+
+def clone(repo: str, root: Path, workdir: Path, branch: str | None = None) -> str:
+    """A fresh clone of `repo` (at `branch`, else its default branch) in root, its DVC cache the
+    machine's shared one (<workdir>/cache); the commit it checked out."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    git(workdir, "clone", "--quiet", *(["--branch", branch] if branch else []), repo, str(root))
+    for key, value in (("user.name", "rlvr team"), ("user.email", "team@rlvr.invalid")):
+        if not subprocess.run(["git", "config", key], cwd=root, capture_output=True).stdout:
+            git(root, "config", key, value)
+    (workdir / "cache").mkdir(parents=True, exist_ok=True)
+    run = run_dvc(root, "cache", "dir", "--local", str(workdir / "cache"))
+    if run.returncode != 0:
+        raise GitFailed(f"dvc cache dir failed in {root}: {run.stderr.strip()[-300:]}")
+    return git(root, "rev-parse", "HEAD")
+
+
+def origin_url(root: Path) -> str:
+    """The git remote a folder was cloned from (the team flows' default repo)."""
+    try:
+        return git(root, "remote", "get-url", "origin")
+    except GitFailed:
+        raise GitFailed(
+            f"{root} has no git remote 'origin': pass the flow's repo parameter (a git URL)"
+        ) from None

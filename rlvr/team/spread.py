@@ -1,0 +1,304 @@
+"""Experiments spread over Prefect workers: each run is its own flow run of the `experiment-run`
+deployment (prefect.yaml), so any worker of the work pool, on any machine, takes it.
+
+A worker's flow run (run_one) clones the git remote at the commit the team runs, into its own
+folder on the machine's shared DVC cache, `dvc pull`s what earlier runs made, runs the experiment
+(`dvc exp run -n NAME [-S ...] [targets]`) and sends it to both remotes (`dvc exp push`: the
+experiment's commit to the git remote, its data to the DVC remote). The flow that submitted the
+runs waits for them, `dvc exp pull`s them and compares them:
+
+- the default's seeds (seed_runs): one run per RL seed of `audit.seeds`, its targets that seed's
+  `train@k` and `evaluate@k`, no params changed. adopt() takes each seed's dvc.lock entries and
+  outputs into the workspace (DVC then finds those stages up to date: same deps, same params), and
+  the pipeline runs the recipe over every seed, as one machine would have. (Not DVC's run cache:
+  DVC saves none for a stage with an uncached output that is not a metric or plot, as train's
+  reports are; dvc/stage/__init__.py run(), DVC 3.67.)
+- the ablations, the sweep or a grid (grid_runs): one run per combination, the whole pipeline
+  each; the comparison is rlvr.pipeline.comparison's, as for the local queue.
+
+A worker killed mid-run (its machine lost) leaves its flow run Running. Prefect's answer is flow
+run heartbeats and an automation that marks a run whose heartbeats stop Crashed (docs: "Detect
+zombie flows"); ensure_crash_detection() creates it, the deployment sets the heartbeat frequency,
+and wait_for_runs() submits a crashed run again, so the comparison has every run.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import yaml
+
+from rlvr.core.errors import PipelineError
+from rlvr.params.config import load_params
+from rlvr.pipeline.experiments import experiment_runs
+from rlvr.pipeline.orchestration import dvc_stages, run_dvc
+from rlvr.team.clones import clone, git, origin_url, rev
+from rlvr.team.remote import RemoteFailed, pull, push
+
+EXPERIMENT_FLOW = "grpo-experiment-run"  # flows/experiments.py experiment_run
+DEPLOYMENT = f"{EXPERIMENT_FLOW}/experiment-run"
+CRASH_AUTOMATION = "rlvr: crash flow runs whose heartbeats stopped"
+HEARTBEAT_SECONDS = 30  # PREFECT_FLOWS_HEARTBEAT_FREQUENCY of the deployment (Prefect's minimum)
+SILENT_HEARTBEATS = 3  # a run silent this many heartbeats is Crashed by the automation
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "CRASHED")
+
+
+class SpreadError(PipelineError):
+    """The spread cannot go on; the message names the run or the step and what to do."""
+
+
+@dataclass
+class Run:
+    """One experiment a worker runs: its name, its `-S` overrides, its `dvc exp run` targets."""
+
+    name: str
+    overrides: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+
+
+def seed_runs(root: str | Path) -> list[Run]:
+    """The default's seeds: one run per RL seed of audit.seeds, training and evaluating it."""
+    seeds = load_params(Path(root) / "params.yaml").audit.seeds
+    return [Run(f"seed-{k}", [], [f"train@{k}", f"evaluate@{k}"]) for k in seeds]
+
+
+def grid_runs(root: str | Path, grid: str | None = None) -> list[Run]:
+    """The experiments flow's runs (the ablations and the sweep, or one grid), one per run, named
+    by their overrides (an ablation by its name)."""
+    orchestration = load_params(Path(root) / "params.yaml").orchestration
+    runs = []
+    for where, overrides in experiment_runs(orchestration, grid):
+        ablation = where.removeprefix("orchestration.ablations.")
+        name = ablation if ablation != where else "-".join(overrides)
+        runs.append(Run(re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-."), list(overrides)))
+    return runs
+
+
+def ready(root: str | Path) -> tuple[str, str]:
+    """(git remote, commit) the workers run: HEAD, which must be on the remote and hold
+    params.yaml and dvc.yaml as they are here."""
+    root = Path(root)
+    repo = origin_url(root)
+    commit = git(root, "rev-parse", "HEAD")
+    changed = git(root, "status", "--porcelain", "--", "params.yaml", "dvc.yaml")
+    if changed:
+        raise SpreadError(
+            f"{root}: params.yaml or dvc.yaml has uncommitted changes, and the workers run commit "
+            f"{commit[:8]}: commit and push them first"
+        )
+    git(root, "fetch", "--quiet", "origin")
+    if not git(root, "branch", "--remotes", "--contains", commit):
+        raise SpreadError(
+            f"{root}: HEAD {commit[:8]} is on no branch of the git remote {repo}: push it "
+            "(each worker clones it from there)"
+        )
+    return repo, commit
+
+
+def prepare_seeds(root: str | Path) -> list[str]:
+    """Run the stages before `train` here and push their data, so every worker pulls the same
+    inputs instead of rebuilding them; the stages that ran."""
+    order = dvc_stages(Path(root) / "dvc.yaml")
+    upstream = order[: order.index("train")]
+    run = run_dvc(root, "repro", *upstream)
+    if run.returncode != 0:
+        raise SpreadError(
+            f"dvc repro {' '.join(upstream)} failed: {(run.stdout + run.stderr)[-600:]}"
+        )
+    push(root)
+    return re.findall(r"Running stage '([^']+)'", run.stdout)
+
+
+def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict:
+    """A worker's run: clone `repo` at `commit` into <workdir>/experiments/<label>, pull what the
+    run needs, `dvc exp run`, `dvc exp push`; {"name", "exp" (the experiment's commit),
+    "seconds", "steps" (seconds per step)}. The clone is removed when the run is pushed, kept
+    (and named) when it failed."""
+    steps: dict[str, float] = {}
+    clock = [time.monotonic()]
+
+    def lap(step: str) -> None:
+        now = time.monotonic()
+        steps[step] = round(now - clock[0], 1)
+        clock[0] = now
+
+    root = workdir / "experiments" / label
+    clone(repo, root, workdir)
+    git(root, "checkout", "--quiet", commit)
+    lap("clone")
+    pull(root, *run.targets)
+    lap("pull")
+    overrides = [a for o in run.overrides for a in ("-S", o)]
+    ran = run_dvc(root, "exp", "run", "--force", "-n", run.name, *overrides, *run.targets)
+    if ran.returncode != 0:
+        raise SpreadError(
+            f"experiment {run.name}: dvc exp run failed in {root} (kept): "
+            f"{(ran.stdout + ran.stderr).strip()[-600:]}"
+        )
+    lap("run")
+    pushed = run_dvc(root, "exp", "push", "--force", "origin", run.name)
+    if pushed.returncode != 0:
+        raise SpreadError(
+            f"experiment {run.name}: dvc exp push origin failed in {root} (kept; rerun "
+            f"`dvc exp push origin {run.name}` there): "
+            f"{(pushed.stdout + pushed.stderr).strip()[-400:]}"
+        )
+    lap("push")
+    exp = experiment_commit(root, run.name)
+    shutil.rmtree(root, ignore_errors=True)
+    return {"name": run.name, "exp": exp, "seconds": round(sum(steps.values()), 1), "steps": steps}
+
+
+def collect(root: str | Path, names: list[str]) -> None:
+    """`dvc exp pull` the runs from the remotes (their commits and their data)."""
+    run = run_dvc(root, "exp", "pull", "--force", "origin", *names)
+    if run.returncode != 0:
+        raise RemoteFailed(
+            f"dvc exp pull origin {' '.join(names)} failed: {(run.stdout + run.stderr).strip()[-400:]}"
+        )
+
+
+def experiment_commit(root: str | Path, name: str) -> str:
+    """The commit of experiment `name` on HEAD's baseline (refs/exps/<baseline>/<name>)."""
+    head = git(root, "rev-parse", "HEAD")
+    ref = f"refs/exps/{head[:2]}/{head[2:]}/{name}"
+    found = rev(root, ref)
+    if not found:
+        raise SpreadError(f"experiment {name}: no {ref} after `dvc exp pull`: was it pushed?")
+    return found
+
+
+def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
+    """Take `stages`' dvc.lock entries and outputs from experiment `name` into the workspace:
+    files git keeps from its commit, cached ones by `dvc checkout`. The paths taken."""
+    root = Path(root)
+    commit = experiment_commit(root, name)
+    theirs = yaml.safe_load(git(root, "show", f"{commit}:dvc.lock"))["stages"]
+    lock = root / "dvc.lock"
+    ours = yaml.safe_load(lock.read_text()) if lock.exists() else {"schema": "2.0"}
+    ours.setdefault("stages", {})
+    paths = []
+    for stage in stages:
+        if stage not in theirs:
+            raise SpreadError(f"experiment {name}: its dvc.lock has no stage {stage}")
+        ours["stages"][stage] = theirs[stage]
+        paths += [out["path"] for out in theirs[stage].get("outs", [])]
+    tmp = lock.with_suffix(".lock.tmp")
+    tmp.write_text(yaml.safe_dump(ours, sort_keys=False))
+    tmp.replace(lock)
+    for path in paths:
+        if git(root, "ls-tree", "-r", "--name-only", commit, "--", path):  # git keeps it
+            target = root / path
+            if target.is_dir():
+                shutil.rmtree(target)  # files the run no longer wrote go
+            git(root, "restore", f"--source={commit}", "--worktree", "--", path)
+    run = run_dvc(root, "checkout", *stages)
+    if run.returncode != 0:
+        raise SpreadError(
+            f"experiment {name}: dvc checkout {' '.join(stages)} failed: "
+            f"{(run.stdout + run.stderr).strip()[-400:]}"
+        )
+    return paths
+
+
+# Prefect: the automation that crashes silent runs, and submitting and waiting for the runs.
+
+
+def ensure_crash_detection() -> str:
+    """Create (once per server) the automation that marks a run of the experiment flow Crashed
+    when its heartbeats stop (Prefect's "Detect zombie flows" automation); its name."""
+    from prefect.automations import Automation
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    try:
+        Automation.read(name=CRASH_AUTOMATION)
+        return CRASH_AUTOMATION
+    except ValueError:  # none yet
+        pass
+    Automation(
+        name=CRASH_AUTOMATION,
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={
+                "prefect.flow-run.heartbeat",
+                *(f"prefect.flow-run.{s.title()}" for s in FINAL),
+            },
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            # only the experiment runs: a flow whose heartbeats come every 180 s (Prefect's
+            # default) would otherwise be crashed between two of them
+            match_related=ResourceSpecification(
+                {"prefect.resource.role": "flow", "prefect.resource.name": EXPERIMENT_FLOW}
+            ),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=HEARTBEAT_SECONDS * SILENT_HEARTBEATS),
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CRASHED,
+                message=f"no heartbeat for {HEARTBEAT_SECONDS * SILENT_HEARTBEATS} s: its "
+                "worker or machine is gone",
+            )
+        ],
+    ).create()
+    return CRASH_AUTOMATION
+
+
+def wait_for_runs(
+    runs: list[Run],
+    parameters: Callable[[Run], dict],
+    resubmits: int = 2,
+    say: Callable[[str], None] = print,
+    poll_seconds: float = 3,
+) -> dict[str, dict]:
+    """Submit each run to DEPLOYMENT and wait for all; a run that crashes is submitted again (at
+    most `resubmits` times). name -> {"flow_run", "worker_seconds", "submissions"}; SpreadError
+    naming the run when one fails, is cancelled or keeps crashing."""
+    from prefect import get_client
+    from prefect.deployments import run_deployment
+
+    def submit(run: Run):
+        flow_run = run_deployment(
+            DEPLOYMENT, parameters=parameters(run), timeout=0, flow_run_name=f"exp-{run.name}"
+        )
+        say(f"experiments: {run.name} submitted (flow run {flow_run.name})")
+        return flow_run.id
+
+    pending = {run.name: {"id": submit(run), "submissions": 1, "run": run} for run in runs}
+    done: dict[str, dict] = {}
+    with get_client(sync_client=True) as client:
+        while pending:
+            time.sleep(poll_seconds)
+            for name, entry in list(pending.items()):
+                flow_run = client.read_flow_run(entry["id"])
+                kind = flow_run.state.type.value if flow_run.state else "PENDING"
+                if kind not in FINAL:
+                    continue
+                if kind == "COMPLETED":
+                    done[name] = {
+                        "flow_run": flow_run.name,
+                        "worker_seconds": round(flow_run.total_run_time.total_seconds(), 1),
+                        "submissions": entry["submissions"],
+                    }
+                    del pending[name]
+                    continue
+                message = (flow_run.state.message or kind.lower()).strip().splitlines()[0]
+                if kind == "CRASHED" and entry["submissions"] <= resubmits:
+                    say(f"experiments: {name} crashed ({message}): submitted again")
+                    entry["id"] = submit(entry["run"])
+                    entry["submissions"] += 1
+                    continue
+                raise SpreadError(
+                    f"experiment {name}: flow run {flow_run.name} {kind.lower()}: {message}"
+                )
+    return done

@@ -1,0 +1,160 @@
+"""The steps of experiments spread over workers (rlvr.team.spread), without Prefect, on a
+two-seed project of their own against a bare git remote and the session's sshd as DVC remote:
+each seed's run in a clone of its own (a worker's), pushed with `dvc exp push`; the parent pulls
+them, takes them in and finds nothing to train again. The flow on the real project, from a
+deployment on a real Prefect server with workers: tests/team/test_experiments_on_workers.py."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.params.config import load_params
+from rlvr.pipeline.orchestration import run_dvc, stages_ran
+from rlvr.team import spread
+from tests.helpers import ROOT, commit_all
+
+TRAIN = """
+import json, pathlib, sys, yaml
+seed = int(sys.argv[1])
+q = yaml.safe_load(open("params.yaml"))["quality"]
+pathlib.Path(f"models/seed-{seed}").mkdir(parents=True, exist_ok=True)
+pathlib.Path(f"models/seed-{seed}/weights.txt").write_text(f"{q} {seed}\\n")
+pathlib.Path("reports").mkdir(exist_ok=True)
+pathlib.Path(f"reports/seed-{seed}.json").write_text(json.dumps({"seed": seed, "reward": q + seed}))
+"""
+
+POOL = """
+import json, pathlib
+runs = [json.loads(p.read_text()) for p in sorted(pathlib.Path("reports").glob("seed-*.json"))]
+pathlib.Path("metrics").mkdir(exist_ok=True)
+pathlib.Path("metrics/pool.json").write_text(json.dumps({"seeds": [r["seed"] for r in runs]}))
+"""
+
+DVC_YAML = """stages:
+  train:
+    foreach: ${audit.seeds}
+    do:
+      cmd: python train.py ${item}
+      deps: [train.py]
+      params: [quality]
+      outs:
+        - models/seed-${item}
+        - reports/seed-${item}.json:
+            cache: false
+  pool:
+    cmd: python pool.py
+    deps: [pool.py, reports]
+    metrics:
+      - metrics/pool.json:
+          cache: false
+"""
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def team(ssh_home, tmp_path):
+    """(the bare git remote, a developer's clone of it, on the branch main)."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    _git(dev, "init", "-q", "-b", "main")
+    _git(dev, "config", "user.name", "dev")
+    _git(dev, "config", "user.email", "dev@example.com")
+    run_dvc(dev, "init", "-q")
+    (dev / "train.py").write_text(TRAIN)
+    (dev / "pool.py").write_text(POOL)
+    (dev / "dvc.yaml").write_text(DVC_YAML)
+    (dev / "params.yaml").write_text(yaml.safe_dump({"quality": 0.5, "audit": {"seeds": [0, 1]}}))
+    ssh_home.add_remote(dev)
+    commit_all(dev, "the project")
+    shared = tmp_path / "shared.git"
+    _git(tmp_path, "clone", "-q", "--bare", str(dev), str(shared))
+    _git(dev, "remote", "add", "origin", str(shared))
+    _git(dev, "fetch", "-q", "origin")
+    return shared, dev
+
+
+def test_each_seed_runs_in_a_clone_of_its_own_and_the_parent_trains_none_again(team, tmp_path):
+    shared, dev = team
+    repo, commit = spread.ready(dev)
+    assert (repo, commit) == (str(shared), _git(dev, "rev-parse", "HEAD"))
+    pushed = {}
+    for seed, machine in ((0, "machine-1"), (1, "machine-2")):
+        run = spread.Run(f"seed-{seed}", [], [f"train@{seed}"])
+        result = spread.run_one(repo, commit, run, tmp_path / machine, f"seed-{seed}-x")
+        assert result["name"] == f"seed-{seed}" and result["seconds"] > 0
+        assert not (tmp_path / machine / "experiments" / f"seed-{seed}-x").exists()  # removed
+        pushed[seed] = result["exp"]
+    # on the git remote: each experiment's commit, on this commit's baseline
+    refs = _git(shared, "for-each-ref", "--format=%(objectname) %(refname)", "refs/exps").split(
+        "\n"
+    )
+    base = f"refs/exps/{commit[:2]}/{commit[2:]}"
+    assert {f"{pushed[k]} {base}/seed-{k}" for k in (0, 1)} <= set(refs)
+
+    spread.collect(dev, ["seed-0", "seed-1"])
+    for seed in (0, 1):
+        paths = spread.adopt(dev, f"seed-{seed}", [f"train@{seed}"])
+        assert paths == [f"models/seed-{seed}", f"reports/seed-{seed}.json"]
+        assert json.loads((dev / f"reports/seed-{seed}.json").read_text()) == {
+            "seed": seed,
+            "reward": 0.5 + seed,
+        }
+        assert (dev / f"models/seed-{seed}/weights.txt").read_text() == f"0.5 {seed}\n"
+    repro = run_dvc(dev, "repro")
+    assert repro.returncode == 0, repro.stdout + repro.stderr
+    assert stages_ran(repro.stdout) == ["pool"]  # both seeds up to date: taken, not trained
+    assert json.loads((dev / "metrics/pool.json").read_text()) == {"seeds": [0, 1]}
+
+
+def test_the_workers_run_only_what_the_git_remote_holds(team):
+    shared, dev = team
+    (dev / "params.yaml").write_text(yaml.safe_dump({"quality": 0.7, "audit": {"seeds": [0, 1]}}))
+    with pytest.raises(spread.SpreadError) as error:
+        spread.ready(dev)
+    head = _git(dev, "rev-parse", "HEAD")[:8]
+    assert str(error.value) == (
+        f"{dev}: params.yaml or dvc.yaml has uncommitted changes, and the workers run commit "
+        f"{head}: commit and push them first"
+    )
+    commit_all(dev, "quality 0.7")
+    with pytest.raises(spread.SpreadError) as error:
+        spread.ready(dev)
+    head = _git(dev, "rev-parse", "HEAD")[:8]
+    assert str(error.value) == (
+        f"{dev}: HEAD {head} is on no branch of the git remote {shared}: push it (each worker "
+        "clones it from there)"
+    )
+    _git(dev, "push", "-q", "origin", "main")
+    assert spread.ready(dev)[1].startswith(head)
+
+
+def test_a_failed_experiment_keeps_its_clone_and_says_where(team, tmp_path):
+    shared, dev = team
+    _, commit = spread.ready(dev)
+    run = spread.Run("broken", ["quality=[1, 2]"], ["train@0"])  # train.py cannot add a list
+    with pytest.raises(spread.SpreadError) as error:
+        spread.run_one(str(shared), commit, run, tmp_path / "machine", "broken-x")
+    clone = tmp_path / "machine" / "experiments" / "broken-x"
+    assert str(error.value).startswith(f"experiment broken: dvc exp run failed in {clone} (kept): ")
+    assert clone.exists()
+
+
+def test_the_runs_of_the_default_seeds_and_of_the_grids():
+    seeds = load_params(ROOT / "params.yaml").audit.seeds
+    assert len(seeds) >= 2
+    assert [(r.name, r.overrides, r.targets) for r in spread.seed_runs(ROOT)] == [
+        (f"seed-{k}", [], [f"train@{k}", f"evaluate@{k}"]) for k in seeds
+    ]
+    runs = {r.name: r.overrides for r in spread.grid_runs(ROOT)}
+    assert runs["no-kl"] == ["train.grpo.beta=0"]
+    assert runs["train.grpo.beta-0.01"] == ["train.grpo.beta=0.01"]
+    step8 = spread.grid_runs(ROOT, "step8")
+    assert len(step8) == 16 and len({r.name for r in step8}) == 16  # one experiment name each
