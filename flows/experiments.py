@@ -128,7 +128,10 @@ def experiment_run(
     except PipelineError as error:
         return failed(error)
     steps = ", ".join(f"{step} {seconds} s" for step, seconds in result["steps"].items())
-    print(f"experiment {name}: pushed {result['exp'][:8]} in {result['seconds']} s ({steps})")
+    print(
+        f"experiment {name}: ran {', '.join(result['ran']) or 'nothing'}; pushed "
+        f"{result['exp'][:8]} in {result['seconds']} s ({steps})"
+    )
     return result
 
 

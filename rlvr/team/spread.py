@@ -37,7 +37,7 @@ import yaml
 from rlvr.core.errors import PipelineError
 from rlvr.params.config import load_params
 from rlvr.pipeline.experiments import experiment_runs
-from rlvr.pipeline.orchestration import dvc_stages, run_dvc
+from rlvr.pipeline.orchestration import dvc_stages, run_dvc, stages_ran
 from rlvr.team.clones import clone, git, origin_url, rev
 from rlvr.team.remote import RemoteFailed, pull, push
 
@@ -112,14 +112,14 @@ def prepare_seeds(root: str | Path) -> list[str]:
             f"dvc repro {' '.join(upstream)} failed: {(run.stdout + run.stderr)[-600:]}"
         )
     push(root)
-    return re.findall(r"Running stage '([^']+)'", run.stdout)
+    return stages_ran(run.stdout)
 
 
 def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict:
     """A worker's run: clone `repo` at `commit` into <workdir>/experiments/<label>, pull what the
     run needs, `dvc exp run`, `dvc exp push`; {"name", "exp" (the experiment's commit),
-    "seconds", "steps" (seconds per step)}. The clone is removed when the run is pushed, kept
-    (and named) when it failed."""
+    "seconds", "steps" (seconds per step), "ran" (the stages DVC ran)}. The clone is removed
+    when the run is pushed, kept (and named) when it failed."""
     steps: dict[str, float] = {}
     clock = [time.monotonic()]
 
@@ -135,7 +135,9 @@ def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict
     pull(root, *run.targets)
     lap("pull")
     overrides = [a for o in run.overrides for a in ("-S", o)]
-    ran = run_dvc(root, "exp", "run", "--force", "-n", run.name, *overrides, *run.targets)
+    # (not --force: that would reproduce every stage above the targets, not replace a name;
+    # a fresh clone has no experiment of that name)
+    ran = run_dvc(root, "exp", "run", "-n", run.name, *overrides, *run.targets)
     if ran.returncode != 0:
         raise SpreadError(
             f"experiment {run.name}: dvc exp run failed in {root} (kept): "
@@ -152,7 +154,13 @@ def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict
     lap("push")
     exp = experiment_commit(root, run.name)
     shutil.rmtree(root, ignore_errors=True)
-    return {"name": run.name, "exp": exp, "seconds": round(sum(steps.values()), 1), "steps": steps}
+    return {
+        "name": run.name,
+        "exp": exp,
+        "seconds": round(sum(steps.values()), 1),
+        "steps": steps,
+        "ran": stages_ran(ran.stdout),
+    }
 
 
 def collect(root: str | Path, names: list[str]) -> None:

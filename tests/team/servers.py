@@ -167,8 +167,9 @@ class PrefectServer:
         self.logs = folder / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         # as the README says, on any port: the UI's own API address too (it would assume 4200)
+        # no PYTHONPATH (the tests' points at this checkout): a worker runs its clone's code
         self.env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
             "PREFECT_HOME": str(folder / "prefect-home"),
             "PREFECT_API_URL": self.api,
             "PREFECT_UI_API_URL": self.api,

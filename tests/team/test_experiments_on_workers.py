@@ -37,7 +37,13 @@ def _training(worker: subprocess.Popen) -> bool:
         children = psutil.Process(worker.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return False
-    return any("stages.train" in " ".join(c.cmdline()) for c in children if c.is_running())
+    for child in children:
+        try:
+            if "stages.train" in " ".join(child.cmdline()):
+                return True
+        except psutil.Error:  # gone, or a zombie, since the listing
+            pass
+    return False
 
 
 def _kill_machine(worker: subprocess.Popen) -> None:

@@ -90,6 +90,7 @@ def test_each_seed_runs_in_a_clone_of_its_own_and_the_parent_trains_none_again(t
         run = spread.Run(f"seed-{seed}", [], [f"train@{seed}"])
         result = spread.run_one(repo, commit, run, tmp_path / machine, f"seed-{seed}-x")
         assert result["name"] == f"seed-{seed}" and result["seconds"] > 0
+        assert result["ran"] == [f"train@{seed}"]  # its seed only, nothing above it again
         assert not (tmp_path / machine / "experiments" / f"seed-{seed}-x").exists()  # removed
         pushed[seed] = result["exp"]
     # on the git remote: each experiment's commit, on this commit's baseline
