@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from rlvr.params.config import load_params
+from rlvr.pipeline.comparison import exp_show
 from rlvr.pipeline.orchestration import run_dvc, stages_ran
 from rlvr.team import spread
 from tests.helpers import ROOT, commit_all
@@ -30,7 +31,8 @@ POOL = """
 import json, pathlib
 runs = [json.loads(p.read_text()) for p in sorted(pathlib.Path("reports").glob("seed-*.json"))]
 pathlib.Path("metrics").mkdir(exist_ok=True)
-pathlib.Path("metrics/pool.json").write_text(json.dumps({"seeds": [r["seed"] for r in runs]}))
+pool = {"seeds": len(runs), "best": max(r["reward"] for r in runs)}  # numbers: dvc exp show
+pathlib.Path("metrics/pool.json").write_text(json.dumps(pool))
 """
 
 DVC_YAML = """stages:
@@ -112,7 +114,7 @@ def test_each_seed_runs_in_a_clone_of_its_own_and_the_parent_trains_none_again(t
     repro = run_dvc(dev, "repro")
     assert repro.returncode == 0, repro.stdout + repro.stderr
     assert stages_ran(repro.stdout) == ["pool"]  # both seeds up to date: taken, not trained
-    assert json.loads((dev / "metrics/pool.json").read_text()) == {"seeds": [0, 1]}
+    assert json.loads((dev / "metrics/pool.json").read_text()) == {"seeds": 2, "best": 1.5}
 
 
 def test_the_workers_run_only_what_the_git_remote_holds(team):
@@ -159,3 +161,23 @@ def test_the_runs_of_the_default_seeds_and_of_the_grids():
     assert runs["train.grpo.beta-0.01"] == ["train.grpo.beta=0.01"]
     step8 = spread.grid_runs(ROOT, "step8")
     assert len(step8) == 16 and len({r.name for r in step8}) == 16  # one experiment name each
+
+
+def test_a_grid_run_on_a_worker_comes_back_with_its_params(team, tmp_path):
+    """A grid's run (the whole pipeline with its `-S` overrides) pushed by a worker and pulled
+    here: `dvc exp show` (what the comparison reads) lists it with its params and metrics."""
+    shared, dev = team
+    repo, commit = spread.ready(dev)
+    run = spread.Run("quality-0.7", ["quality=0.7"], [])
+    result = spread.run_one(repo, commit, run, tmp_path / "machine-1", "quality-0.7-x")
+    assert result["ran"] == ["train@0", "train@1", "pool"]
+    spread.collect(dev, ["quality-0.7"])
+    (data,) = [
+        rev["data"]
+        for row in exp_show(dev)  # what rlvr.pipeline.comparison.compare reads
+        for experiment in row.get("experiments") or []
+        for rev in experiment["revs"]
+        if rev.get("name") == "quality-0.7"
+    ]
+    assert data["params"]["params.yaml"]["data"]["quality"] == 0.7
+    assert data["metrics"]["metrics/pool.json"]["data"] == {"seeds": 2, "best": 1.7}
