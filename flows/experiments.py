@@ -24,7 +24,6 @@ as above; the seeds' are taken into this workspace and the pipeline runs the rec
 
 from __future__ import annotations
 
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -66,11 +65,7 @@ def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:
 @task(cache_policy=NO_CACHE)
 def queue_experiments(root: str, grid: str | None = None) -> int:
     orchestration = load_params(Path(root) / "params.yaml").orchestration
-    if grid is not None and grid not in orchestration.grids:
-        raise StageFailed(
-            f"--grid {grid}: params.yaml orchestration.grids has no such grid "
-            f"(it has: {', '.join(orchestration.grids) or 'none'})"
-        )
+    spread.check_grid(orchestration, grid)
     try:  # what each run's own check_params will check, before anything is queued
         check_queued_runs(Path(root) / "params.yaml", grid)
     except ParamsError as error:
@@ -137,49 +132,21 @@ def experiment_run(
 
 def _spread(root: str, grid: str | None, seeds: bool) -> list[list] | dict:
     say = get_run_logger().info
-    repo, commit = spread.ready(root)
     runs = spread.seed_runs(root) if seeds else spread.grid_runs(root, grid)
-    if seeds:
-        ran = spread.prepare_seeds(root)
-        say(
-            f"experiments: the stages before train here first: {', '.join(ran) or 'up to date'}; pushed"
-        )
-    spread.ensure_crash_detection()
-    started = time.monotonic()
-    done = spread.wait_for_runs(
-        runs,
-        lambda run: {
-            "repo": repo,
-            "commit": commit,
-            "name": run.name,
-            "overrides": run.overrides,
-            "targets": run.targets,
-        },
-        say=say,
-    )
-    seconds = time.monotonic() - started
-    spread.collect(root, [run.name for run in runs])
-    resubmitted = sum(d["submissions"] - 1 for d in done.values())
-    say(
-        f"experiments: {len(runs)} run(s) on the workers in {seconds:.0f} s "
-        f"({resubmitted} submitted again); pulled"
-    )
+    done, seconds = spread.spread(root, runs, say)
     if not seeds:
         return publish_comparison(root)
-    for run in runs:
-        spread.adopt(root, run.name, run.targets)
+    spread.take_seeds(root, runs)
     state = pipeline(root=root, lock=False, return_state=True)  # (this flow holds it)
     if not state.is_completed():
         return state
     result = state.result()
-    retrained = [s for s in result["ran"] if s.split("@")[0] in ("train", "evaluate")]
-    if retrained:  # DVC found a worker's seed stale here: its inputs differ from this workspace's
+    again = spread.trained_here(root, result["ran"])
+    if again:
         say(
-            f"experiments: ran again here, their inputs differ from the workers': {', '.join(retrained)}"
+            f"experiments: ran again here, their inputs differ from the workers': {', '.join(again)}"
         )
-    say(
-        f"experiments: the recipe over seeds {', '.join(r.name for r in runs)}: {result['verdict']}"
-    )
+    say(f"experiments: the recipe over {', '.join(r.name for r in runs)}: {result['verdict']}")
     return {
         "runs": done,
         "seconds": round(seconds, 1),
@@ -209,9 +176,10 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grid", help="queue and run only orchestration.grids.GRID")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--grid", help="queue and run only orchestration.grids.GRID")
+    what.add_argument("--seeds", action="store_true", help="the default's seeds on the workers")
     parser.add_argument("--workers", action="store_true", help="each run on a worker of the pool")
-    parser.add_argument("--seeds", action="store_true", help="the default's seeds on the workers")
     args = parser.parse_args()
     try:
         rows = experiments(grid=args.grid, workers=args.workers, seeds=args.seeds)

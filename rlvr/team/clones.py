@@ -12,7 +12,9 @@ from pathlib import Path
 from rlvr.core.errors import PipelineError
 from rlvr.pipeline.orchestration import run_dvc
 
-WORKDIR_ENV = "RLVR_NIGHTLY_DIR"  # the machine's clones and shared DVC cache (prefect.yaml sets it)
+WORKDIR_ENV = (
+    "RLVR_NIGHTLY_DIR"  # the machine's clones and shared DVC cache (nightly-docker sets it)
+)
 
 
 class GitFailed(PipelineError):

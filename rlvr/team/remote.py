@@ -24,7 +24,7 @@ def default_remote(root: str | Path) -> tuple[str, str] | None:
     return name, run_dvc(root, "config", f"remote.{name}.url").stdout.strip() or "?"
 
 
-def _dvc_error(output: str) -> str:
+def dvc_error(output: str) -> str:
     """DVC's own ERROR line, without its boilerplate."""
     errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
     text = errors[-1] if errors else (output.strip().splitlines() or ["no output"])[-1]
@@ -52,7 +52,7 @@ def push(root: str | Path) -> str:
     run = run_dvc(root, "push")
     if run.returncode != 0:
         raise RemoteFailed(
-            f"dvc push to remote '{name}' ({url}) failed: {_dvc_error(run.stdout + run.stderr)}; "
+            f"dvc push to remote '{name}' ({url}) failed: {dvc_error(run.stdout + run.stderr)}; "
             f"kept locally: every output in {_cache_dir(root)} and dvc.lock: rerun "
             "`dvc push` once the remote answers (it sends only what is missing)"
         )
@@ -67,7 +67,7 @@ def pull(root: str | Path, *targets: str) -> str:
     run = run_dvc(root, "pull", "--allow-missing", *(["--with-deps", *targets] if targets else []))
     if run.returncode != 0:
         raise RemoteFailed(
-            f"dvc pull from remote '{name}' ({url}) failed: {_dvc_error(run.stdout + run.stderr)}; "
+            f"dvc pull from remote '{name}' ({url}) failed: {dvc_error(run.stdout + run.stderr)}; "
             "nothing was restored: make the remote reachable, or run without it and every stage "
             "trains again"
         )

@@ -35,11 +35,11 @@ from pathlib import Path
 import yaml
 
 from rlvr.core.errors import PipelineError
-from rlvr.params.config import load_params
-from rlvr.pipeline.experiments import experiment_runs
-from rlvr.pipeline.orchestration import dvc_stages, run_dvc, stages_ran
+from rlvr.params.config import ParamsError, load_params
+from rlvr.pipeline.experiments import check_queued_runs, experiment_runs
+from rlvr.pipeline.orchestration import dvc_stages, run_dvc, seeded_stages, stages_ran
 from rlvr.team.clones import clone, git, origin_url, rev
-from rlvr.team.remote import RemoteFailed, pull, push
+from rlvr.team.remote import RemoteFailed, dvc_error, pull, push
 
 EXPERIMENT_FLOW = "grpo-experiment-run"  # flows/experiments.py experiment_run
 DEPLOYMENT = f"{EXPERIMENT_FLOW}/experiment-run"
@@ -47,6 +47,16 @@ CRASH_AUTOMATION = "rlvr: crash flow runs whose heartbeats stopped"
 HEARTBEAT_SECONDS = 30  # PREFECT_FLOWS_HEARTBEAT_FREQUENCY of the deployment (Prefect's minimum)
 SILENT_HEARTBEATS = 3  # a run silent this many heartbeats is Crashed by the automation
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "CRASHED")
+# what the stages run: the workers run it as committed (outputs may differ here: they are rebuilt)
+WHAT_RUNS = (
+    "params.yaml",
+    "dvc.yaml",
+    "rlvr",
+    "stages",
+    "configs",
+    "requirements.lock",
+    "pyproject.toml",
+)
 
 
 class SpreadError(PipelineError):
@@ -61,6 +71,16 @@ class Run:
     overrides: list[str] = field(default_factory=list)
     targets: list[str] = field(default_factory=list)
 
+    def parameters(self, repo: str, commit: str) -> dict:
+        """The experiment-run flow's parameters for this run."""
+        return {
+            "repo": repo,
+            "commit": commit,
+            "name": self.name,
+            "overrides": self.overrides,
+            "targets": self.targets,
+        }
+
 
 def seed_runs(root: str | Path) -> list[Run]:
     """The default's seeds: one run per RL seed of audit.seeds, training and evaluating it."""
@@ -68,10 +88,24 @@ def seed_runs(root: str | Path) -> list[Run]:
     return [Run(f"seed-{k}", [], [f"train@{k}", f"evaluate@{k}"]) for k in seeds]
 
 
+def check_grid(orchestration, grid: str | None) -> None:
+    """SpreadError naming the grids params.yaml has, when it lacks `grid`."""
+    if grid is not None and grid not in orchestration.grids:
+        raise SpreadError(
+            f"--grid {grid}: params.yaml orchestration.grids has no such grid "
+            f"(it has: {', '.join(orchestration.grids) or 'none'})"
+        )
+
+
 def grid_runs(root: str | Path, grid: str | None = None) -> list[Run]:
     """The experiments flow's runs (the ablations and the sweep, or one grid), one per run, named
     by their overrides (an ablation by its name)."""
     orchestration = load_params(Path(root) / "params.yaml").orchestration
+    check_grid(orchestration, grid)
+    try:  # what each run's own check_params will check, before any is submitted
+        check_queued_runs(Path(root) / "params.yaml", grid)
+    except ParamsError as error:
+        raise SpreadError(str(error)) from None
     runs = []
     for where, overrides in experiment_runs(orchestration, grid):
         ablation = where.removeprefix("orchestration.ablations.")
@@ -81,19 +115,20 @@ def grid_runs(root: str | Path, grid: str | None = None) -> list[Run]:
 
 
 def ready(root: str | Path) -> tuple[str, str]:
-    """(git remote, commit) the workers run: HEAD, which must be on the remote and hold
-    params.yaml and dvc.yaml as they are here."""
+    """(git remote, commit) the workers run: HEAD, which must be on a branch of origin and hold
+    what the stages run (WHAT_RUNS) as it is here."""
     root = Path(root)
     repo = origin_url(root)
     commit = git(root, "rev-parse", "HEAD")
-    changed = git(root, "status", "--porcelain", "--", "params.yaml", "dvc.yaml")
+    changed = git(root, "diff", "--name-only", "HEAD", "--", *WHAT_RUNS)  # staged or not
     if changed:
+        first = changed.splitlines()[0]
         raise SpreadError(
-            f"{root}: params.yaml or dvc.yaml has uncommitted changes, and the workers run commit "
-            f"{commit[:8]}: commit and push them first"
+            f"{root}: {first} has uncommitted changes (of {len(changed.splitlines())} file(s) the "
+            f"stages run), and the workers run commit {commit[:8]}: commit and push them first"
         )
-    git(root, "fetch", "--quiet", "origin")
-    if not git(root, "branch", "--remotes", "--contains", commit):
+    git(root, "fetch", "--quiet", "--prune", "origin")
+    if not git(root, "branch", "--remotes", "--contains", commit, "--list", "origin/*"):
         raise SpreadError(
             f"{root}: HEAD {commit[:8]} is on no branch of the git remote {repo}: push it "
             "(each worker clones it from there)"
@@ -109,10 +144,30 @@ def prepare_seeds(root: str | Path) -> list[str]:
     run = run_dvc(root, "repro", *upstream)
     if run.returncode != 0:
         raise SpreadError(
-            f"dvc repro {' '.join(upstream)} failed: {(run.stdout + run.stderr)[-600:]}"
+            f"dvc repro {' '.join(upstream)} failed: {dvc_error(run.stdout + run.stderr)}"
+        )
+    moved = _outputs_moved(root, upstream)
+    if moved:  # the workers clone the commit: its dvc.lock must name these outputs
+        raise SpreadError(
+            f"the stages before train made new outputs here ({', '.join(moved)}): commit and "
+            "push dvc.lock, then spread the seeds (each worker starts from the commit's lock)"
         )
     push(root)
     return stages_ran(run.stdout)
+
+
+def _outputs_moved(root: str | Path, stages: list[str]) -> list[str]:
+    """The stages whose outputs in the workspace's dvc.lock differ from HEAD's."""
+
+    def outs(text: str) -> dict:
+        found = (yaml.safe_load(text) or {}).get("stages", {})
+        return {
+            s: [(o["path"], o.get("md5")) for o in found.get(s, {}).get("outs", [])] for s in stages
+        }
+
+    head = outs(git(root, "show", "HEAD:dvc.lock"))
+    here = outs((Path(root) / "dvc.lock").read_text())
+    return [s for s in stages if head[s] != here[s]]
 
 
 def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict:
@@ -141,7 +196,7 @@ def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict
     if ran.returncode != 0:
         raise SpreadError(
             f"experiment {run.name}: dvc exp run failed in {root} (kept): "
-            f"{(ran.stdout + ran.stderr).strip()[-600:]}"
+            f"{dvc_error(ran.stdout + ran.stderr)}"
         )
     lap("run")
     pushed = run_dvc(root, "exp", "push", "--force", "origin", run.name)
@@ -149,7 +204,7 @@ def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict
         raise SpreadError(
             f"experiment {run.name}: dvc exp push origin failed in {root} (kept; rerun "
             f"`dvc exp push origin {run.name}` there): "
-            f"{(pushed.stdout + pushed.stderr).strip()[-400:]}"
+            f"{dvc_error(pushed.stdout + pushed.stderr)}"
         )
     lap("push")
     exp = experiment_commit(root, run.name)
@@ -168,7 +223,7 @@ def collect(root: str | Path, names: list[str]) -> None:
     run = run_dvc(root, "exp", "pull", "--force", "origin", *names)
     if run.returncode != 0:
         raise RemoteFailed(
-            f"dvc exp pull origin {' '.join(names)} failed: {(run.stdout + run.stderr).strip()[-400:]}"
+            f"dvc exp pull origin {' '.join(names)} failed: {dvc_error(run.stdout + run.stderr)}"
         )
 
 
@@ -210,7 +265,7 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
     if run.returncode != 0:
         raise SpreadError(
             f"experiment {name}: dvc checkout {' '.join(stages)} failed: "
-            f"{(run.stdout + run.stderr).strip()[-400:]}"
+            f"{dvc_error(run.stdout + run.stderr)}"
         )
     return paths
 
@@ -274,6 +329,22 @@ def wait_for_runs(
     naming the run when one fails, is cancelled or keeps crashing."""
     from prefect import get_client
     from prefect.deployments import run_deployment
+    from prefect.exceptions import ObjectNotFound
+
+    names = [run.name for run in runs]
+    if len(set(names)) != len(names):
+        raise SpreadError(
+            f"two runs share a name: {sorted(n for n in names if names.count(n) > 1)}"
+        )
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_deployment_by_name(DEPLOYMENT)
+        except ObjectNotFound:
+            raise SpreadError(
+                f"no deployment {DEPLOYMENT} on the Prefect server ({client.api_url}): deploy it "
+                "with `prefect --no-prompt deploy --name experiment-run` (and start a worker on "
+                "the pool rlvr-process)"
+            ) from None
 
     def submit(run: Run):
         flow_run = run_deployment(
@@ -300,7 +371,7 @@ def wait_for_runs(
                     }
                     del pending[name]
                     continue
-                message = (flow_run.state.message or kind.lower()).strip().splitlines()[0]
+                message = ((flow_run.state.message or "").strip().splitlines() or [kind.lower()])[0]
                 if kind == "CRASHED" and entry["submissions"] <= resubmits:
                     say(f"experiments: {name} crashed ({message}): submitted again")
                     entry["id"] = submit(entry["run"])
@@ -310,3 +381,39 @@ def wait_for_runs(
                     f"experiment {name}: flow run {flow_run.name} {kind.lower()}: {message}"
                 )
     return done
+
+
+def spread(
+    root: str | Path, runs: list[Run], say: Callable[[str], None] = print
+) -> tuple[dict[str, dict], float]:
+    """Everything between the runs and their comparison: the commit the workers run (ready),
+    for seeds the stages before train first (prepare_seeds), the crash automation, every run
+    submitted and waited for (a crashed one again), and all pulled here. (name -> what
+    wait_for_runs says of it, the seconds from the first submission to the last run's end)."""
+    repo, commit = ready(root)
+    if any(run.targets for run in runs):
+        ran = prepare_seeds(root)
+        say(f"experiments: the stages before train here first: {', '.join(ran) or 'none'}; pushed")
+    ensure_crash_detection()
+    started = time.monotonic()
+    done = wait_for_runs(runs, lambda run: run.parameters(repo, commit), say=say)
+    seconds = time.monotonic() - started
+    collect(root, [run.name for run in runs])
+    again = sum(d["submissions"] - 1 for d in done.values())
+    say(
+        f"experiments: {len(runs)} run(s) on the workers in {seconds:.0f} s ({again} submitted again); pulled"
+    )
+    return done, seconds
+
+
+def take_seeds(root: str | Path, runs: list[Run]) -> None:
+    """Each seed's run taken into the workspace (adopt), for the pipeline to pool."""
+    for run in runs:
+        adopt(root, run.name, run.targets)
+
+
+def trained_here(root: str | Path, ran: list[str]) -> list[str]:
+    """The per-seed stages the pipeline ran here after take_seeds: those whose inputs differ
+    from the workers' (none when the workers ran this workspace's commit and inputs)."""
+    seeded = seeded_stages(Path(root) / "dvc.yaml")
+    return [stage for stage in ran if stage.split("@")[0] in seeded]

@@ -143,7 +143,11 @@ def test_three_nights_from_the_deployment_on_a_real_server_and_worker(
         # anyone: the versions, and the prod model by name in an empty folder
         _git(project, "fetch", "-q", "--tags", "origin")
         show = subprocess.run(
-            ["gto", "show", "policy"], cwd=project, env=env, capture_output=True, text=True
+            ["gto", "show", "policy"],
+            cwd=project,
+            env={**prefect_server.env, **env},
+            capture_output=True,
+            text=True,
         )
         assert show.returncode == 0 and "v0.0.2" in show.stdout, show.stdout + show.stderr
         print(show.stdout)
@@ -152,7 +156,7 @@ def test_three_nights_from_the_deployment_on_a_real_server_and_worker(
         got = subprocess.run(
             ["dvc", "artifacts", "get", str(shared), "policy", "--stage", "prod", "-o", "policy"],
             cwd=empty,
-            env=env,
+            env={**prefect_server.env, **env},
             capture_output=True,
             text=True,
         )
@@ -161,4 +165,8 @@ def test_three_nights_from_the_deployment_on_a_real_server_and_worker(
     finally:
         if worker is not None:
             stop_group(worker)
+        # the session's server outlives this test: no 02:00 UTC night during the next ones
+        prefect_server.cli(
+            "--no-prompt", "deployment", "delete", "grpo-nightly/nightly", cwd=project, env=env
+        )
     assert worker.poll() is not None

@@ -124,8 +124,8 @@ def test_the_workers_run_only_what_the_git_remote_holds(team):
         spread.ready(dev)
     head = _git(dev, "rev-parse", "HEAD")[:8]
     assert str(error.value) == (
-        f"{dev}: params.yaml or dvc.yaml has uncommitted changes, and the workers run commit "
-        f"{head}: commit and push them first"
+        f"{dev}: params.yaml has uncommitted changes (of 1 file(s) the stages run), and the "
+        f"workers run commit {head}: commit and push them first"
     )
     commit_all(dev, "quality 0.7")
     with pytest.raises(spread.SpreadError) as error:
@@ -181,3 +181,12 @@ def test_a_grid_run_on_a_worker_comes_back_with_its_params(team, tmp_path):
     ]
     assert data["params"]["params.yaml"]["data"]["quality"] == 0.7
     assert data["metrics"]["metrics/pool.json"]["data"] == {"seeds": 2, "best": 1.7}
+
+
+def test_a_grid_params_yaml_lacks_is_one_line_before_anything_is_submitted():
+    with pytest.raises(spread.SpreadError) as error:
+        spread.grid_runs(ROOT, "nope")
+    grids = ", ".join(load_params(ROOT / "params.yaml").orchestration.grids)
+    assert str(error.value) == (
+        f"--grid nope: params.yaml orchestration.grids has no such grid (it has: {grids})"
+    )
