@@ -65,10 +65,10 @@ def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:
 @task(cache_policy=NO_CACHE)
 def queue_experiments(root: str, grid: str | None = None) -> int:
     orchestration = load_params(Path(root) / "params.yaml").orchestration
-    spread.check_grid(orchestration, grid)
-    try:  # what each run's own check_params will check, before anything is queued
+    try:  # the grid, and what each run's own check_params will check, before anything is queued
+        spread.check_grid(orchestration, grid)
         check_queued_runs(Path(root) / "params.yaml", grid)
-    except ParamsError as error:
+    except (ParamsError, spread.SpreadError) as error:
         raise StageFailed(str(error)) from None
     if grid is not None:
         for args in grid_commands(orchestration.grids[grid]):
