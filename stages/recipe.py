@@ -4,7 +4,9 @@
 
 Reads each seed's reports/eval/seed-<n>/ and reports/train/seed-<n>/summary.json (audit.seeds),
 and writes reports/recipe/summary.json (each seed's line, the pooled figures with intervals over
-seeds and prompts, the verdict by Step 9's rules, the published seed and why), its headline
+seeds and prompts, the verdict by Step 9's rules, the published seed and why; with
+audit.baseline rft, the RFT baseline's seeds from reports/rft/seed-<n>/ pooled the same way and
+GRPO against it per tag, rlvr/audit/baseline.py), its headline
 metrics/recipe.json (a DVC metric) and reports/figures/seeds.png (rlvr/audit/recipe.py). Fewer than 2
 seeds with results: no recipe verdict, naming the missing seeds and the line each stopped with.
 `dvc repro` runs it only once every seed has run to the end; after a failed seed, run it alone
@@ -14,9 +16,10 @@ seeds with results: no recipe verdict, naming the missing seeds and the line eac
 import json
 from pathlib import Path
 
-from rlvr.audit.recipe import recipe_audit, recipe_metrics
+from rlvr.audit.baseline import baseline_audit
+from rlvr.audit.recipe import recipe_audit, recipe_metrics, split_runs
 from rlvr.audit.slices import SliceRule
-from rlvr.core.files import write_json
+from rlvr.core.files import read_jsonl, write_json
 from rlvr.core.seeds import seed_paths
 from rlvr.pipeline.stage import ParamsView, failure_line, run_stage, stage_label
 from rlvr.report.plots import plot_seeds
@@ -28,43 +31,68 @@ def seed_results(paths, seed: int) -> dict:
     run = seed_paths(paths, seed)
     return {
         "summary": json.loads(Path(run.eval_summary).read_text()),
-        "records": [
-            json.loads(line)
-            for line in Path(run.eval_per_prompt).read_text().splitlines()
-            if line.strip()
-        ],
+        "records": read_jsonl(run.eval_per_prompt),
         "train": json.loads(Path(run.train_summary).read_text()),
     }
 
 
-def main(params: ParamsView) -> int:
-    paths, report, ev = params.paths, params.report, params.evaluate
-    evaluated, failed = {}, {}
-    for seed in params.audit.seeds:
+def baseline_records(paths, seed: int) -> list[dict]:
+    """One seed's RFT baseline records (stage rft; OSError, ValueError: missing, unreadable or
+    empty)."""
+    records = read_jsonl(seed_paths(paths, seed).rft_per_prompt)
+    if not records:  # audit.baseline none wrote it: the baseline was off when rft ran
+        raise ValueError("no records")
+    return records
+
+
+def gather(paths, seeds, read, stages: tuple[str, ...], where) -> tuple[dict, dict]:
+    """seed -> read(paths, seed) for every seed that has results, and seed -> the line saying
+    why one has none (the last failure line its stages left)."""
+    results, failed = {}, {}
+    for seed in seeds:
         try:
-            evaluated[seed] = seed_results(paths, seed)
+            results[seed] = read(paths, seed)
         except (OSError, ValueError):
             stopped = [
                 line
                 for line in (
-                    failure_line(paths.timing, stage_label(stage, seed))
-                    for stage in ("train", "evaluate")
+                    failure_line(paths.timing, stage_label(stage, seed)) for stage in stages
                 )
                 if line
             ]
             failed[seed] = (
-                f"no results in {seed_paths(paths, seed).eval_summary}"
+                f"no results in {where(seed_paths(paths, seed))}"
                 + (f", it stopped with: {stopped[-1]}" if stopped else "")
                 + "; `dvc repro` reruns what it lacks"
             )
-    recipe = recipe_audit(
-        params.audit.seeds,
-        evaluated,
-        failed,
-        SliceRule(report.min_slice_rows, report.slice_drop_from, report.slice_drop_to),
-        ev.confidence,
-        ev.n_resamples,
+    return results, failed
+
+
+def main(params: ParamsView) -> int:
+    paths, report, ev, seeds = params.paths, params.report, params.evaluate, params.audit.seeds
+    rule = SliceRule(report.min_slice_rows, report.slice_drop_from, report.slice_drop_to)
+    evaluated, failed = gather(
+        paths, seeds, seed_results, ("train", "evaluate"), lambda run: run.eval_summary
     )
+    recipe = recipe_audit(seeds, evaluated, failed, rule, ev.confidence, ev.n_resamples)
+    if params.audit.baseline != "none":
+        records, missing = gather(
+            paths, seeds, baseline_records, ("rft",), lambda run: run.rft_per_prompt
+        )
+        pooled = recipe["pooled"]
+        split = recipe.get("split", "heldout")
+        recipe["baseline"] = baseline_audit(
+            params.audit.baseline,
+            seeds,
+            split_runs(records, split),
+            missing,
+            split_runs({s: e["records"] for s, e in evaluated.items()}, split) if pooled else None,
+            pooled,
+            pooled["samples_per_prompt"] if pooled else ev.samples,
+            rule,
+            ev.confidence,
+            ev.n_resamples,
+        )
     write_json(paths.recipe_summary, recipe)
     write_json(paths.recipe_metrics, recipe_metrics(recipe))
     plot_seeds(recipe, paths.seeds_figure)
@@ -80,6 +108,8 @@ def main(params: ParamsView) -> int:
         f"recipe: over {len(recipe['evaluated'])} of {len(recipe['seeds'])} seeds: "
         f"{recipe['verdict_line']}"
     )
+    if "baseline" in recipe:
+        print(f"recipe: {recipe['baseline']['sentence']}")
     if "published_seed" in recipe:
         print(f"recipe: publishes seed {recipe['published_seed']}: {recipe['published_reason']}")
     return 0

@@ -68,7 +68,7 @@ def test_a_cold_run_prints_a_short_readable_console(cold_run):
         "validate",
         "prepare_model",
         "smoke",
-        *[f"{name}@{seed}" for name in ("train", "evaluate") for seed in seeds],
+        *[f"{name}@{seed}" for name in ("train", "evaluate", "rft") for seed in seeds],
         "recipe",
         "report",
     ):

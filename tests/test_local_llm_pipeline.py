@@ -44,8 +44,8 @@ LOCAL_LLM_RUN = {
     "audit": {"seeds": [0]},  # one RL seed: the model and its audit, not the recipe's statistics
     "runtime": {"torch_threads": 1, "reproducible": False},
 }
-# The stages as DVC runs them: one train and one evaluate, seed 0's.
-RUN = [f"{stage}@0" if stage in ("train", "evaluate") else stage for stage in STAGES]
+# The stages as DVC runs them: one train, evaluate and rft, seed 0's.
+RUN = [f"{stage}@0" if stage in ("train", "evaluate", "rft") else stage for stage in STAGES]
 
 
 def _numbers(value, where=""):

@@ -34,12 +34,13 @@ def test_stage_order_is_dvc_yamls():
         "smoke",
         "train",
         "evaluate",
+        "rft",
         "recipe",
         "report",
         "publish",
     ]
     # one stage per RL seed before the one that pools them (the flow keeps going past a seed)
-    assert seeded_stages(ROOT / "dvc.yaml") == {"train", "evaluate"}
+    assert seeded_stages(ROOT / "dvc.yaml") == {"train", "evaluate", "rft"}
     assert RECIPE_STAGE in dvc_stages(ROOT / "dvc.yaml")
 
 

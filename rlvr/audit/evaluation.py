@@ -112,9 +112,9 @@ class ScoredRow:
 
 
 def answer_key(completion: str) -> str:
-    """A completion's answer with its whitespace runs collapsed: `3 + 5` and `3+5 ` differ only
-    in spacing, so they count as one answer when the audit counts distinct answers; `5+3` is
-    another.
+    """A completion's answer with its whitespace runs collapsed and its ends stripped: ` 3 +  5`
+    and `3 + 5` count as one answer when the audit counts distinct answers; `3+5` and `5+3` are
+    others.
 
     >>> answer_key(" 3 +  5\\n"), answer_key("I say <answer>3*5</answer>")
     ('3 + 5', '3*5')

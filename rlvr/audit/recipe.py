@@ -18,7 +18,7 @@ seed whose chosen step scored the highest mean reward there, the lowest seed on 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy.stats import bootstrap
@@ -60,6 +60,16 @@ def _table(runs: Mapping[int, Sequence[Mapping]], value) -> list[list[float]]:
     return [[value(r) for r in records] for records in runs.values()]
 
 
+def reward_delta(record: Mapping) -> float:
+    """A prompt's mean-reward gain over step 0."""
+    return record["final_reward"] - record["step0_reward"]
+
+
+def pass_delta(n: int, k: int) -> Callable[[Mapping], float]:
+    """A prompt's pass@k gain over step 0 (n samples each)."""
+    return lambda r: pass_at_k(n, r["final_correct"], k) - pass_at_k(n, r["step0_correct"], k)
+
+
 def pooled_compare(
     runs: Mapping[int, Sequence[Mapping]],
     n: int,
@@ -75,21 +85,12 @@ def pooled_compare(
         "rows": len(next(iter(runs.values()), [])),
         **{p: _policy_stats(records, p, n) for p in POLICIES},
         "delta_mean_reward": seeds_and_prompts_ci(
-            _table(runs, lambda r: r["final_reward"] - r["step0_reward"]),
-            confidence,
-            n_resamples,
-            seed,
+            _table(runs, reward_delta), confidence, n_resamples, seed
         ),
     }
     for k in sorted({1, n}):
         out[f"delta_pass@{k}"] = seeds_and_prompts_ci(
-            _table(
-                runs,
-                lambda r: pass_at_k(n, r["final_correct"], k) - pass_at_k(n, r["step0_correct"], k),
-            ),
-            confidence,
-            n_resamples,
-            seed,
+            _table(runs, pass_delta(n, k)), confidence, n_resamples, seed
         )
     return out
 
@@ -182,6 +183,19 @@ def recipe_metrics(recipe: Mapping) -> dict:
     if not pooled:
         return {"seeds": list(recipe["seeds"]), "verdict": recipe["verdict"]}
     n = pooled["samples_per_prompt"]
+    extra = {}
+    comparison = (recipe.get("baseline") or {}).get("comparison")
+    if comparison:  # GRPO against the baseline (rlvr.audit.baseline): its headline
+        theirs, versus = comparison["pooled"], comparison["grpo_minus_baseline"]
+        extra["baseline"] = {
+            "kind": comparison["kind"],
+            "verdict": comparison["verdict"],
+            "delta_mean_reward": _ci(theirs["delta_mean_reward"]),
+            "pass1_final": round(theirs["final"]["pass@1"], 3),
+            "passn_final": round(theirs["final"][f"pass@{n}"], 3),
+            "grpo_minus_baseline": _ci(versus["delta_mean_reward"]),
+            "grpo_vs_baseline": versus["delta_mean_reward"]["verdict"],
+        }
     return {
         "seeds": list(recipe["seeds"]),
         "verdict": recipe["verdict"],
@@ -204,6 +218,7 @@ def recipe_metrics(recipe: Mapping) -> dict:
             }
             for s in pooled["slices"]
         },
+        **extra,
     }
 
 
@@ -222,6 +237,11 @@ def seed_line(seed: int, summary: Mapping, train_summary: Mapping) -> dict:
         "regressed_tags": list(summary.get("regressed_tags") or []),
         "validation_reward": validation_score(train_summary),
     }
+
+
+def split_runs(records: Mapping[int, Sequence[Mapping]], split: str) -> dict[int, list[Mapping]]:
+    """seed -> its per-prompt records of one split (`heldout`), seeds in order."""
+    return {s: [r for r in rs if r.get("split") == split] for s, rs in sorted(records.items())}
 
 
 def recipe_audit(
@@ -255,10 +275,7 @@ def recipe_audit(
             f"the end, and a verdict needs {MIN_SEEDS}" + (f" ({missing})" if missing else ""),
         }
     split = next(iter(evaluated.values()))["summary"]["verdict_split"]
-    runs = {
-        s: [r for r in e["records"] if r.get("split") == split]
-        for s, e in sorted(evaluated.items())
-    }
+    runs = split_runs({s: e["records"] for s, e in evaluated.items()}, split)
     n = next(iter(evaluated.values()))["summary"][split]["samples_per_prompt"]
     pooled = pooled_audit(
         runs,
@@ -287,9 +304,11 @@ def recipe_difference(
     confidence: float = 0.95,
     n_resamples: int = 10000,
     seed: int = 0,
+    value: Callable[[Mapping], float] | None = None,
 ) -> dict:
     """Recipe X against recipe Y on the same held-out rows, each over its own seeds: the
-    difference of their mean held-out deltas (X - Y) with a bootstrap interval that draws X's
+    difference of their mean held-out deltas (X - Y; `value` of a record, the mean-reward delta
+    final - step0 unless given) with a bootstrap interval that draws X's
     seeds, Y's seeds and the prompts (the same prompts for both: paired), and the probability of
     improvement P(X > Y) as rliable defines it (Agarwal et al. 2021): per prompt, the chance that
     a seed of X beats a seed of Y (Mann-Whitney's U over the seed pairs, ties counting half),
@@ -305,11 +324,13 @@ def recipe_difference(
     (0.4, 1.0, 'better')
     """
 
+    value = value or reward_delta
+
     def table(runs):
         aligned = _aligned(runs)
-        return np.array(
-            [[r["final_reward"] - r["step0_reward"] for r in rs] for rs in aligned.values()]
-        ), [r["id"] for r in next(iter(aligned.values()))]
+        return np.array([[value(r) for r in rs] for rs in aligned.values()]), [
+            r["id"] for r in next(iter(aligned.values()))
+        ]
 
     x, ids_x = table(runs_x)
     y, ids_y = table(runs_y)

@@ -17,6 +17,17 @@ def write_json(path: str | Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
+def write_jsonl(path: str | Path, records: Any) -> None:
+    """Write one JSON object per line atomically, keys sorted (per-prompt records, histories)."""
+    write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The JSON objects of a file written by write_jsonl (blank lines skipped; OSError,
+    ValueError: missing or unreadable)."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
 def _read_umask() -> int:
     current = os.umask(0o022)  # the only way to read it is to set it: done once, at import
     os.umask(current)

@@ -49,6 +49,7 @@ STAGES = (
     "smoke",
     "train",
     "evaluate",
+    "rft",
     "recipe",
     "report",
     "publish",
@@ -379,6 +380,29 @@ def _distinct(values: list) -> bool:
     return len(set(values)) == len(values)
 
 
+@section("audit.rft")
+class RftParams:
+    """The RFT baseline's fine-tune (rlvr/baseline/rft.py); how much it samples follows the GRPO
+    run's settings, so that both spend the same sampled completions."""
+
+    epochs: Float = Field(
+        60.0,
+        gt=0,
+        le=10000,
+        description="Passes over the kept answers (optimizer steps: ceil(epochs x kept / "
+        "batch_size)); 60 scored best on the validation rows of 10-226 "
+        "(docs/experiments.md#the-rft-baseline).",
+    )
+    batch_size: Int = Field(64, ge=1, le=65536, description="SFT batch (pairs per step).")
+    learning_rate: Float = Field(
+        1.0e-3,
+        gt=0,
+        le=1,
+        description="SFT learning rate, constant; 1e-3 against 3e-4 and 3e-3 on the "
+        "validation rows (docs/experiments.md#the-rft-baseline).",
+    )
+
+
 @section("audit")
 class AuditParams:
     seeds: Annotated[
@@ -393,6 +417,13 @@ class AuditParams:
         "its own), and the recipe's verdict pools them (stage recipe). They share the gate, "
         "the data, the base model and the smoke run, which `seed` seeds.",
     )
+    baseline: Literal["rft", "none"] = Field(
+        "rft",
+        description="The cheap alternative the audit sets beside GRPO, per RL seed (stage rft): "
+        "rft = rejection-sampling fine-tuning from the base on the same number of sampled "
+        "completions (rlvr/baseline/rft.py); none = no baseline (stage rft does nothing).",
+    )
+    rft: RftParams = Field(default_factory=RftParams, description="The RFT baseline's fine-tune.")
 
 
 GRID_SETTINGS = (
@@ -621,6 +652,16 @@ class PathsParams:
         "seed-<n>/: summary.json (every statistic of both splits, the "
         "seed's own verdict) and per_prompt.jsonl (one record per "
         "prompt).",
+    )
+    rft_models: RepoPath = Field(
+        "models/rft",
+        description="The RFT baseline's fine-tuned policies, one folder per RL seed (seed-<n>/; "
+        "only a baseline.json when audit.baseline is none).",
+    )
+    rft_runs: RepoPath = Field(
+        "reports/rft",
+        description="Each seed's RFT baseline in seed-<n>/: summary.json (the budget, what was "
+        "kept per row, the fine-tune, the same audit as evaluate's) and per_prompt.jsonl.",
     )
     recipe_summary: RepoPath = Field(
         "reports/recipe/summary.json",

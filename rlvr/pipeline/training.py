@@ -23,7 +23,7 @@ from rlvr.audit.evaluation import (
 )
 from rlvr.audit.smoke import failed_lines, smoke_checks
 from rlvr.core.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
-from rlvr.core.files import share_with_umask, write_text_atomic
+from rlvr.core.files import share_with_umask, write_jsonl
 from rlvr.core.metric_keys import BETA, CORRECTNESS, LOSS, REWARD, TRAIN_RUNTIME
 from rlvr.core.numerics import numerics_in_force
 from rlvr.core.seeds import SeedPaths
@@ -330,9 +330,7 @@ def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
-    write_text_atomic(
-        run.train_history, "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in history)
-    )
+    write_jsonl(run.train_history, history)
     plot_curves(
         history,
         run.train_curves,

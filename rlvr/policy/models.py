@@ -144,42 +144,42 @@ def warm_start_examples(rows, seed: int, per_row: int = 32) -> list[dict]:
     return examples
 
 
-WARM_START_LOG_EVERY = 100  # console lines of the warm start: one per 100 steps
+SFT_LOG_EVERY = 100  # console lines of a supervised fine-tune: one per 100 steps
 
 
-def warm_start(
+def supervised_fine_tune(
     model,
     tokenizer,
-    rows,
+    examples: list[dict],
     steps: int,
     batch_size: int,
     learning_rate: float,
     seed: int,
     output_dir: str | Path,
-) -> dict:
-    """Supervised warm start with TRL's SFTTrainer (loss on completion tokens only).
+    label: str,
+    use_cpu: bool = True,
+    bf16: bool = False,
+    peft_config=None,
+):
+    """Fine-tune `model` on prompt/completion pairs with TRL's SFTTrainer (loss on the
+    completion tokens only, constant learning rate, nothing saved): the warm start's and the RFT
+    baseline's (rlvr.baseline.rft) one recipe. `label` prefixes the console lines; `peft_config`
+    (a LoraConfig) trains adapters instead of every weight.
 
-    Returns a summary: examples, steps, first and last training loss.
+    Returns the trained model (a PeftModel with adapters) and a summary: examples, steps, first
+    and last training loss (logged every 10 steps).
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    examples = warm_start_examples(rows, seed)
-    if not examples:
-        raise ParamsError(
-            "params.yaml: model.warm_start.steps: the warm start needs rows with "
-            "known answers (countdown, exact_match or math with two distinct "
-            "targets) and the training data has none; set "
-            "model.warm_start.steps: 0"
-        )
     args = SFTConfig(
         output_dir=str(output_dir),
         max_steps=steps,
         per_device_train_batch_size=batch_size,
         learning_rate=learning_rate,
         lr_scheduler_type="constant",
-        use_cpu=True,
-        bf16=False,
+        use_cpu=use_cpu,
+        bf16=bf16,
         activation_checkpointing=False,
         save_strategy="no",
         report_to="none",
@@ -195,18 +195,50 @@ def warm_start(
         args=args,
         train_dataset=Dataset.from_list(examples),
         processing_class=tokenizer,
+        peft_config=peft_config,
     )
-    use_console_progress(
-        trainer, "prepare_model: warm start", WARM_START_LOG_EVERY, keys=(("loss", "loss"),)
-    )
+    use_console_progress(trainer, label, SFT_LOG_EVERY, keys=(("loss", "loss"),))
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    return {
+    return trainer.model, {
         "examples": len(examples),
         "steps": steps,
         "first_loss": losses[0] if losses else None,
         "last_loss": losses[-1] if losses else None,
     }
+
+
+def warm_start(
+    model,
+    tokenizer,
+    rows,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+    output_dir: str | Path,
+) -> dict:
+    """Supervised warm start on warm_start_examples (supervised_fine_tune)."""
+    examples = warm_start_examples(rows, seed)
+    if not examples:
+        raise ParamsError(
+            "params.yaml: model.warm_start.steps: the warm start needs rows with "
+            "known answers (countdown, exact_match or math with two distinct "
+            "targets) and the training data has none; set "
+            "model.warm_start.steps: 0"
+        )
+    _, summary = supervised_fine_tune(
+        model,
+        tokenizer,
+        examples,
+        steps,
+        batch_size,
+        learning_rate,
+        seed,
+        output_dir,
+        "prepare_model: warm start",
+    )
+    return summary
 
 
 SOURCE_FILE = "source.json"

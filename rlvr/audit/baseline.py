@@ -1,0 +1,179 @@
+"""GRPO against the baseline the audit sets beside it (audit.baseline: rft, stage rft): is RL worth
+it over the cheap alternative on the same sample budget?
+
+Both are audited against the same step 0 on the same held-out rows with the same sampling seeds
+(rlvr.audit.against_base), each over its own RL seeds. Pooled:
+
+- the baseline's own audit, as the recipe's (rlvr.audit.recipe.pooled_audit: its gain over step 0
+  with the two-level interval over seeds and prompts, pass@1, pass@n, per tag, its verdict by
+  Step 9's rules);
+- GRPO - baseline, paired per prompt (rlvr.audit.recipe.recipe_difference: a bootstrap over
+  GRPO's seeds, the baseline's seeds and the prompts) of the mean-reward gain, the pass@1 gain and
+  the pass@n gain, on the whole split and per tag; `better` or `worse` only when the interval
+  excludes 0, else `tie` (no significant difference);
+- one sentence that says which wins where (`sentence`), the report's and the console's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rlvr.audit.recipe import (
+    MIN_SEEDS,
+    _aligned,
+    pass_delta,
+    pooled_audit,
+    recipe_difference,
+)
+from rlvr.audit.slices import SliceRule, audit_verdict, verdict_line
+
+NAMES = {"rft": "RFT"}  # audit.baseline -> how reports name it
+WINS = {"better": "GRPO", "worse": "baseline"}
+
+
+def _fmt(d: Mapping) -> str:
+    return f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+
+
+def head_to_head(
+    grpo: Mapping[int, Sequence[Mapping]],
+    baseline: Mapping[int, Sequence[Mapping]],
+    n: int,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+) -> dict:
+    """GRPO - baseline on the same rows: the mean-reward gain, the pass@1 and pass@n gains, each
+    a recipe_difference (value, interval, probability of improvement, verdict)."""
+    out = {
+        "delta_mean_reward": recipe_difference(grpo, baseline, confidence, n_resamples),
+    }
+    for k in sorted({1, n}):
+        out[f"delta_pass@{k}"] = recipe_difference(
+            grpo, baseline, confidence, n_resamples, value=pass_delta(n, k)
+        )
+    return out
+
+
+def _tagged(runs: Mapping[int, Sequence[Mapping]], tag: str) -> dict[int, list[Mapping]]:
+    return {s: [r for r in rs if tag in (r.get("tags") or ())] for s, rs in runs.items()}
+
+
+def compare_baseline(
+    kind: str,
+    grpo: Mapping[int, Sequence[Mapping]],
+    baseline: Mapping[int, Sequence[Mapping]],
+    n: int,
+    rule: SliceRule,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+) -> dict:
+    """The baseline's pooled audit and GRPO against it, whole and per tag (both recipes' seeds
+    hold the same held-out rows). `grpo`, `baseline`: seed -> that seed's held-out records."""
+    grpo, baseline = _aligned(grpo), _aligned(baseline)
+    pooled = pooled_audit(baseline, n, rule, confidence, n_resamples)
+    verdict = audit_verdict(pooled)
+    versus = head_to_head(grpo, baseline, n, confidence, n_resamples)
+    tags = sorted({t for rs in grpo.values() for r in rs for t in r.get("tags") or ()})
+    by_tag = {
+        tag: head_to_head(_tagged(grpo, tag), _tagged(baseline, tag), n, confidence, n_resamples)
+        for tag in tags
+    }
+    return {
+        "kind": kind,
+        "name": NAMES.get(kind, kind),
+        "seeds": sorted(baseline),
+        "pooled": pooled,
+        "verdict": verdict,
+        "verdict_line": verdict_line(verdict, pooled),
+        "grpo_minus_baseline": versus,
+        "tags": by_tag,
+    }
+
+
+def winner(difference: Mapping, name: str) -> str:
+    """Who wins a head-to-head figure: GRPO, the baseline, or no one (the interval holds 0).
+
+    >>> winner({"verdict": "worse"}, "RFT"), winner({"verdict": "tie"}, "RFT")
+    ('RFT', 'no significant difference')
+    """
+    who = WINS.get(difference["verdict"])
+    return name if who == "baseline" else who or "no significant difference"
+
+
+def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
+    """One sentence: GRPO's and the baseline's held-out gain over step 0, GRPO - baseline with its
+    interval and who wins, pass@n of the three, and who wins per tag.
+
+    >>> ci = lambda v, lo, hi: {"value": v, "ci_low": lo, "ci_high": hi}
+    >>> diff = lambda v, lo, hi, verdict: {**ci(v, lo, hi), "verdict": verdict}
+    >>> comparison = {"name": "RFT", "seeds": [0, 1], "pooled": {
+    ...     "rows": 64, "samples_per_prompt": 32, "delta_mean_reward": ci(0.22, 0.15, 0.29),
+    ...     "final": {"pass@32": 0.67}},
+    ...     "grpo_minus_baseline": {"delta_mean_reward": diff(-0.03, -0.1, 0.04, "tie")},
+    ...     "tags": {"add": {"delta_mean_reward": diff(0.1, 0.02, 0.2, "better")},
+    ...              "sub": {"delta_mean_reward": diff(-0.2, -0.3, -0.1, "worse")},
+    ...              "mul": {"delta_mean_reward": diff(0.0, -0.1, 0.1, "tie")}}}
+    >>> grpo = {"delta_mean_reward": ci(0.19, 0.1, 0.27), "step0": {"pass@32": 0.8},
+    ...         "final": {"pass@32": 0.62}}
+    >>> print(baseline_sentence(comparison, grpo))
+    GRPO against the RFT baseline on the 64 held-out rows (2 seeds each, the same sample budget): GRPO gains +0.190 [+0.100, +0.270] mean reward over step 0, RFT +0.220 [+0.150, +0.290]; GRPO - RFT -0.030 [-0.100, +0.040]: no significant difference; pass@32: step 0 0.80, GRPO 0.62, RFT 0.67; by tag: GRPO wins on add, RFT on sub, no significant difference on mul.
+    """  # noqa: E501 (one-line outputs and tables)
+    name, pooled = comparison["name"], comparison["pooled"]
+    n = pooled["samples_per_prompt"]
+    d = comparison["grpo_minus_baseline"]["delta_mean_reward"]
+    who = winner(d, name)
+    verdict = "no significant difference" if who.startswith("no ") else f"{who} wins"
+    per: dict[str, list[str]] = {}
+    for tag, entry in comparison["tags"].items():
+        per.setdefault(winner(entry["delta_mean_reward"], name), []).append(tag)
+    parts = [
+        f"{w} wins on {', '.join(per[w])}" if w == "GRPO" else f"{w} on {', '.join(per[w])}"
+        for w in ("GRPO", name, "no significant difference")
+        if w in per
+    ]
+    return (
+        f"GRPO against the {name} baseline on the {pooled['rows']} held-out rows "
+        f"({len(comparison['seeds'])} seeds each, the same sample budget): GRPO gains "
+        f"{_fmt(grpo_pooled['delta_mean_reward'])} mean reward over step 0, {name} "
+        f"{_fmt(pooled['delta_mean_reward'])}; GRPO - {name} {_fmt(d)}: {verdict}; "
+        f"pass@{n}: step 0 {grpo_pooled['step0'][f'pass@{n}']:.2f}, GRPO "
+        f"{grpo_pooled['final'][f'pass@{n}']:.2f}, {name} {pooled['final'][f'pass@{n}']:.2f}"
+        + (f"; by tag: {', '.join(parts)}" if parts else "")
+        + "."
+    )
+
+
+def baseline_audit(
+    kind: str,
+    seeds: Sequence[int],
+    evaluated: Mapping[int, Sequence[Mapping]],
+    failed: Mapping[int, str],
+    grpo: Mapping[int, Sequence[Mapping]] | None,
+    grpo_pooled: Mapping | None,
+    n: int,
+    rule: SliceRule,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+) -> dict:
+    """The recipe summary's `baseline` entry. `evaluated`: seed -> the baseline's held-out
+    records; `failed`: seed -> why it has none; `grpo`/`grpo_pooled`: GRPO's held-out records per
+    seed and its pooled audit (None: GRPO has no recipe verdict). Fewer than MIN_SEEDS on either
+    side: no comparison, one line saying why."""
+    name = NAMES.get(kind, kind)
+    out = {"kind": kind, "name": name, "seeds": list(seeds), "failed": dict(sorted(failed.items()))}
+    if len(evaluated) < MIN_SEEDS or not grpo or grpo_pooled is None:
+        missing = "; ".join(f"seed {s}: {line}" for s, line in sorted(failed.items()))
+        return {
+            **out,
+            "comparison": None,
+            "sentence": f"no comparison with the {name} baseline: {len(evaluated)} of "
+            f"{len(seeds)} of its seeds and "
+            f"{len(grpo or {})} of GRPO's ran to the end, and each side needs {MIN_SEEDS}"
+            + (f" ({missing})" if missing else ""),
+        }
+    comparison = compare_baseline(kind, grpo, evaluated, n, rule, confidence, n_resamples)
+    return {
+        **out,
+        "comparison": comparison,
+        "sentence": baseline_sentence(comparison, grpo_pooled),
+    }

@@ -1,0 +1,1 @@
+"""Baselines the audit sets beside GRPO (rlvr.baseline.rft)."""
