@@ -214,7 +214,8 @@ def throughput(history: list[dict], completions_per_step: int) -> dict:
     }
 
 
-SEEDED_STAGES = ("train", "evaluate", "rft")  # one per RL seed in dvc.yaml (rlvr.pipeline.stage.run_stage)
+# one per RL seed in dvc.yaml (rlvr.pipeline.stage.run_stage)
+SEEDED_STAGES = ("train", "evaluate", "rft")
 
 
 def run_stage(name: str, mode: str, report: str | None) -> int:

@@ -29,7 +29,8 @@ SMALL_RUN = {
     # covers the pinning, and no test depends on which figures a machine computes)
     "runtime": {"torch_threads": 1, "reproducible": False},
     # two RL seeds: the fewest that give a recipe verdict (rlvr.audit.recipe.MIN_SEEDS)
-    "audit": {"seeds": [0, 1]},
+    # the RFT baseline's fine-tune: a few passes prove the stage, not the method
+    "audit": {"seeds": [0, 1], "rft": {"epochs": 5}},
 }
 
 

@@ -25,6 +25,7 @@ from rlvr.audit.diagnosis import prompt_audit
 from rlvr.core.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS
 from rlvr.core.seeds import seed_folder
 from rlvr.report.render import Md, md_code, md_escape, md_image, md_table, md_value
+from rlvr.report.versus_baseline import baseline_headline, baseline_section
 
 
 def ci_text(d: dict) -> Md:
@@ -310,6 +311,7 @@ def recipe_section(r: ReportInputs) -> list[str]:
         f"**The recipe over {len(recipe['evaluated'])} of {len(recipe['seeds'])} seeds: "
         f"{e(verdict.capitalize())}**: {e(detail)}.",
         "",
+        *baseline_headline(recipe),
         "## 0. The recipe over its seeds",
         "",
     ]
@@ -409,6 +411,7 @@ def recipe_section(r: ReportInputs) -> list[str]:
             ],
         )
         out.append("")
+    out += baseline_section(recipe, r.confidence)
     if "published_seed" in recipe:
         out += [
             f"The rest of this page is one run's: seed {v(recipe['published_seed'])}, the "

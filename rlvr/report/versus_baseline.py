@@ -1,0 +1,86 @@
+"""The retrospective's answer to "is RL worth it here?": GRPO against the baseline the audit set
+beside it (audit.baseline, rlvr.audit.baseline), one sentence for the top of the page and one
+table per tag. Tags come from the data: every one enters as an md_table cell or through
+md_escape."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rlvr.audit.baseline import winner
+from rlvr.report.render import Md, md_escape, md_table
+
+
+def _ci(d: Mapping) -> Md:
+    return Md(f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+
+
+def baseline_headline(recipe: Mapping | None) -> list[str]:
+    """The sentence under the recipe's verdict (none when the baseline is off)."""
+    baseline = (recipe or {}).get("baseline")
+    if not baseline:
+        return []
+    return [f"**Is RL worth it here?** {md_escape(baseline['sentence'])}", ""]
+
+
+def baseline_section(recipe: Mapping | None, confidence: float) -> list[str]:
+    """GRPO against the baseline: the baseline's own pooled verdict, then per tag (and all rows)
+    each one's gain over step 0, GRPO - baseline with its interval and the probability that a
+    GRPO seed beats a baseline seed on a prompt, pass@n of both, and who wins."""
+    baseline = (recipe or {}).get("baseline")
+    if not baseline:
+        return []
+    name = baseline["name"]
+    out = [f"### GRPO against the {md_escape(name)} baseline", ""]
+    comparison = baseline.get("comparison")
+    if not comparison:
+        return out + [f"{md_escape(baseline['sentence'])}.", ""]
+    theirs, ours = comparison["pooled"], recipe["pooled"]
+    n = theirs["samples_per_prompt"]
+    out += [
+        f"{md_escape(name)} (rejection-sampling fine-tuning, rlvr/baseline/rft.py) samples the "
+        "base on the training prompts as many times as the GRPO run samples completions, keeps "
+        "each prompt's distinct correct answers and fine-tunes the base on them; it is audited "
+        "like the policy, on the same held-out rows with the same sampling seeds, over the same "
+        f"RL seeds. GRPO - {md_escape(name)} is paired per prompt; its {confidence:.0%} interval "
+        "draws both recipes' seeds and the prompts (rlvr/audit/baseline.py). A winner is named "
+        "only when the interval excludes 0.",
+        "",
+        f"{md_escape(name)}'s own verdict over its seeds: {md_escape(comparison['verdict_line'])}.",
+        "",
+    ]
+    slices = {s["tag"]: s for s in ours["slices"]}
+    their_slices = {s["tag"]: s for s in theirs["slices"]}
+    rows = [("all rows", ours, theirs, comparison["grpo_minus_baseline"])]
+    rows += [
+        (tag, slices[tag], their_slices[tag], versus)
+        for tag, versus in comparison["tags"].items()
+        if tag in slices and tag in their_slices
+    ]
+    out += md_table(
+        [
+            "held-out rows",
+            "rows",
+            f"GRPO gain [{confidence:.0%} CI]",
+            f"{name} gain [CI]",
+            f"GRPO - {name} [CI]",
+            f"P(GRPO > {name})",
+            f"pass@{n}: step 0 / GRPO / {name}",
+            "wins",
+        ],
+        [
+            [
+                label,
+                mine["rows"],
+                _ci(mine["delta_mean_reward"]),
+                _ci(other["delta_mean_reward"]),
+                _ci(versus["delta_mean_reward"]),
+                f"{versus['delta_mean_reward']['probability_of_improvement']:.2f}",
+                f"{mine['step0'][f'pass@{n}']:.2f} / {mine['final'][f'pass@{n}']:.2f} / "
+                f"{other['final'][f'pass@{n}']:.2f}",
+                winner(versus["delta_mean_reward"], name),
+            ]
+            for label, mine, other, versus in rows
+        ],
+    )
+    return out + [""]

@@ -1,0 +1,294 @@
+"""The RFT baseline (rlvr/baseline/rft.py, stage rft): what it samples, keeps and fine-tunes, and
+how the audit sets it beside GRPO (rlvr/audit/baseline.py, the report's sentence and table)."""
+
+import json
+import math
+import random
+
+import pytest
+
+from rlvr.audit.baseline import baseline_audit, compare_baseline
+from rlvr.audit.evaluation import ScoredRow
+from rlvr.audit.recipe import pooled_audit
+from rlvr.audit.slices import SliceRule
+from rlvr.baseline.rft import (
+    OFF_MARKER,
+    RftFailed,
+    completions_budget,
+    kept_examples,
+    train_rft,
+    write_off_marker,
+)
+from rlvr.params.config import load_params, parse_params
+from tests.helpers import ROOT
+from tests.test_report_escaping import figures  # noqa: F401 (a fixture)
+
+N = 4
+
+
+def test_the_budget_is_the_grpo_runs_sampled_completions():
+    """Every completion GRPO samples, counted from the settings the train stage runs with."""
+    params = load_params(ROOT / "params.yaml")
+    train, grpo = params.train, params.train.grpo
+    budget = completions_budget(
+        train.max_steps,
+        grpo.per_device_train_batch_size,
+        grpo.gradient_accumulation_steps,
+        grpo.num_iterations,
+        train.processes,
+        params.data.train_rows,
+    )
+    per_step = grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps
+    assert budget.grpo_completions == train.max_steps * per_step * train.processes
+    assert budget.sampled >= budget.grpo_completions > budget.sampled - params.data.train_rows
+    # two updates per batch (num_iterations 2) sample half as often; two processes twice as much
+    assert completions_budget(400, 128, 1, 2, 1, 64).grpo_completions == 25600
+    assert completions_budget(400, 128, 1, 1, 2, 64).grpo_completions == 102400
+
+
+def test_it_keeps_each_prompts_distinct_correct_answers_once():
+    rows = [
+        ScoredRow(
+            "a",
+            ["3+5", " 3 + 5", "5+3", "8", "3+5"],
+            {},
+            [1, 1, 1, 0, 1],
+            prompt_text="3 5 -> 8: ",
+            correct=[True, True, True, False, True],
+            tags=("add",),
+        ),
+        ScoredRow("b", ["1", "2"], {}, [0, 0], prompt_text="p", correct=[False, False]),
+    ]
+    pairs, lines = kept_examples(rows)
+    assert pairs == [
+        {"prompt": "3 5 -> 8: ", "completion": "3+5"},
+        {"prompt": "3 5 -> 8: ", "completion": "5+3"},
+    ]
+    assert [(line["id"], line["sampled"], line["correct"], line["kept"]) for line in lines] == [
+        ("a", 5, 4, 2),
+        ("b", 2, 0, 0),
+    ]
+
+
+def _rows(path, verifier):
+    rows = [
+        {"id": f"r{i}", "prompt": f"{i} {i + 1} -> ", "verifier": verifier, "tags": ["t"]}
+        for i in range(4)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _params(tmp_path, base, verifier, monkeypatch):
+    """A project in tmp_path (the working directory): 4 rows, the tiny policy as its base."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(base, tmp_path / "models" / "base")
+    _rows(tmp_path / "train.jsonl", verifier)
+    return parse_params(
+        {
+            "data": {"train_path": "train.jsonl", "train_rows": 4},
+            "rewards": {"funcs": ["correctness"], "weights": [1.0]},
+            "train": {
+                "max_steps": 4,
+                "grpo": {
+                    "num_generations": 4,
+                    "per_device_train_batch_size": 8,
+                    "max_completion_length": 4,
+                },
+            },
+            "audit": {"rft": {"epochs": 40, "batch_size": 8, "learning_rate": 1e-2}},
+        }
+    )
+
+
+def _completion_logprob(model, tokenizer, prompt: str, completion: str) -> float:
+    import torch
+
+    ids = tokenizer(prompt + completion, return_tensors="pt", add_special_tokens=False)
+    start = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    with torch.no_grad():
+        logits = model(**ids).logits[0, :-1].log_softmax(-1)
+    targets = ids["input_ids"][0, 1:]
+    return float(logits[start - 1 :].gather(-1, targets[start - 1 :, None]).sum())
+
+
+def test_it_fine_tunes_the_base_on_what_it_kept_and_saves_it_whole(
+    tmp_path, tiny_policy_dir, monkeypatch
+):
+    """A regex verifier that accepts any answer: every sample is correct, so what is kept is every
+    distinct answer; after the fine-tune each kept answer is likelier than under the base."""
+    from rlvr.policy.models import load_policy
+
+    params = _params(
+        tmp_path, tiny_policy_dir, {"type": "regex", "pattern": "[\\s\\S]*"}, monkeypatch
+    )
+    out = tmp_path / "models" / "rft" / "seed-0"
+    summary = train_rft(params, 0, out)
+    budget = summary["budget"]
+    assert budget["grpo_completions"] == 4 * 8 and budget["samples_per_prompt"] == 8
+    assert [line["sampled"] for line in summary["rows"]] == [8] * 4
+    assert summary["kept"] == sum(line["kept"] for line in summary["rows"]) > 4
+    assert summary["kept_by_tag"] == {"t": {"rows": 4, "solved": 4, "kept": summary["kept"]}}
+    assert summary["fine_tune"]["steps"] == math.ceil(40 * summary["kept"] / 8)
+    assert (out / "config.json").exists() and not list(tmp_path.glob("models/rft/rft.*"))
+
+    # the same samples again (same seed, same base): the pairs it fine-tuned on
+    from rlvr.audit.evaluation import rollout_settings, score_rows
+    from rlvr.data.rows import read_rows
+    from rlvr.rewards.registry import build_reward_funcs
+
+    base, tokenizer = load_policy(tiny_policy_dir)
+    tuned, _ = load_policy(out)
+    settings = rollout_settings(params, n=8, seed=0)
+    scored = score_rows(
+        base,
+        tokenizer,
+        read_rows(params.data.train_path),
+        build_reward_funcs(params.rewards),
+        [1.0],
+        settings,
+    )
+    pairs, _ = kept_examples(scored)
+    assert len(pairs) == summary["kept"]
+    gains = [
+        _completion_logprob(tuned, tokenizer, p["prompt"], p["completion"])
+        - _completion_logprob(base, tokenizer, p["prompt"], p["completion"])
+        for p in pairs
+    ]
+    assert sum(gains) / len(gains) > 0.5, gains
+
+
+def test_a_base_that_answers_nothing_is_one_line_and_writes_nothing(
+    tmp_path, tiny_policy_dir, monkeypatch
+):
+    params = _params(
+        tmp_path, tiny_policy_dir, {"type": "exact_match", "target": "no such"}, monkeypatch
+    )
+    out = tmp_path / "models" / "rft" / "seed-0"
+    with pytest.raises(
+        RftFailed,
+        match=r"answered none of the 4 training prompts correctly in "
+        r"8 samples each: .*audit.baseline: none",
+    ):
+        train_rft(params, 0, out)
+    assert not out.exists()
+
+
+def test_baseline_none_leaves_only_a_marker(tmp_path):
+    out = tmp_path / "seed-0"
+    (out / "old").mkdir(parents=True)
+    write_off_marker(out)
+    assert [p.name for p in out.iterdir()] == [OFF_MARKER]
+
+
+# --------------------------------------------------------------------------- GRPO against RFT
+
+
+def _record(i: int, tag: str, step0: int, final: int) -> dict:
+    return {
+        "id": f"r{i:02d}",
+        "split": "heldout",
+        "tags": [tag],
+        "samples": N,
+        "step0_correct": step0,
+        "final_correct": final,
+        "step0_reward": step0 / N,
+        "final_reward": final / N,
+        "step0_greedy_correct": 0.0,
+        "final_greedy_correct": 1.0,
+    }
+
+
+def _recipe(rng, add_final: int, sub_final: int) -> list[dict]:
+    """16 `add` rows, 8 `sub` rows, every one at 1 correct of N at step 0; the final counts
+    scatter by one around the given ones (seeds and prompts differ)."""
+
+    def around(x):
+        return max(0, min(N, x + rng.choice((-1, 0, 1))))
+
+    return [_record(i, "add", 1, around(add_final)) for i in range(16)] + [
+        _record(16 + i, "sub", 1, around(sub_final)) for i in range(8)
+    ]
+
+
+def test_grpo_against_rft_names_a_winner_per_tag_only_where_the_interval_excludes_0():
+    rng = random.Random(3)
+    grpo = {s: _recipe(rng, 4, 1) for s in range(3)}  # gains on add, keeps sub
+    rft = {s: _recipe(rng, 2, 3) for s in range(3)}  # gains less on add, more on sub
+    rule = SliceRule(min_rows=4)
+    comparison = compare_baseline("rft", grpo, rft, N, rule, n_resamples=2000)
+    tags = {t: e["delta_mean_reward"]["verdict"] for t, e in comparison["tags"].items()}
+    assert tags == {"add": "better", "sub": "worse"}
+    whole = comparison["grpo_minus_baseline"]["delta_mean_reward"]
+    assert whole["ci_low"] < whole["value"] < whole["ci_high"]
+
+    same = {s: _recipe(random.Random(s), 3, 1) for s in range(3)}
+    twin = {s: _recipe(random.Random(10 + s), 3, 1) for s in range(3)}
+    tie = compare_baseline("rft", same, twin, N, rule, n_resamples=2000)
+    assert tie["grpo_minus_baseline"]["delta_mean_reward"]["verdict"] == "tie"
+    assert {e["delta_mean_reward"]["verdict"] for e in tie["tags"].values()} == {"tie"}
+
+    pooled = pooled_audit(grpo, N, rule, n_resamples=2000)
+    entry = baseline_audit("rft", [0, 1, 2], rft, {}, grpo, pooled, N, rule, n_resamples=2000)
+    assert entry["sentence"].startswith("GRPO against the RFT baseline on the 24 held-out rows")
+    assert entry["sentence"].endswith("by tag: GRPO wins on add, RFT on sub.")
+
+
+def test_no_comparison_without_two_seeds_on_each_side():
+    rng = random.Random(1)
+    grpo = {s: _recipe(rng, 4, 1) for s in range(2)}
+    pooled = pooled_audit(grpo, N, SliceRule(), n_resamples=500)
+    entry = baseline_audit(
+        "rft",
+        [0, 1],
+        {0: _recipe(rng, 2, 2)},
+        {1: "no results in reports/rft/seed-1/..."},
+        grpo,
+        pooled,
+        N,
+        SliceRule(),
+        n_resamples=500,
+    )
+    assert entry["comparison"] is None
+    assert entry["sentence"] == (
+        "no comparison with the RFT baseline: 1 of 2 of its seeds and 2 of GRPO's ran to the "
+        "end, and each side needs 2 (seed 1: no results in reports/rft/seed-1/...)"
+    )
+
+
+def test_the_report_opens_with_which_wins_and_shows_a_row_per_tag_as_text(tmp_path, figures):  # noqa: F811
+    from rlvr.report.render import to_html
+    from rlvr.report.retrospective import build_report
+    from tests.test_report_escaping import report_inputs, visible_text
+
+    rng = random.Random(3)
+    grpo = {s: _recipe(rng, 4, 1) for s in range(3)}
+    rft = {s: _recipe(rng, 2, 3) for s in range(3)}
+    for runs in (grpo, rft):  # a tag with markup: shown as its text, never rendered
+        for records in runs.values():
+            for r in records:
+                r["tags"] = ["<b>sub</b>" if t == "sub" else t for t in r["tags"]]
+    rule = SliceRule(min_rows=4)
+    pooled = pooled_audit(grpo, N, rule, n_resamples=1000)
+    inputs, _ = report_inputs(figures)
+    inputs["recipe"].update(
+        pooled={**inputs["recipe"]["pooled"], **pooled},
+        baseline=baseline_audit("rft", [0, 1, 2], rft, {}, grpo, pooled, N, rule, n_resamples=1000),
+    )
+    markdown = build_report(**inputs)
+    lines = [line for line in markdown.splitlines() if line]
+    assert lines[1].startswith("**The recipe over ")
+    assert lines[2].startswith("**Is RL worth it here?** GRPO against the RFT baseline on the 24 ")
+    table = lines[lines.index("### GRPO against the RFT baseline") :]
+    rows = [line for line in table if line.startswith("| ")][1:4]  # after the header
+    # all rows first, then the tags in order ('<' sorts before 'a')
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| all rows",
+        "| &lt;b&gt;sub&lt;/b&gt;",
+        "| add",
+    ]
+    assert [row.rstrip(" |").rsplit(" | ", 1)[1] for row in rows[1:]] == ["RFT", "GRPO"]
+    page = to_html(markdown, tmp_path, images=figures)
+    assert "<b>sub</b>" not in page.split("<body>", 1)[1].split("<pre>")[0]
+    assert "RFT on <b>sub</b>." in visible_text(page)
