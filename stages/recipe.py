@@ -88,7 +88,7 @@ def main(params: ParamsView) -> int:
             missing,
             split_runs({s: e["records"] for s, e in evaluated.items()}, split) if pooled else None,
             pooled,
-            pooled["samples_per_prompt"] if pooled else ev.samples,
+            pooled["samples_per_prompt"] if pooled else None,  # None: no comparison
             rule,
             ev.confidence,
             ev.n_resamples,

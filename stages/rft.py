@@ -30,12 +30,17 @@ def main(params: ParamsView) -> int:
         return 0
     summary = train_rft(params, params.seed, run.rft_model)
     budget, fit = summary["budget"], summary["fine_tune"]
+    tuned = (
+        f"fine-tuned {fit['steps']} steps"
+        if fit["steps"]
+        else "nothing to fine-tune on: the baseline is the base itself"
+    )
     print(
         f"{label}: sampled {budget['sampled']:,} completions ({budget['samples_per_prompt']} per "
         f"prompt; GRPO's run samples {budget['grpo_completions']:,}) in "
         f"{summary['sampled_seconds']:.0f} s; kept {summary['kept']} distinct correct answers "
-        f"on {summary['rows_with_kept']} of {len(summary['rows'])} prompts; fine-tuned "
-        f"{fit['steps']} steps -> {run.rft_model}"
+        f"on {summary['rows_with_kept']} of {len(summary['rows'])} prompts; {tuned} -> "
+        f"{run.rft_model}"
     )
     metrics, per_prompt = audit_against_base(params, run.rft_model)
     write_json(run.rft_summary, {**summary, "audit": metrics})

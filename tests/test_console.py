@@ -32,10 +32,15 @@ def test_a_cold_run_prints_a_short_readable_console(cold_run):
     # above it (tqdm.write) and once when it closes
     bar = re.compile(r"\s*\d+%\|.*\| *(\d+)/(\d+) \[")
     bars = [m for m in map(bar.match, lines) if m]
+    # the RFT baseline's fine-tune, once per seed after every train and evaluate: as many steps
+    # as its line says (they follow from what it kept)
+    rft_steps = [int(n) for n in re.findall(r"^rft@\d+: .*; fine-tuned (\d+) steps", log, re.M)]
+    assert len(rft_steps) == len(seeds), rft_steps
     loops = [
         SMALL_RUN["model"]["warm_start"]["steps"],
         SMALL_RUN["smoke"]["max_steps"],
         *[SMALL_RUN["train"]["max_steps"]] * len(seeds),
+        *rft_steps,
     ]
     totals = [int(m[2]) for m in bars]
     # (two train loops in a row have the same total: each bar starts again at 0)
@@ -47,18 +52,21 @@ def test_a_cold_run_prints_a_short_readable_console(cold_run):
     assert [totals[i] for i in starts] == loops, totals
     written = len(
         re.findall(
-            r"^(?:prepare_model: warm start|smoke: step \d|train: step \d)", log, re.MULTILINE
+            r"^(?:prepare_model: warm start|smoke: step \d|train: step \d|rft@\d+: fine-tune)",
+            log,
+            re.MULTILINE,
         )
     )
     assert len(bars) <= sum(total + 1 for total in loops) + written + len(loops), len(bars)
-    # the rest stays short. What a person reads: the shared stages' lines (today 55) and each
-    # seed's (today 24: DVC's 3 per stage, train's line per validation and per compact step and
-    # 3 at its end, evaluate's 3); the blank lines: each line tqdm.write puts above a bar leaves
-    # 2 (the bar cleared), so does each bar's end, DVC ends each stage's block with one and the
-    # run with a few
+    # the rest stays short. What a person reads: the shared stages' lines (today 56: the recipe's
+    # sentence on the RFT baseline among them) and each seed's (today 33: DVC's 3 per stage,
+    # train's line per validation and per compact step and 3 at its end, evaluate's 3, rft's
+    # 6: what it sampled and kept, its fine-tune's line, the same 3 as evaluate's, its time);
+    # the blank lines: each line tqdm.write puts above a bar leaves 2 (the bar cleared), so does
+    # each bar's end, DVC ends each stage's block with one and the run with a few
     text = [line for line in lines if not bar.match(line)]
     read = [line for line in text if line.strip()]
-    assert len(read) <= 60 + 26 * len(seeds), "\n".join(read)
+    assert len(read) <= 61 + 35 * len(seeds), "\n".join(read)
     stages_run = log.count("Running stage")
     blank = len(text) - len(read)
     assert blank <= 2 * (written + len(loops)) + stages_run + 10, blank
@@ -78,6 +86,7 @@ def test_a_cold_run_prints_a_short_readable_console(cold_run):
         "smoke: PASSED: ",
         *[f"train@{seed}: 24 steps; " for seed in seeds],
         *[f"evaluate@{seed}: this seed's verdict on heldout: " for seed in seeds],
+        *[f"rft@{seed}: this seed's verdict on heldout: " for seed in seeds],
         f"recipe: over {len(seeds)} of {len(seeds)} seeds: ",
         "report: reports/retrospective.md",
     ):

@@ -57,10 +57,11 @@ def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
     # (other projects, other verdicts) share it
     audit = max(artifact_versions("evaluation-audit"), key=lambda a: a.created)
     assert "heldout" in json.dumps(audit.data) and "pooled over 2" in json.dumps(audit.data)
-    assert (
-        json.loads((project / "reports/recipe/summary.json").read_text())["verdict_line"]
-        in audit.description
-    )
+    recipe = json.loads((project / "reports/recipe/summary.json").read_text())
+    assert recipe["verdict_line"] in audit.description
+    # GRPO against the RFT baseline: its sentence, and the baseline pooled over its seeds
+    assert recipe["baseline"]["sentence"] in audit.description
+    assert "RFT baseline, pooled over 2" in json.dumps(audit.data)
 
 
 @pytest.mark.slow

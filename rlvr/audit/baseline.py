@@ -102,27 +102,33 @@ def winner(difference: Mapping, name: str) -> str:
 
 def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
     """One sentence: GRPO's and the baseline's held-out gain over step 0, GRPO - baseline with its
-    interval and who wins, pass@n of the three, and who wins per tag.
+    interval and who wins, pass@n of the three and who wins on it, and who wins per tag (on the
+    mean reward).
 
     >>> ci = lambda v, lo, hi: {"value": v, "ci_low": lo, "ci_high": hi}
     >>> diff = lambda v, lo, hi, verdict: {**ci(v, lo, hi), "verdict": verdict}
     >>> comparison = {"name": "RFT", "seeds": [0, 1], "pooled": {
     ...     "rows": 64, "samples_per_prompt": 32, "delta_mean_reward": ci(0.22, 0.15, 0.29),
     ...     "final": {"pass@32": 0.67}},
-    ...     "grpo_minus_baseline": {"delta_mean_reward": diff(-0.03, -0.1, 0.04, "tie")},
+    ...     "grpo_minus_baseline": {"delta_mean_reward": diff(-0.03, -0.1, 0.04, "tie"),
+    ...                             "delta_pass@32": diff(-0.09, -0.19, -0.01, "worse")},
     ...     "tags": {"add": {"delta_mean_reward": diff(0.1, 0.02, 0.2, "better")},
     ...              "sub": {"delta_mean_reward": diff(-0.2, -0.3, -0.1, "worse")},
     ...              "mul": {"delta_mean_reward": diff(0.0, -0.1, 0.1, "tie")}}}
     >>> grpo = {"delta_mean_reward": ci(0.19, 0.1, 0.27), "step0": {"pass@32": 0.8},
     ...         "final": {"pass@32": 0.62}}
     >>> print(baseline_sentence(comparison, grpo))
-    GRPO against the RFT baseline on the 64 held-out rows (2 seeds each, the same sample budget): GRPO gains +0.190 [+0.100, +0.270] mean reward over step 0, RFT +0.220 [+0.150, +0.290]; GRPO - RFT -0.030 [-0.100, +0.040]: no significant difference; pass@32: step 0 0.80, GRPO 0.62, RFT 0.67; by tag: GRPO wins on add, RFT on sub, no significant difference on mul.
+    GRPO against the RFT baseline on the 64 held-out rows (2 seeds each, the same sample budget): GRPO gains +0.190 [+0.100, +0.270] mean reward over step 0, RFT +0.220 [+0.150, +0.290]; GRPO - RFT -0.030 [-0.100, +0.040]: no significant difference; pass@32: step 0 0.80, GRPO 0.62, RFT 0.67 (GRPO - RFT -0.090 [-0.190, -0.010]: RFT wins); by tag: GRPO wins on add, RFT on sub, no significant difference on mul.
     """  # noqa: E501 (one-line outputs and tables)
     name, pooled = comparison["name"], comparison["pooled"]
     n = pooled["samples_per_prompt"]
     d = comparison["grpo_minus_baseline"]["delta_mean_reward"]
-    who = winner(d, name)
-    verdict = "no significant difference" if who.startswith("no ") else f"{who} wins"
+    passn = comparison["grpo_minus_baseline"][f"delta_pass@{n}"]
+
+    def verdict(difference: Mapping) -> str:
+        who = winner(difference, name)
+        return who if who.startswith("no ") else f"{who} wins"
+
     per: dict[str, list[str]] = {}
     for tag, entry in comparison["tags"].items():
         per.setdefault(winner(entry["delta_mean_reward"], name), []).append(tag)
@@ -135,9 +141,10 @@ def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
         f"GRPO against the {name} baseline on the {pooled['rows']} held-out rows "
         f"({len(comparison['seeds'])} seeds each, the same sample budget): GRPO gains "
         f"{_fmt(grpo_pooled['delta_mean_reward'])} mean reward over step 0, {name} "
-        f"{_fmt(pooled['delta_mean_reward'])}; GRPO - {name} {_fmt(d)}: {verdict}; "
+        f"{_fmt(pooled['delta_mean_reward'])}; GRPO - {name} {_fmt(d)}: {verdict(d)}; "
         f"pass@{n}: step 0 {grpo_pooled['step0'][f'pass@{n}']:.2f}, GRPO "
-        f"{grpo_pooled['final'][f'pass@{n}']:.2f}, {name} {pooled['final'][f'pass@{n}']:.2f}"
+        f"{grpo_pooled['final'][f'pass@{n}']:.2f}, {name} {pooled['final'][f'pass@{n}']:.2f} "
+        f"(GRPO - {name} {_fmt(passn)}: {verdict(passn)})"
         + (f"; by tag: {', '.join(parts)}" if parts else "")
         + "."
     )
@@ -150,18 +157,19 @@ def baseline_audit(
     failed: Mapping[int, str],
     grpo: Mapping[int, Sequence[Mapping]] | None,
     grpo_pooled: Mapping | None,
-    n: int,
+    n: int | None,
     rule: SliceRule,
     confidence: float = 0.95,
     n_resamples: int = 10000,
 ) -> dict:
     """The recipe summary's `baseline` entry. `evaluated`: seed -> the baseline's held-out
     records; `failed`: seed -> why it has none; `grpo`/`grpo_pooled`: GRPO's held-out records per
-    seed and its pooled audit (None: GRPO has no recipe verdict). Fewer than MIN_SEEDS on either
-    side: no comparison, one line saying why."""
+    seed and its pooled audit (None: GRPO has no recipe verdict); `n`: samples per prompt (None
+    with no GRPO verdict). Fewer than MIN_SEEDS on either side: no comparison, one line saying
+    why."""
     name = NAMES.get(kind, kind)
     out = {"kind": kind, "name": name, "seeds": list(seeds), "failed": dict(sorted(failed.items()))}
-    if len(evaluated) < MIN_SEEDS or not grpo or grpo_pooled is None:
+    if len(evaluated) < MIN_SEEDS or not grpo or grpo_pooled is None or n is None:
         missing = "; ".join(f"seed {s}: {line}" for s, line in sorted(failed.items()))
         return {
             **out,

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rlvr.audit.evaluation import ScoredRow, prompt_template, rollout_settings, score_rows
-from rlvr.core.errors import PipelineError
 from rlvr.core.files import share_with_umask
 from rlvr.data.rows import read_rows
 from rlvr.policy.models import load_policy, policy_path, save_policy, supervised_fine_tune
@@ -156,8 +155,10 @@ def write_off_marker(out_dir: str | Path) -> dict:
 def train_rft(params, seed: int, out_dir: str | Path) -> dict:
     """The RFT baseline of one RL seed: sample the base (models/base) as the budget says with
     GRPO's rollout settings and `seed`, keep the distinct correct answers, fine-tune the base on
-    them, save it to out_dir (whole or not at all). Returns the summary: budget, what was kept
-    (per row and per tag), the fine-tune, seconds."""
+    them, save it to out_dir (whole or not at all). A base that answered nothing correctly gives
+    nothing to fine-tune on: the baseline is then the base itself (0 steps), and the audit says
+    what that is worth. Returns the summary: budget, what was kept (per row and per tag), the
+    fine-tune, seconds."""
     from rlvr.grpo.config import peft_config  # peft: only where a baseline trains
 
     started = time.perf_counter()
@@ -185,35 +186,32 @@ def train_rft(params, seed: int, out_dir: str | Path) -> dict:
     )
     sampled_seconds = time.perf_counter() - started
     examples, lines = kept_examples(scored)
-    if not examples:
-        raise RftFailed(
-            f"the base answered none of the {len(rows)} training prompts correctly in "
-            f"{budget.samples_per_prompt} samples each: nothing to fine-tune on (set "
-            "audit.baseline: none)"
-        )
     rft = params.audit.rft
-    steps = sft_steps(len(examples), rft.epochs, rft.batch_size)
+    steps = sft_steps(len(examples), rft.epochs, rft.batch_size) if examples else 0
     out_dir = Path(out_dir)
     staging = Path(
         tempfile.mkdtemp(prefix="rft.", dir=out_dir.parent if out_dir.parent.exists() else None)
     )
     try:
-        with tempfile.TemporaryDirectory() as scratch:
-            tuned, fit = supervised_fine_tune(
-                model,
-                tokenizer,
-                examples,
-                steps,
-                rft.batch_size,
-                rft.learning_rate,
-                seed,
-                scratch,
-                f"rft@{seed}: fine-tune",
-                use_cpu=grpo.use_cpu,
-                bf16=grpo.bf16,
-                peft_config=peft_config(params.model),
-            )
-        save_policy(tuned, tokenizer, staging)
+        if examples:
+            with tempfile.TemporaryDirectory() as scratch:
+                model, fit = supervised_fine_tune(
+                    model,
+                    tokenizer,
+                    examples,
+                    steps,
+                    rft.batch_size,
+                    rft.learning_rate,
+                    seed,
+                    scratch,
+                    f"rft@{seed}: fine-tune",
+                    use_cpu=grpo.use_cpu,
+                    bf16=grpo.bf16,
+                    peft_config=peft_config(params.model),
+                )
+        else:  # nothing correct to learn from: RFT leaves the base as it is
+            fit = {"examples": 0, "steps": 0, "first_loss": None, "last_loss": None}
+        save_policy(model, tokenizer, staging)
         _replace_folder(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -234,7 +232,3 @@ def train_rft(params, seed: int, out_dir: str | Path) -> dict:
         },
         "seconds": round(time.perf_counter() - started, 1),
     }
-
-
-class RftFailed(PipelineError):
-    """The baseline cannot be built from this base and data (one line says why)."""

@@ -599,16 +599,33 @@ def _evaluate_artifacts(root: Path, where: str) -> list[Artifact]:
                 recipe["verdict"],
             )
         )
+    baseline = recipe.get("baseline") or {}
+    theirs = (baseline.get("comparison") or {}).get("pooled")
+    if theirs:  # the baseline over its seeds, beside GRPO (rlvr.audit.baseline)
+        n = theirs["samples_per_prompt"]
+        curves = {
+            p: {"1": theirs[p]["pass@1"], str(n): theirs[p][f"pass@{n}"]}
+            for p in ("step0", "final")
+        }
+        rows.append(
+            _split_row(
+                f"{baseline['name']} baseline, pooled over {len(baseline['comparison']['seeds'])}",
+                recipe["split"],
+                {**theirs, "pass_at_k": curves},
+                baseline["comparison"]["verdict"],
+            )
+        )
     # the verdict line says what was lost, where a mean would hide it (rlvr.audit.slices.verdict_line)
     missing = "".join(
         f" Seed {seed} has no results: {why}." for seed, why in (recipe.get("failed") or {}).items()
     )
+    versus = f" {baseline['sentence']}" if baseline else ""
     return [
         Artifact(
             "evaluation-audit",
             "table",
             f"Step 0 vs final, per RL seed and pooled; "
-            f"{recipe.get('verdict_line', 'no recipe yet')}.{missing} {where}",
+            f"{recipe.get('verdict_line', 'no recipe yet')}.{missing}{versus} {where}",
             table=rows,
         )
     ]

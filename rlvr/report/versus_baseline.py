@@ -26,7 +26,7 @@ def baseline_headline(recipe: Mapping | None) -> list[str]:
 def baseline_section(recipe: Mapping | None, confidence: float) -> list[str]:
     """GRPO against the baseline: the baseline's own pooled verdict, then per tag (and all rows)
     each one's gain over step 0, GRPO - baseline with its interval and the probability that a
-    GRPO seed beats a baseline seed on a prompt, pass@n of both, and who wins."""
+    GRPO seed beats a baseline seed on a prompt, pass@1 and pass@n of both, and who wins."""
     baseline = (recipe or {}).get("baseline")
     if not baseline:
         return []
@@ -65,6 +65,7 @@ def baseline_section(recipe: Mapping | None, confidence: float) -> list[str]:
             f"{name} gain [CI]",
             f"GRPO - {name} [CI]",
             f"P(GRPO > {name})",
+            f"pass@1: step 0 / GRPO / {name}",
             f"pass@{n}: step 0 / GRPO / {name}",
             "wins",
         ],
@@ -76,6 +77,8 @@ def baseline_section(recipe: Mapping | None, confidence: float) -> list[str]:
                 _ci(other["delta_mean_reward"]),
                 _ci(versus["delta_mean_reward"]),
                 f"{versus['delta_mean_reward']['probability_of_improvement']:.2f}",
+                f"{mine['step0']['pass@1']:.2f} / {mine['final']['pass@1']:.2f} / "
+                f"{other['final']['pass@1']:.2f}",
                 f"{mine['step0'][f'pass@{n}']:.2f} / {mine['final'][f'pass@{n}']:.2f} / "
                 f"{other['final'][f'pass@{n}']:.2f}",
                 winner(versus["delta_mean_reward"], name),

@@ -1,0 +1,73 @@
+"""The RFT baseline end to end on the cold run: every seed's baseline is audited on the same step-0
+records as the policy (paired prompt by prompt), the recipe and the report set GRPO beside it, and
+`audit.baseline: none` turns it off without retraining anything else."""
+
+import json
+
+import pytest
+
+from rlvr.core.files import read_jsonl
+from rlvr.core.seeds import seed_paths
+from rlvr.params.config import load_params
+from rlvr.report.render import md_escape
+from tests.helpers import dvc, set_params
+
+pytestmark = pytest.mark.slow
+
+STEP0 = ("step0_reward", "step0_correct", "step0_greedy_correct", "step0_success")
+
+
+def test_each_seeds_baseline_pairs_with_its_policy_and_the_report_says_which_wins(cold_run):
+    params = load_params(cold_run / "params.yaml")
+    seeds = params.audit.seeds
+    for seed in seeds:
+        run = seed_paths(params.paths, seed)
+        policy = {(r["split"], r["id"]): r for r in read_jsonl(cold_run / run.eval_per_prompt)}
+        baseline = {(r["split"], r["id"]): r for r in read_jsonl(cold_run / run.rft_per_prompt)}
+        assert policy.keys() == baseline.keys() and len(policy) == 128
+        for key, record in baseline.items():  # the same base, the same sampling seeds
+            assert {k: record[k] for k in STEP0} == {k: policy[key][k] for k in STEP0}, key
+        summary = json.loads((cold_run / run.rft_summary).read_text())
+        budget = summary["budget"]
+        # SMALL_RUN: 24 GRPO steps of 16 completions = 384, 6 per training prompt
+        assert (budget["grpo_completions"], budget["samples_per_prompt"]) == (384, 6)
+        assert sum(line["sampled"] for line in summary["rows"]) == budget["sampled"] == 384
+        assert summary["kept"] == sum(line["kept"] for line in summary["rows"]) > 0
+        assert (cold_run / run.rft_model / "config.json").exists()
+
+    recipe = json.loads((cold_run / params.paths.recipe_summary).read_text())
+    baseline = recipe["baseline"]
+    assert baseline["kind"] == "rft" and baseline["comparison"]["seeds"] == seeds
+    tags = {s["tag"] for s in recipe["pooled"]["slices"]}
+    assert set(baseline["comparison"]["tags"]) == tags == {"add", "mul", "sub"}
+    headline = json.loads((cold_run / params.paths.recipe_metrics).read_text())["baseline"]
+    versus = baseline["comparison"]["grpo_minus_baseline"]["delta_mean_reward"]
+    assert headline["grpo_vs_baseline"] == versus["verdict"]
+    report = (cold_run / params.paths.retrospective_md).read_text()
+    assert f"**Is RL worth it here?** {md_escape(baseline['sentence'])}" in report
+    assert "### GRPO against the RFT baseline" in report
+    log = (cold_run.parent / "repro.log").read_text()
+    for seed in seeds:
+        assert f"rft@{seed}: sampled 384 completions (6 per prompt; " in log
+        assert f"rft@{seed}: this seed's verdict on heldout: " in log
+    assert f"recipe: {baseline['sentence']}" in log
+
+
+def test_baseline_none_reruns_only_the_baseline_and_what_reads_it(copy_run):
+    project = copy_run("baseline-none")
+    set_params(project, {"audit": {"baseline": "none"}})
+    log = dvc(project, "repro")
+    seeds = load_params(project / "params.yaml").audit.seeds
+    ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
+    # check_params follows every value, but its verdict is the same bytes: nothing else reruns
+    assert ran == {"check_params", *(f"rft@{s}" for s in seeds), "recipe", "report", "publish"}
+    params = load_params(project / "params.yaml")
+    for seed in seeds:
+        run = seed_paths(params.paths, seed)
+        assert [p.name for p in (project / run.rft_model).iterdir()] == ["baseline.json"]
+        assert read_jsonl(project / run.rft_per_prompt) == []
+        assert f"rft@{seed}: audit.baseline is none: no baseline" in log
+    recipe = json.loads((project / params.paths.recipe_summary).read_text())
+    assert "baseline" not in recipe
+    assert "baseline" not in json.loads((project / params.paths.recipe_metrics).read_text())
+    assert "Is RL worth it" not in (project / params.paths.retrospective_md).read_text()
