@@ -147,7 +147,8 @@ def test_gate_artifact_keeps_verdict_and_counts_apart():
 
 def test_evaluation_artifact_carries_each_seeds_line_and_the_recipes_verdict():
     """Published once recipe has run: a row per seed and split (its own verdict, one run's),
-    then the pooled row, and the recipe's verdict line in the description."""
+    then the pooled row, the RFT baseline's pooled row, and the recipe's verdict line and the
+    sentence on the baseline in the description."""
     from rlvr.core.seeds import seed_paths
 
     (artifact,) = stage_artifacts("recipe", ROOT)
@@ -156,6 +157,7 @@ def test_evaluation_artifact_carries_each_seeds_line_and_the_recipes_verdict():
     assert [row["seed"] for row in artifact.table if row["split"] == "heldout"] == [
         *map(str, seeds),
         f"pooled over {len(seeds)}",
+        f"RFT baseline, pooled over {len(seeds)}",
     ]
     recipe = json.loads((ROOT / params.paths.recipe_summary).read_text())
     for seed, row in zip(seeds, [r for r in artifact.table if r["split"] == "heldout"]):
@@ -166,10 +168,14 @@ def test_evaluation_artifact_carries_each_seeds_line_and_the_recipes_verdict():
         assert row["prompts lost"] == summary["heldout"]["solutions"]["lost_count"]
         assert row["regressed tags"] == ", ".join(summary["regressed_tags"])
         assert row["verdict"] == summary["verdict"]
-    pooled = artifact.table[-1]
+    pooled, baseline = artifact.table[-2:]
     assert pooled["verdict"] == recipe["verdict"]
     assert pooled["delta"] == recipe["pooled"]["delta_mean_reward"]["value"]
+    theirs = recipe["baseline"]["comparison"]
+    assert baseline["verdict"] == theirs["verdict"]
+    assert baseline["delta"] == theirs["pooled"]["delta_mean_reward"]["value"]
     assert f"{recipe['verdict_line']}. " in artifact.description
+    assert recipe["baseline"]["sentence"] in artifact.description
 
 
 # ------------------------------------------------------------------ how a flow run ends
