@@ -17,6 +17,7 @@ from rlvr.audit.against_base import audit_against_base, audit_lines
 from rlvr.baseline.rft import train_rft, write_off_marker
 from rlvr.core.files import write_json, write_jsonl
 from rlvr.core.seeds import seed_paths
+from rlvr.core.timing import PARTS
 from rlvr.pipeline.stage import ParamsView, run_stage
 
 
@@ -38,7 +39,7 @@ def main(params: ParamsView) -> int:
     print(
         f"{label}: sampled {budget['sampled']:,} completions ({budget['samples_per_prompt']} per "
         f"prompt; GRPO's run samples {budget['grpo_completions']:,}) in "
-        f"{summary['sampled_seconds']:.0f} s; kept {summary['kept']} distinct correct answers "
+        f"{PARTS['rft_sampling']:.0f} s; kept {summary['kept']} distinct correct answers "
         f"on {summary['rows_with_kept']} of {len(summary['rows'])} prompts; {tuned} -> "
         f"{run.rft_model}"
     )

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rlvr.audit.evaluation import ScoredRow, prompt_template, rollout_settings, score_rows
 from rlvr.core.files import share_with_umask
+from rlvr.core.timing import record_timing
 from rlvr.data.rows import read_rows
 from rlvr.policy.models import load_policy, policy_path, save_policy, supervised_fine_tune
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
@@ -155,10 +156,11 @@ def write_off_marker(out_dir: str | Path) -> dict:
 def train_rft(params, seed: int, out_dir: str | Path) -> dict:
     """The RFT baseline of one RL seed: sample the base (models/base) as the budget says with
     GRPO's rollout settings and `seed`, keep the distinct correct answers, fine-tune the base on
-    them, save it to out_dir (whole or not at all). A base that answered nothing correctly gives
-    nothing to fine-tune on: the baseline is then the base itself (0 steps), and the audit says
-    what that is worth. Returns the summary: budget, what was kept (per row and per tag), the
-    fine-tune, seconds."""
+    them, save it to out_dir (whole or not at all). The seconds sampling took go to the stage's
+    timing file (rlvr.core.timing), never into the summary, an output DVC records. A base that
+    answered nothing correctly gives nothing to fine-tune on: the baseline is then the base
+    itself (0 steps), and the audit says what that is worth. Returns the summary: budget, what
+    was kept (per row and per tag), the fine-tune."""
     from rlvr.grpo.config import peft_config  # peft: only where a baseline trains
 
     started = time.perf_counter()
@@ -184,7 +186,7 @@ def train_rft(params, seed: int, out_dir: str | Path) -> dict:
         settings,
         prompt_template(params.model),
     )
-    sampled_seconds = time.perf_counter() - started
+    record_timing(rft_sampling=time.perf_counter() - started)
     examples, lines = kept_examples(scored)
     rft = params.audit.rft
     steps = sft_steps(len(examples), rft.epochs, rft.batch_size) if examples else 0
@@ -219,7 +221,6 @@ def train_rft(params, seed: int, out_dir: str | Path) -> dict:
         "baseline": "rft",
         "seed": seed,
         "budget": {**asdict(budget), "sampled": budget.sampled},
-        "sampled_seconds": round(sampled_seconds, 1),
         "kept": len(examples),
         "rows_with_kept": sum(line["kept"] > 0 for line in lines),
         "kept_by_tag": kept_by_tag(lines),
@@ -230,5 +231,4 @@ def train_rft(params, seed: int, out_dir: str | Path) -> dict:
             "batch_size": rft.batch_size,
             "learning_rate": rft.learning_rate,
         },
-        "seconds": round(time.perf_counter() - started, 1),
     }
