@@ -319,7 +319,16 @@ def test_a_failed_seed_leaves_the_others_and_the_recipe_of_those_that_ran(
         f"{recipe['failed']['2']}"
     )
     rows = json.loads(audit.data) if isinstance(audit.data, str) else audit.data
-    assert [row["seed"] for row in rows] == ["0", "0", "1", "1", "pooled over 2"], rows
+    # the RFT baseline does not depend on training: all three of its seeds ran
+    assert [row["seed"] for row in rows] == [
+        "0",
+        "0",
+        "1",
+        "1",
+        "pooled over 2",
+        "RFT baseline, pooled over 3",
+    ], rows
+    assert "(GRPO over 2 seeds, RFT over 3, the same sample budget)" in audit.description
     stale = json.loads(
         subprocess.run(
             ["dvc", "status", "--json"],

@@ -239,6 +239,17 @@ def test_grpo_against_rft_names_a_winner_per_tag_only_where_the_interval_exclude
     assert entry["sentence"].endswith("by tag: GRPO wins on add, RFT on sub.")
 
 
+def test_the_sentence_counts_each_recipes_seeds():
+    rng = random.Random(2)
+    grpo = {s: _recipe(rng, 4, 1) for s in range(2)}  # a GRPO seed failed; RFT's three ran
+    rft = {s: _recipe(rng, 2, 3) for s in range(3)}
+    pooled = pooled_audit(grpo, N, SliceRule(), n_resamples=500)
+    entry = baseline_audit("rft", [0, 1, 2], rft, {}, grpo, pooled, N, SliceRule(), n_resamples=500)
+    assert (
+        "held-out rows (GRPO over 2 seeds, RFT over 3, the same sample budget)" in entry["sentence"]
+    )
+
+
 def test_no_comparison_without_two_seeds_on_each_side():
     rng = random.Random(1)
     grpo = {s: _recipe(rng, 4, 1) for s in range(2)}

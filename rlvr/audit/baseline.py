@@ -82,6 +82,7 @@ def compare_baseline(
         "kind": kind,
         "name": NAMES.get(kind, kind),
         "seeds": sorted(baseline),
+        "grpo_seeds": sorted(grpo),
         "pooled": pooled,
         "verdict": verdict,
         "verdict_line": verdict_line(verdict, pooled),
@@ -137,9 +138,13 @@ def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
         for w in ("GRPO", name, "no significant difference")
         if w in per
     ]
+    ours, theirs = len(comparison.get("grpo_seeds", comparison["seeds"])), len(comparison["seeds"])
+    seeds = (
+        f"{ours} seeds each" if ours == theirs else f"GRPO over {ours} seeds, {name} over {theirs}"
+    )
     return (
         f"GRPO against the {name} baseline on the {pooled['rows']} held-out rows "
-        f"({len(comparison['seeds'])} seeds each, the same sample budget): GRPO gains "
+        f"({seeds}, the same sample budget): GRPO gains "
         f"{_fmt(grpo_pooled['delta_mean_reward'])} mean reward over step 0, {name} "
         f"{_fmt(pooled['delta_mean_reward'])}; GRPO - {name} {_fmt(d)}: {verdict(d)}; "
         f"pass@{n}: step 0 {grpo_pooled['step0'][f'pass@{n}']:.2f}, GRPO "
