@@ -121,6 +121,7 @@ def test_it_fine_tunes_the_base_on_what_it_kept_and_saves_it_whole(
         tmp_path, tiny_policy_dir, {"type": "regex", "pattern": "[\\s\\S]*"}, monkeypatch
     )
     out = tmp_path / "models" / "rft" / "seed-0"
+    assert not (tmp_path / params.data.eval_path).exists()  # the fine-tune never sees the test file
     summary = train_rft(params, 0, out)
     budget = summary["budget"]
     assert budget["grpo_completions"] == 4 * 8 and budget["samples_per_prompt"] == 8

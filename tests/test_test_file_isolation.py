@@ -1,7 +1,8 @@
-"""The test file (data.eval_path) is opened only by the validate and evaluate stages: no training,
-selection or early stopping ever sees it. Shown on a real forced `dvc repro` of every stage
-(conftest.py's forced_rerun), with an audit hook in every Python process that records who opens
-which data file."""
+"""The test file (data.eval_path) is opened only by the validate stage and the audits (evaluate,
+and rft's audit of the baseline once it is fine-tuned: tests/test_rft.py shows the fine-tune runs
+without the file): no training, selection or early stopping ever sees it. Shown on a real forced
+`dvc repro` of every stage (conftest.py's forced_rerun), with an audit hook in every Python
+process that records who opens which data file."""
 
 import json
 from pathlib import Path
@@ -10,16 +11,16 @@ import pytest
 
 
 @pytest.mark.slow
-def test_only_validate_and_evaluate_open_the_test_file(forced_rerun):
+def test_only_validate_and_the_audits_open_the_test_file(forced_rerun):
     project, log, _ = forced_rerun
     opened: dict[str, set[str]] = {}
     for line in log.read_text().splitlines():
         entry = json.loads(line)
         name = Path(entry["file"]).relative_to(project).as_posix()
         opened.setdefault(name, set()).add(entry["by"])
-    # DVC itself hashes every dep (the `dvc` process); of the stages, only these two read it
+    # DVC itself hashes every dep (the `dvc` process); of the stages, only these read it
     stages = {who for who in opened["data/grpo_eval.jsonl"] if who.startswith("stages.")}
-    assert stages == {"stages.validate", "stages.evaluate"}
+    assert stages == {"stages.validate", "stages.evaluate", "stages.rft"}
     # the hook sees the other stages' reads: training reads the train file, the contract all three
     assert {"stages.smoke", "stages.train", "stages.validate"} <= opened["data/grpo_train.jsonl"]
     assert "stages.validate" in opened["data/grpo_val.jsonl"]

@@ -96,8 +96,8 @@ class DataParams:
         "data/grpo_eval.jsonl",
         description="JSONL file of held-out "
         "test rows; must share no prompt with train or validation. Read "
-        "only by validate and evaluate: nothing that trains or selects "
-        "ever sees it.",
+        "only by validate and the audits (evaluate, and rft's audit of the baseline after its "
+        "fine-tune): nothing that trains or selects ever sees it.",
     )
     val_path: NonEmptyStr = Field(
         "data/grpo_val.jsonl",
@@ -813,7 +813,7 @@ def data_files(params: Params) -> list[str]:
 
 
 def test_file_reader(params: Params) -> dict[str, str]:
-    """Only validate and evaluate open the test file. Reports and artifacts take its md5 from
+    """Only validate and the audits (evaluate, rft) open the test file. Reports and artifacts take its md5 from
     validate's deps in dvc.lock (validate runs before every stage that trains, selects or
     reports), so the file is never opened for a hash: {test file: "validate"}."""
     return {params.data.eval_path: "validate"}
