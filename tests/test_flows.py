@@ -16,6 +16,7 @@ STAGE_KEYS = {
     "smoke": ["smoke-checks"],
     "train": ["training-summary"],
     "evaluate": [],
+    "rft": [],  # the baseline's figures go to the evaluation-audit artifact, after recipe
     "recipe": ["evaluation-audit"],
     "report": ["retrospective", "retrospective-html"],
     "publish": ["model-card"],
