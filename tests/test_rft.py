@@ -18,9 +18,8 @@ from rlvr.baseline.rft import (
 )
 from rlvr.params.config import load_params, parse_params
 from tests.helpers import ROOT
+from tests.test_recipe import N, _record
 from tests.test_report_escaping import figures  # noqa: F401 (a fixture)
-
-N = 4
 
 
 def test_the_budget_is_the_grpo_runs_sampled_completions():
@@ -188,21 +187,6 @@ def test_baseline_none_leaves_only_a_marker(tmp_path):
 
 
 # --------------------------------------------------------------------------- GRPO against RFT
-
-
-def _record(i: int, tag: str, step0: int, final: int) -> dict:
-    return {
-        "id": f"r{i:02d}",
-        "split": "heldout",
-        "tags": [tag],
-        "samples": N,
-        "step0_correct": step0,
-        "final_correct": final,
-        "step0_reward": step0 / N,
-        "final_reward": final / N,
-        "step0_greedy_correct": 0.0,
-        "final_greedy_correct": 1.0,
-    }
 
 
 def _recipe(rng, add_final: int, sub_final: int) -> list[dict]:
