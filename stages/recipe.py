@@ -86,7 +86,7 @@ def main(params: ParamsView) -> int:
             seeds,
             split_runs(records, split),
             missing,
-            split_runs({s: e["records"] for s, e in evaluated.items()}, split) if pooled else None,
+            split_runs({s: e["records"] for s, e in evaluated.items()}, split),
             pooled,
             pooled["samples_per_prompt"] if pooled else None,  # None: no comparison
             rule,

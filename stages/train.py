@@ -9,18 +9,34 @@ checkpointing every train.save_steps into models/checkpoints/seed-SEED/; if a ru
 next one resumes from the last checkpoint by itself. Writes models/trained/seed-SEED/ and
 reports/train/seed-SEED/: summary.json (the run's figures and selection), history.jsonl (every
 step), curves.png and the DVCLive curves in live/ (folders from params.yaml `paths`,
-rlvr/core/seeds.py).
+rlvr/core/seeds.py). With train.guidance on, first samples the base as stage rft does (the same
+call and seed: the same answers) and hands each prompt's verified answers to the trainer as
+guides (rlvr/grpo/guidance.py).
 """
 
+import time
+
+from rlvr.baseline.rft import verified_answers
 from rlvr.core.files import write_json
 from rlvr.core.seeds import seed_paths
+from rlvr.grpo.distributed import is_main_process
 from rlvr.pipeline.stage import ParamsView, run_stage
 from rlvr.pipeline.training import train_run
 
 
 def main(params: ParamsView) -> int:
     run = seed_paths(params.paths, params.seed)
-    result = train_run(params, params.paths, run)
+    guides = None
+    if params.train.guidance != "off":  # every rank samples the same (seeded): the same guides
+        started = time.perf_counter()
+        guides = verified_answers(params, params.seed)
+        if is_main_process():
+            print(
+                f"train@{params.seed}: guidance {params.train.guidance}: the base's sampling "
+                f"(rft@{params.seed}'s) gave verified answers on {len(guides)} prompts in "
+                f"{time.perf_counter() - started:.0f} s"
+            )
+    result = train_run(params, params.paths, run, guides)
     if result is None:  # a rank other than the main one: the main process writes
         return 0
     write_json(run.train_summary, result["summary"])

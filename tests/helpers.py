@@ -268,3 +268,51 @@ def _hook(event, args):
 
 sys.addaudithook(_hook)
 """
+
+
+def scoring_trainer(
+    policy_dir,
+    rows,
+    output_dir,
+    params,
+    reward,
+    name: str = "correctness",
+    *,
+    beta: float = 0.05,
+    guides=None,
+    **config,
+):
+    """A PipelineGRPOTrainer on `rows` for one step with one reward, `name`, from the per-sample
+    scorer `reward`, in train mode: what the trainer's tests score hand-made batches with.
+    `config`: grpo_config's switches (dynamic_sampling, guidance)."""
+    from rlvr.data.rows import to_hf_dataset
+    from rlvr.grpo.callbacks import BetaSchedule
+    from rlvr.grpo.config import grpo_config
+    from rlvr.grpo.run import build_trainer
+    from rlvr.rewards.registry import RewardFunction
+
+    trainer = build_trainer(
+        str(policy_dir),
+        to_hf_dataset(rows),
+        [RewardFunction(name, reward)],
+        grpo_config(
+            params.train, output_dir=output_dir, max_steps=1, seed=0, reward_weights=[1.0], **config
+        ),
+        params.model,
+        [],
+        beta_schedule=BetaSchedule(params.train.beta_schedule, beta),
+        guides=guides,
+    )
+    trainer.model.train()
+    return trainer
+
+
+def group_batch(rows, group_size: int) -> list[dict]:
+    """What TRL's sampler hands the trainer: each row's id, prompt and verifier, group_size times."""
+    import json
+
+    return [
+        {"id": r.id, "prompt": r.prompt, "verifier": json.dumps(r.verifier)}
+        for r in rows
+        for _ in range(group_size)
+    ]

@@ -9,15 +9,14 @@ import pytest
 import torch
 
 from rlvr.core.metric_keys import FIRST_BATCH_KL
-from rlvr.data.rows import read_rows, to_hf_dataset
-from rlvr.grpo.callbacks import BetaSchedule
-from rlvr.grpo.config import grpo_config
+from rlvr.data.rows import read_rows
 from rlvr.grpo.dynamic_sampling import merge_groups
-from rlvr.grpo.run import build_trainer, run_grpo
+from rlvr.grpo.run import run_grpo
 from rlvr.grpo.trainer import PipelineGRPOTrainer
 from rlvr.params.config import ParamsError, parse_params
 from rlvr.pipeline.training import run_metrics
 from rlvr.rewards.registry import RewardFunction
+from tests.helpers import group_batch, scoring_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
@@ -56,34 +55,19 @@ def spread_if_odd():
 
 
 def _trainer(tiny_policy_dir, rows, tmp_path, rounds, reward=None):
-    params = sampled_params(rounds)
-    config = grpo_config(
-        params.train,
-        output_dir=tmp_path,
-        max_steps=1,
-        seed=0,
-        reward_weights=[1.0],
+    return scoring_trainer(
+        tiny_policy_dir,
+        rows,
+        tmp_path,
+        sampled_params(rounds),
+        reward or spread_if_odd(),
+        "spread_if_odd",
         dynamic_sampling=True,
     )
-    trainer = build_trainer(
-        str(tiny_policy_dir),
-        to_hf_dataset(rows),
-        [RewardFunction("spread_if_odd", reward or spread_if_odd())],
-        config,
-        params.model,
-        [],
-        beta_schedule=BetaSchedule(params.train.beta_schedule, 0.05),
-    )
-    trainer.model.train()
-    return trainer
 
 
 def _batch(rows):
-    return [
-        {"id": r.id, "prompt": r.prompt, "verifier": __import__("json").dumps(r.verifier)}
-        for r in rows
-        for _ in range(G)
-    ]
+    return group_batch(rows, G)
 
 
 def _prompts(trainer, output):

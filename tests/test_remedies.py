@@ -2,7 +2,6 @@
 train.positive_weight, train.unlikeliness, train.resample_unsolved): what each computes on
 hand-made groups, that the trainer trains on exactly that, and their params rules."""
 
-import json
 import math
 from pathlib import Path
 
@@ -11,15 +10,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.core.metric_keys import CORRECTNESS_REWARD
-from rlvr.data.rows import read_rows, to_hf_dataset
+from rlvr.data.rows import read_rows
 from rlvr.grpo.advantages import pass_at_k_advantages, unlikeliness_penalties, weight_positive
-from rlvr.grpo.callbacks import BetaSchedule
 from rlvr.grpo.config import grpo_config
-from rlvr.grpo.run import build_trainer
 from rlvr.params.config import ParamsError, parse_params
 from rlvr.rewards.grpo_math import group_advantages
-from rlvr.rewards.registry import RewardFunction
+from tests.helpers import group_batch, scoring_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
@@ -142,34 +138,19 @@ def _trainer(tiny_policy_dir, rows, tmp_path, train: dict, reward=None, beta=0.0
             }
         }
     )
-    sampled = params.train.dynamic_sampling
-    config = grpo_config(
-        params.train,
-        output_dir=tmp_path,
-        max_steps=1,
-        seed=0,
-        reward_weights=[1.0],
-        dynamic_sampling=sampled,
+    return scoring_trainer(
+        tiny_policy_dir,
+        rows,
+        tmp_path,
+        params,
+        reward or correct_if_odd(),
+        beta=beta,
+        dynamic_sampling=params.train.dynamic_sampling,
     )
-    trainer = build_trainer(
-        str(tiny_policy_dir),
-        to_hf_dataset(rows),
-        [RewardFunction(CORRECTNESS_REWARD, reward or correct_if_odd())],
-        config,
-        params.model,
-        [],
-        beta_schedule=BetaSchedule(params.train.beta_schedule, beta),
-    )
-    trainer.model.train()
-    return trainer
 
 
 def _batch(rows):
-    return [
-        {"id": r.id, "prompt": r.prompt, "verifier": json.dumps(r.verifier)}
-        for r in rows
-        for _ in range(G)
-    ]
+    return group_batch(rows, G)
 
 
 def _split(rows):

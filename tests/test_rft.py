@@ -57,8 +57,8 @@ def test_it_keeps_each_prompts_distinct_correct_answers_once():
     ]
     pairs, lines = kept_examples(rows)
     assert pairs == [
-        {"prompt": "3 5 -> 8: ", "completion": "3+5"},
-        {"prompt": "3 5 -> 8: ", "completion": "5+3"},
+        {"id": "a", "prompt": "3 5 -> 8: ", "completion": "3+5"},
+        {"id": "a", "prompt": "3 5 -> 8: ", "completion": "5+3"},
     ]
     assert [(line["id"], line["sampled"], line["correct"], line["kept"]) for line in lines] == [
         ("a", 5, 4, 2),
@@ -320,7 +320,7 @@ def test_the_recipe_stage_with_one_seed_says_there_is_no_comparison(tmp_path, mo
     recipe = json.loads((tmp_path / params.paths.recipe_summary).read_text())
     assert recipe["baseline"]["comparison"] is None
     assert recipe["baseline"]["sentence"].startswith(
-        "no comparison with the RFT baseline: 1 of 1 of its seeds and 0 of GRPO's ran to the end"
+        "no comparison with the RFT baseline: 1 of 1 of its seeds and 1 of GRPO's ran to the end"
     )
 
 
@@ -342,3 +342,43 @@ def test_with_lora_the_baseline_is_an_adapter_the_audit_loads(
     model, tokenizer = load_policy(out)
     assert type(model).__name__.startswith("Peft") or hasattr(model, "peft_config")
     assert tokenizer.eos_token == load_policy(tiny_policy_dir)[1].eos_token
+
+
+def test_an_interval_end_within_float_noise_of_0_holds_0():
+    """pass@k gains are rationals summed in floats: an interval end that is exactly 0 comes out
+    as -7e-18 and must not make a winner."""
+    from rlvr.audit.recipe import recipe_difference
+
+    def runs(values):  # 2 seeds, 4 prompts: the final reward is the value, step 0 is 0
+        return {
+            s: [
+                {"id": f"r{i}", "step0_reward": 0.0, "final_reward": v}
+                for i, v in enumerate(values)
+            ]
+            for s in range(2)
+        }
+
+    x, y = runs([0.1 + 0.2] * 4), runs([0.3] * 4)  # 0.1 + 0.2 > 0.3 in floats, by 5.6e-17
+    d = recipe_difference(x, y, n_resamples=200)
+    assert 0 < d["ci_low"] <= d["ci_high"] < 1e-12 and d["verdict"] == "tie"
+
+
+def test_the_guides_are_the_answers_rft_keeps(tmp_path, tiny_policy_dir, monkeypatch):
+    """train.guidance's guides (rlvr.baseline.rft.verified_answers): the base's sampling as RFT
+    samples it, so each row's guides are the distinct correct answers rft@seed keeps, each one
+    verified; a row with none has no entry."""
+    import re
+
+    from rlvr.baseline.rft import verified_answers
+
+    params = _params(tmp_path, tiny_policy_dir, {"type": "regex", "pattern": "^[0-9]"}, monkeypatch)
+    guides = verified_answers(params, 0)
+    summary = train_rft(params, 0, tmp_path / "models" / "rft" / "seed-0")
+    kept = {line["id"]: line["kept"] for line in summary["rows"]}
+    assert {row: len(answers) for row, answers in guides.items()} == {
+        row: n for row, n in kept.items() if n
+    }
+    assert guides and sum(kept.values()) < 4 * 8  # some answers kept, not every sample
+    for answers in guides.values():
+        assert all(re.match("^[0-9]", a.strip()) for a in answers)
+        assert len({"".join(a.split()) for a in answers}) == len(answers)

@@ -71,3 +71,26 @@ def test_baseline_none_reruns_only_the_baseline_and_what_reads_it(copy_run):
     assert "baseline" not in recipe
     assert "baseline" not in json.loads((project / params.paths.recipe_metrics).read_text())
     assert "Is RL worth it" not in (project / params.paths.retrospective_md).read_text()
+
+
+def test_guidance_trains_with_the_bases_verified_answers(copy_run):
+    """train.guidance unsolved: train@0 samples the base as rft@0 did (the same prompts get
+    verified answers), the trainer replaces answers in unsolved groups and logs it; rft@0, which
+    reads no guidance param, is not rerun."""
+    project = copy_run("guidance")
+    set_params(project, {"train": {"guidance": "unsolved"}})
+    log = dvc(project, "repro", "train@0")
+    ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
+    assert ran == {"check_params", "train@0"}
+    params = load_params(project / "params.yaml")
+    run = seed_paths(params.paths, 0)
+    summary = json.loads((project / run.rft_summary).read_text())
+    solved = sum(line["kept"] > 0 for line in summary["rows"])
+    assert "train@0: guidance unsolved: the base's sampling (rft@0's) gave verified " in log
+    assert f"verified answers on {solved} prompts in " in log
+    history = read_jsonl(project / run.train_history)
+    shares = [
+        entry["guidance/guided_share"] for entry in history if "guidance/guided_share" in entry
+    ]
+    assert len(shares) == len(history) and max(shares) > 0
+    assert any(entry.get("guidance/guide_advantage", 0) > 0 for entry in history)

@@ -47,6 +47,8 @@ def test_the_contract_names_the_pinned_versions():
         ("evaluate", Trainer),
         ("save_model", Trainer),
         ("training_step", GRPOTrainer),
+        ("_generate", GRPOTrainer),
+        ("_compute_loss", GRPOTrainer),
     ],
 )
 def test_each_override_matches_the_library_signature(name, owner):
@@ -68,6 +70,24 @@ def test_what_the_trainer_reads_is_still_there():
         "logits_to_keep",
         "batch_size",
     ]
+    # off-policy guidance: what _generate returns, what _compute_loss calls and normalises by
+    generate = inspect.getsource(GRPOTrainer._generate)
+    assert (
+        "return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, "
+        "images, tool_images" in generate
+    )
+    loss = inspect.getsource(GRPOTrainer._compute_loss)
+    assert loss.count("self._get_per_token_logps_and_entropies(") == 1
+    assert "per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(" in loss
+    for normaliser in (
+        'normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes',
+        "normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation",
+        "loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)",
+        "(per_token_loss.size(0) * self.max_completion_length)",
+        "loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()",
+    ):
+        assert normaliser in loss, normaliser
+    assert "self._tokenizer" in inspect.getsource(GRPOTrainer._generate)
     from trl.models.utils import disable_gradient_checkpointing
 
     assert _params(disable_gradient_checkpointing) == ["model", "gradient_checkpointing_kwargs"]

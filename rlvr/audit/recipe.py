@@ -35,6 +35,7 @@ from rlvr.audit.slices import (
 from rlvr.core.stats import seeds_and_prompts_ci
 
 MIN_SEEDS = 2  # a recipe verdict needs at least this many seeds that ran to the end
+ZERO_NOISE = 1e-12  # an interval end closer to 0 than this holds 0
 NO_VERDICT = "no recipe verdict"
 
 
@@ -372,7 +373,9 @@ def recipe_difference(
             random_state=np.random.default_rng(seed),
         ).confidence_interval
         low, high = float(interval.low), float(interval.high)
-    verdict = "better" if low > 0 else "worse" if high < 0 else "tie"
+    # an interval end within float noise of 0 (pass@k gains are rationals summed in floats: an
+    # exact 0 comes out as -7e-18) holds 0
+    verdict = "better" if low > ZERO_NOISE else "worse" if high < -ZERO_NOISE else "tie"
     return {
         "value": value,
         "ci_low": low,

@@ -74,8 +74,8 @@ def completions_budget(
 
 
 def kept_examples(scored: Sequence[ScoredRow]) -> tuple[list[dict], list[dict]]:
-    """The fine-tuning pairs: per row, its correct completions, one per distinct answer (the
-    first sampled), in the rows' order; and one line per row (id, tags, sampled, correct, kept).
+    """The fine-tuning pairs (id, prompt, completion): per row, its correct completions, one per
+    distinct answer (the first sampled), in the rows' order; and one line per row (id, tags, sampled, correct, kept).
 
     >>> row = ScoredRow("r1", ["3+5", "3 + 5", "5+3", "8"], {}, [1, 1, 1, 0],
     ...                 prompt_text="3 5 -> 8: ", correct=[True, True, True, False], tags=("add",))
@@ -91,7 +91,7 @@ def kept_examples(scored: Sequence[ScoredRow]) -> tuple[list[dict], list[dict]]:
             key = "".join(answer.split())  # `3 + 5` and `3+5` are one answer to fine-tune on
             if ok and key not in seen:
                 seen.add(key)
-                examples.append({"prompt": row.prompt_text, "completion": text})
+                examples.append({"id": row.id, "prompt": row.prompt_text, "completion": text})
                 kept += 1
         lines.append(
             {
@@ -153,17 +153,11 @@ def write_off_marker(out_dir: str | Path) -> dict:
     return summary
 
 
-def train_rft(params, seed: int, out_dir: str | Path) -> dict:
-    """The RFT baseline of one RL seed: sample the base (models/base) as the budget says with
-    GRPO's rollout settings and `seed`, keep the distinct correct answers, fine-tune the base on
-    them, save it to out_dir (whole or not at all). The seconds sampling took go to the stage's
-    timing file (rlvr.core.timing), never into the summary, an output DVC records. A base that
-    answered nothing correctly gives nothing to fine-tune on: the baseline is then the base
-    itself (0 steps), and the audit says what that is worth. Returns the summary: budget, what
-    was kept (per row and per tag), the fine-tune."""
-    from rlvr.grpo.config import peft_config  # peft: only where a baseline trains
-
-    started = time.perf_counter()
+def sample_base(params, seed: int) -> tuple[Budget, tuple, list[ScoredRow]]:
+    """The base (models/base) sampled on the training rows as the budget says, with GRPO's
+    rollout settings and `seed`, each completion scored: RFT's samples, and train.guidance's
+    guides (the same call, so the same answers). Returns the budget, (model, tokenizer), the
+    scored rows."""
     rows = read_rows(params.data.train_path)
     train, grpo = params.train, params.train.grpo
     budget = completions_budget(
@@ -186,9 +180,35 @@ def train_rft(params, seed: int, out_dir: str | Path) -> dict:
         settings,
         prompt_template(params.model),
     )
+    return budget, (model, tokenizer), scored
+
+
+def verified_answers(params, seed: int) -> dict[str, list[str]]:
+    """train.guidance's guides: each training row's distinct correct completions from the base's
+    sampling, as RFT keeps them (`sample_base`, `kept_examples`: the very answers rft@seed
+    fine-tunes on). Rows with none are left out."""
+    examples, _ = kept_examples(sample_base(params, seed)[2])
+    guides: dict[str, list[str]] = {}
+    for example in examples:
+        guides.setdefault(example["id"], []).append(example["completion"])
+    return guides
+
+
+def train_rft(params, seed: int, out_dir: str | Path) -> dict:
+    """The RFT baseline of one RL seed: sample the base (models/base) as the budget says with
+    GRPO's rollout settings and `seed`, keep the distinct correct answers, fine-tune the base on
+    them, save it to out_dir (whole or not at all). The seconds sampling took go to the stage's
+    timing file (rlvr.core.timing), never into the summary, an output DVC records. A base that
+    answered nothing correctly gives nothing to fine-tune on: the baseline is then the base
+    itself (0 steps), and the audit says what that is worth. Returns the summary: budget, what
+    was kept (per row and per tag), the fine-tune."""
+    from rlvr.grpo.config import peft_config  # peft: only where a baseline trains
+
+    started = time.perf_counter()
+    budget, (model, tokenizer), scored = sample_base(params, seed)
     record_timing(rft_sampling=time.perf_counter() - started)
     examples, lines = kept_examples(scored)
-    rft = params.audit.rft
+    grpo, rft = params.train.grpo, params.audit.rft
     steps = sft_steps(len(examples), rft.epochs, rft.batch_size) if examples else 0
     out_dir = Path(out_dir)
     staging = Path(
@@ -200,7 +220,7 @@ def train_rft(params, seed: int, out_dir: str | Path) -> dict:
                 model, fit = supervised_fine_tune(
                     model,
                     tokenizer,
-                    examples,
+                    [{"prompt": e["prompt"], "completion": e["completion"]} for e in examples],
                     steps,
                     rft.batch_size,
                     rft.learning_rate,

@@ -55,6 +55,8 @@ OVERSAMPLING = "dynamic_sampling/oversampling"  # generated groups / groups a ba
 RESAMPLED_UNSOLVED = "dynamic_sampling/resampled_unsolved"
 # The KL over each step's first batch, every group kept or dropped (rlvr.core.stats.drift_kl says why)
 FIRST_BATCH_KL = "dynamic_sampling/kl_first_batch"
+GUIDED_SHARE = "guidance/guided_share"  # train.guidance: guides / completions, each round
+GUIDED_ADVANTAGE = "guidance/guide_advantage"  # the guides' mean advantage, each micro-batch
 
 # Keys that measure time or throughput: kept out of the metric files, which must be identical
 # between two runs with the same seed.

@@ -28,6 +28,9 @@ PIPELINE_KNOBS = (
     "positive_weight",
     "unlikeliness",
     "resample_unsolved",
+    "guidance",
+    "guidance_fraction",
+    "guidance_gamma",
 )
 
 
@@ -61,6 +64,9 @@ class PipelineGRPOConfig(GRPOConfig):
     positive_weight: float = _knob("positive_weight")
     unlikeliness: float = _knob("unlikeliness")
     resample_unsolved: bool = _knob("resample_unsolved")
+    guidance: str = _knob("guidance")
+    guidance_fraction: float = _knob("guidance_fraction")
+    guidance_gamma: float = _knob("guidance_gamma")
 
     def __post_init__(self) -> None:
         try:
@@ -78,7 +84,9 @@ def knobs_as_params(config: PipelineGRPOConfig) -> TrainParams:
         raise ParamsError(f"params.yaml: max_sampling_rounds = {rounds}: must be >= 0 (0: off)")
     # only what the knobs' rules read (pass_at_k <= G); TRL checks the batch shapes itself
     group = config.num_generations or GRPOParams.__pydantic_fields__["num_generations"].default
-    grpo = GRPOParams(num_generations=group, per_device_train_batch_size=group)
+    grpo = GRPOParams(
+        num_generations=group, per_device_train_batch_size=group, loss_type=config.loss_type
+    )
     return TrainParams(
         advantage=config.advantage,
         running_mean_momentum=config.running_mean_momentum,
@@ -89,6 +97,9 @@ def knobs_as_params(config: PipelineGRPOConfig) -> TrainParams:
         max_sampling_rounds=rounds
         or TrainParams.__pydantic_fields__["max_sampling_rounds"].default,
         resample_unsolved=config.resample_unsolved,
+        guidance=config.guidance,
+        guidance_fraction=config.guidance_fraction,
+        guidance_gamma=config.guidance_gamma,
         grpo=grpo,
     )
 
@@ -113,13 +124,15 @@ def grpo_config(
     reward_weights: Sequence[float],
     save_steps: int | None = None,
     dynamic_sampling: bool = False,
+    guidance: bool = False,
     eval_steps: int = 0,
     select_best: bool = False,
     chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> PipelineGRPOConfig:
     """The run's config from params.yaml's train section: train.grpo under TRL's names, the
     pipeline's knobs (train.advantage, train.running_mean_momentum, and with dynamic_sampling and
-    train.dynamic_sampling its rounds), plus what the pipeline fixes: log every step, report
+    train.dynamic_sampling its rounds; with guidance, train.guidance as params set it, else off:
+    the smoke run has no guides), plus what the pipeline fixes: log every step, report
     through our own callbacks, checkpoint every save_steps (or never), and with eval_steps > 0
     score the validation rows at step 0 and every eval_steps steps (the Trainer's own evaluation
     loop, PipelineGRPOTrainer.evaluate); select_best: at the end the Trainer loads the checkpoint
@@ -134,6 +147,8 @@ def grpo_config(
         else (False, 0, False)
     )
     sampled, sampling_rounds, resample_unsolved = sampling
+    guided = (train.guidance, train.guidance_fraction, train.guidance_gamma)
+    guidance_mode = guided[0] if guidance else "off"
     known = set(GRPOConfig.__dataclass_fields__)  # TRL's own: the pipeline's knobs come from train
     unknown = sorted(set(grpo.extra) - known)
     if unknown:
@@ -178,6 +193,9 @@ def grpo_config(
         positive_weight=train.positive_weight,
         unlikeliness=train.unlikeliness,
         resample_unsolved=sampled and resample_unsolved,
+        guidance=guidance_mode,
+        guidance_fraction=guided[1],
+        guidance_gamma=guided[2],
         # train.grpo, field by field under TRL's names (params.yaml names each one)
         learning_rate=grpo.learning_rate,
         beta=grpo.beta,
@@ -222,6 +240,7 @@ def check_trl_config(params) -> None:
                     reward_weights=params.rewards.weights,
                     save_steps=save_steps,
                     dynamic_sampling=sampled,
+                    guidance=sampled,
                     chat_template_kwargs=params.model.chat_template_kwargs,
                 )
             except (TypeError, ValueError) as error:

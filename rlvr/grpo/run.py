@@ -4,7 +4,7 @@ run_grpo (rlvr.pipeline.training)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from transformers import EarlyStoppingCallback, ProgressCallback, TrainerCallback, set_seed
@@ -35,8 +35,10 @@ def build_trainer(
     beta_schedule: BetaSchedule | None = None,
     validation=None,
     eval_dataset=None,
+    guides: Mapping[str, Sequence[str]] | None = None,
 ) -> PipelineGRPOTrainer:
-    """The trainer, with the beta schedule bound to it."""
+    """The trainer, with the beta schedule bound to it; `guides`: each row id's verified answers
+    (config.guidance)."""
     callbacks = list(callbacks)
     schedule_callback = BetaScheduleCallback(beta_schedule) if beta_schedule else None
     if schedule_callback:
@@ -50,6 +52,7 @@ def build_trainer(
         peft_config=peft_config(model),
         validation=validation,
         eval_dataset=eval_dataset,
+        guides=guides,
     )
     if schedule_callback:
         schedule_callback.trainer = trainer
@@ -70,13 +73,15 @@ def run_grpo(
     label: str = "train",
     validation: Validation | None = None,
     dynamic_sampling: bool = False,
+    guides: Mapping[str, Sequence[str]] | None = None,
 ) -> PipelineGRPOTrainer:
     """Train `policy` with GRPO on `rows` for max_steps (resuming from a checkpoint if given); the
     console shows a progress bar and one line every train.log_every steps, starting `label:`.
     With `validation` and train.eval_steps, its rows are scored by its scorer at step 0 and
     every eval_steps steps; train.select and train.patience then pick the final weights and stop.
     dynamic_sampling: run train.dynamic_sampling as params set it (the train stage; the smoke
-    run samples each batch once)."""
+    run samples each batch once). guides: each row id's verified answers, for train.guidance
+    (the train stage's, from stage rft; None: no guidance, the smoke run)."""
     set_seed(params.seed)
     train = params.train
     # with validation (the caller's), every param it needs, whatever their values: the reads
@@ -93,6 +98,7 @@ def run_grpo(
         reward_weights=params.rewards.weights,
         save_steps=save_steps,
         dynamic_sampling=dynamic_sampling,
+        guidance=guides is not None,
         eval_steps=eval_steps,
         select_best=bool(eval_steps) and select == "best_val",
         chat_template_kwargs=params.model.chat_template_kwargs,
@@ -114,6 +120,7 @@ def run_grpo(
         beta_schedule=schedule,
         validation=validation.score if eval_steps else None,
         eval_dataset=eval_dataset,
+        guides=guides,
     )
     if resume_from:
         trainer.resume_running_mean(resume_from)

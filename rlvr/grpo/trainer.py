@@ -1,6 +1,7 @@
 """PipelineGRPOTrainer: TRL's GRPOTrainer with dynamic sampling, the running-mean ablation, the
 forgetting remedies (pass@k advantages, the unlikeliness reward, weighted positives, unsolved
-prompts sampled again), per-batch group checks, the beta in force logged every step, and the validation rows scored in the
+prompts sampled again), off-policy guidance (LUFFY: verified answers in the groups), per-batch
+group checks, the beta in force logged every step, and the validation rows scored in the
 Trainer's evaluation loop (step 0 and every train.eval_steps; it also keeps the best checkpoint
 and stops early). Its knobs ride on rlvr.grpo.config.PipelineGRPOConfig (self.args.*).
 
@@ -21,10 +22,12 @@ the installed libraries, and that every test named here exists.
 | evaluate (transformers): Trainer.log and callback_handler.on_evaluate called here, metric_for_best_model read by _determine_best_metric | override | test_validation_during_training.py::test_patience_stops_after_that_many_validations_without_a_new_best |
 | save_model (transformers): training_args.bin    | override            | test_grpo_run.py::test_no_group_norm_ablation_uses_one_running_mean_baseline |
 | _metrics["train"] (trl), a list per key         | read, appended to   | test_dynamic_sampling.py::test_a_run_with_dynamic_sampling_logs_it_and_stays_finite |
-| _get_per_token_logps_and_entropies (trl)        | called              | test_dynamic_sampling.py::test_with_every_group_kept_the_first_batch_kl_is_trls_kl |
+| _get_per_token_logps_and_entropies (trl): returns (per-token log-probs, entropies, aux loss); _compute_loss calls it once, for the policy | called, override (returns kept) | test_guidance.py::test_the_loss_is_trls_on_the_sampled_answers_plus_the_guides_shaped_term |
+| _generate (trl): returns (prompt_ids, completion_ids, tool_mask, completions, logprobs, ...), lists per completion, before TRL pads, scores and computes advantages | override | test_guidance.py::test_a_guide_replaces_the_last_answer_of_each_unsolved_group |
+| _compute_loss (trl) and its normalisers per loss_type (grpo, bnpo, dr_grpo, dapo: num_items_in_batch, current_gradient_accumulation_steps, steps_per_generation); _tokenizer, max_completion_length | override, copied, read | test_guidance.py::test_the_loss_is_trls_on_the_sampled_answers_plus_the_guides_shaped_term |
 | trl.models.utils.disable_gradient_checkpointing | called              | test_dynamic_sampling.py::test_measuring_the_first_batch_kl_leaves_training_unchanged |
 | trl.trainer.utils.RepeatSampler and its fields  | subclassed          | test_resume.py::test_epoch_replay_sampler_gives_pass_k_of_the_plain_sampler |
-| the scored batch's keys (prompt_ids, prompt_mask, completion_ids, completion_mask, advantages, num_items_in_batch, ref_per_token_logps, old_per_token_logps, tool_mask) | read, cut, merged | test_dynamic_sampling.py::test_merged_groups_are_padded_like_trl |
+| the scored batch's keys (prompt_ids, prompt_mask, completion_ids, completion_mask, advantages, num_items_in_batch, ref_per_token_logps, old_per_token_logps, tool_mask); ours added: guided | read, cut, merged | test_dynamic_sampling.py::test_merged_groups_are_padded_like_trl |
 | reward_weights, num_generations, beta (trl)     | read, beta written  | test_grpo_run.py::test_beta_in_force_is_logged_every_step |
 | training_step (trl); _step, num_iterations and _prepare_inputs' rule: generate when _step % (steps_per_generation x num_iterations) == 0 | override, read | test_dynamic_sampling.py::test_with_two_updates_per_batch_the_first_batch_kl_is_measured_every_step |
 | the KL's importance weighting (use_bias_correction_kl, importance_sampling_level) | copied | test_dynamic_sampling.py::test_with_two_updates_per_batch_the_first_batch_kl_is_measured_every_step |
@@ -39,7 +42,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,8 @@ from rlvr.core.metric_keys import (
     CORRECTNESS_REWARD,
     FAILURES_SUFFIX,
     FIRST_BATCH_KL,
+    GUIDED_ADVANTAGE,
+    GUIDED_SHARE,
     KEPT_SHARE,
     LOSS,
     OVERSAMPLING,
@@ -73,6 +78,7 @@ from rlvr.grpo.callbacks import validation_entry
 from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, EpochReplaySampler
 from rlvr.grpo.config import PipelineGRPOConfig, as_trl_config
 from rlvr.grpo.dynamic_sampling import local_group_spread, loss_mask, merge_groups, select_groups
+from rlvr.grpo.guidance import GUIDED, guided_rows, guided_token_loss, local_rows, pick_guide
 from rlvr.rewards.grpo_math import group_advantages, k3_kl
 
 
@@ -83,7 +89,11 @@ class PipelineGRPOTrainer(GRPOTrainer):
     `validation(model, tokenizer)` scores the validation rows in the evaluation loop."""
 
     def __init__(
-        self, *args, validation: Callable[[Any, Any], dict[str, float]] | None = None, **kwargs
+        self,
+        *args,
+        validation: Callable[[Any, Any], dict[str, float]] | None = None,
+        guides: Mapping[str, Sequence[str]] | None = None,
+        **kwargs,
     ) -> None:
         if not isinstance(kwargs.get("args"), PipelineGRPOConfig):
             raise TypeError(
@@ -103,6 +113,16 @@ class PipelineGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func = None
         self._kl_batch = None  # dynamic sampling: the last generated first batch
         self._signal_basis: list[float] = []  # _score_batch: what the advantages come from
+        # off-policy guidance: each row id's verified answers (the same on every rank)
+        self.guides = {str(k): list(v) for k, v in (guides or {}).items()}
+        if self.args.guidance != "off" and not any(self.guides.values()):
+            raise ValueError(
+                f"train.guidance {self.args.guidance!r} needs guides: no row has a verified "
+                "answer (stage rft kept none); set train.guidance off"
+            )
+        self._scoring: list[dict] | None = None  # the rows _generate samples for (guidance)
+        self._guided: list[bool] | None = None  # which of them a guide replaced
+        self._captured_logps: list | None = None  # _compute_loss: the policy's log-probs
 
     def resume_running_mean(self, checkpoint: str | Path) -> None:
         """The running-mean baseline as the checkpoint saved it (_save_checkpoint)."""
@@ -343,7 +363,13 @@ class PipelineGRPOTrainer(GRPOTrainer):
         running-mean ablation, pass@k advantages, the unlikeliness reward; then the positive
         ones weighted (train.positive_weight). The group checks see the advantages before that
         weighting, which alone leaves a group's mean below 0 by design."""
-        output = super()._generate_and_score_completions(inputs)
+        self._scoring, self._guided = inputs, None
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._scoring = None
+        if self._guided is not None:
+            output[GUIDED] = torch.tensor(self._guided, device=output["advantages"].device)
         advantages = None  # every rank's, in rank order
         # what the advantages are computed from, every rank's: a group where it is all equal
         # carries no gradient (dynamic sampling drops it)
@@ -379,7 +405,126 @@ class PipelineGRPOTrainer(GRPOTrainer):
                 dtype=output["advantages"].dtype,
                 device=output["advantages"].device,
             )
+        if GUIDED in output:  # the guides' mean advantage, every rank's
+            flags = self.accelerator.gather(output[GUIDED].long()).bool()  # gloo: no bool
+            values = self.accelerator.gather(output["advantages"])
+            if flags.any():
+                self._metrics["train"][GUIDED_ADVANTAGE].append(values[flags].mean().item())
         return output
+
+    # ------------------------------------------------------------ off-policy guidance (LUFFY)
+
+    def _generate(self, prompts):
+        generated = super()._generate(prompts)
+        if self.args.guidance == "off" or not self.model.training or self._scoring is None:
+            return generated
+        prompt_ids, completion_ids, tool_mask, completions, logprobs, *rest = generated
+        completion_ids, completions = list(completion_ids), list(completions)
+        guided = self._place_guides(completions, completion_ids)
+        for i, ids in guided.items():
+            completion_ids[i] = ids
+            text = self._tokenizer.decode(ids, skip_special_tokens=True)
+            conversational = isinstance(completions[i], list)
+            completions[i] = [{"role": "assistant", "content": text}] if conversational else text
+            if logprobs is not None:  # no sampling log-probs: TRL reads None as NaN, unscored
+                logprobs = list(logprobs)
+                logprobs[i] = [None] * len(ids)
+            if tool_mask is not None:
+                tool_mask = list(tool_mask)
+                tool_mask[i] = [1] * len(ids)
+        self._guided = [i in guided for i in range(len(completions))]
+        share = self.accelerator.gather(
+            torch.tensor([len(guided)], device=self.accelerator.device)
+        ).sum().item() / (len(completions) * self.accelerator.num_processes)
+        self._metrics["train"][GUIDED_SHARE].append(share)
+        return (prompt_ids, completion_ids, tool_mask, completions, logprobs, *rest)
+
+    def _place_guides(self, completions, completion_ids) -> dict[int, list[int]]:
+        """Which of this rank's completions a guide replaces, and the guide's token ids (its
+        text, then the end token; a guide longer than max_completion_length is not used). The
+        rows come from every rank's verdicts (a group may span two ranks); the guide from a hash
+        of the seed, the step and the row id: each rank the same for the same prompt."""
+        rows, n = self._scoring, len(completions)
+        correct = [False] * n
+        if self.args.guidance == "unsolved":
+            verdict = self.reward_funcs[self.reward_func_names.index(CORRECTNESS_REWARD)]
+            correct = [
+                (verdict.peek(c, row.get("verifier"), len(ids)) or 0.0) >= 1.0 - 1e-6
+                for c, row, ids in zip(completions, rows, completion_ids, strict=True)
+            ]
+        every = self.accelerator.gather(
+            torch.tensor(correct, dtype=torch.long, device=self.accelerator.device)
+        ).tolist()
+        chosen = local_rows(
+            guided_rows(
+                [bool(c) for c in every],
+                self.num_generations,
+                self.args.guidance,
+                self.args.guidance_fraction,
+            ),
+            n,
+            self.accelerator.process_index,
+        )
+        guides = {}
+        for i in chosen:
+            row_id = str(rows[i]["id"])
+            guide = pick_guide(
+                self.guides.get(row_id, []), row_id, self.args.seed, self.state.global_step
+            )
+            if guide is None:
+                continue
+            ids = self._tokenizer(guide, add_special_tokens=False)["input_ids"]
+            ids = [*ids, self._tokenizer.eos_token_id]
+            if len(ids) <= self.max_completion_length:
+                guides[i] = ids
+        return guides
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._captured_logps is not None:  # inside _compute_loss on a guided batch
+            self._captured_logps.append(out[0])
+        return out
+
+    def _compute_loss(self, model, inputs):
+        """TRL's loss; on a batch with guides (LUFFY Eq. 6), TRL's clipped loss on the sampled
+        answers (the guides' advantages set to 0 there; their tokens keep the KL term and count
+        in the normaliser: Z over on- and off-policy tokens) plus the guides' shaped term
+        -A x p / (p + gamma), importance weight at pi_phi = 1, no clip, normalised as TRL
+        normalises its loss type. The policy's log-probs are the ones TRL's forward pass
+        computed (one pass)."""
+        guided = inputs.get(GUIDED)
+        if guided is None or not bool(guided.any()):
+            return super()._compute_loss(model, inputs)
+        on_policy = {**inputs, "advantages": inputs["advantages"].masked_fill(guided, 0.0)}
+        self._captured_logps = []
+        try:
+            loss = super()._compute_loss(model, on_policy)
+            logps = self._captured_logps[0]
+        finally:
+            self._captured_logps = None
+        mask = loss_mask(inputs)
+        term = (
+            guided_token_loss(logps[guided], inputs["advantages"][guided], self.args.guidance_gamma)
+            * mask[guided]
+        )
+        train = self.model.training
+        accumulation = self.current_gradient_accumulation_steps if train else 1
+        if self.loss_type == "dapo":
+            normaliser = (
+                inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            )
+            if train:
+                normaliser = normaliser * accumulation / self.args.steps_per_generation
+            shaped = term.sum() / normaliser
+        elif self.loss_type == "bnpo":
+            shaped = term.sum() / mask.sum().clamp(min=1.0) / accumulation
+        elif self.loss_type == "dr_grpo":
+            shaped = term.sum() / (mask.size(0) * self.max_completion_length) / accumulation
+        else:  # grpo: each sequence's mean, averaged over the micro-batch
+            per_row = term.sum(-1) / mask[guided].sum(-1).clamp(min=1.0)
+            shaped = per_row.sum() / mask.size(0) / accumulation
+        # no collective call here: a rank whose micro-batch holds no guide took the branch above
+        return loss + shaped
 
     def _shaped_totals(self, output) -> list[float]:
         """Every rank's weighted rewards of a scored batch; with the unlikeliness reward, each

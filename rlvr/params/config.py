@@ -760,6 +760,7 @@ class Params:
             ("train.advantage", train.advantage == "pass_at_k"),
             ("train.unlikeliness", train.unlikeliness > 0),
             ("train.resample_unsolved", train.resample_unsolved),
+            ("train.guidance", train.guidance == "unsolved"),
         ):
             require(
                 not on or CORRECTNESS_REWARD in self.rewards.funcs,
@@ -768,6 +769,12 @@ class Params:
                 f"needs '{CORRECTNESS_REWARD}' in rewards.funcs (it tells a correct sample "
                 f"from a wrong one)",
             )
+        require(
+            train.guidance == "off" or self.audit.baseline == "rft",
+            "train.guidance",
+            train.guidance,
+            "takes its guides from stage rft's sampling: needs audit.baseline rft",
+        )
         return self
 
 

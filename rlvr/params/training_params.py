@@ -425,6 +425,29 @@ class TrainParams:
         "there is no signal, so a rare answer the policy still gives "
         "now and then is found.",
     )
+    guidance: Literal["off", "unsolved", "fraction"] = Field(
+        "off",
+        description="Off-policy guidance (LUFFY, Yan et al. 2025, arXiv 2504.14945): a "
+        "verified answer of the base, from stage rft's sampling of the same seed, replaces a "
+        "sampled one in a group. unsolved: the last answer of each group with no correct one; "
+        "fraction: the last ceil(guidance_fraction x G) answers of every group. The group's "
+        "advantage covers the guide (Eq. 4); its tokens take the shaped loss "
+        "-A x p / (p + guidance_gamma), with no clip (Eq. 6; rlvr/grpo/guidance.py). Needs "
+        "audit.baseline rft. off: none.",
+    )
+    guidance_fraction: Float = Field(
+        0.125,
+        gt=0,
+        le=1,
+        description="guidance fraction: the share of each group a guide replaces, rounded "
+        "up (LUFFY: 1 of 8).",
+    )
+    guidance_gamma: Float = Field(
+        0.1,
+        gt=0,
+        description="guidance: gamma of the policy shaping f(p) = p / (p + gamma) on the "
+        "guides' tokens (LUFFY Eq. 6: 0.1; smaller weighs rare tokens more).",
+    )
     running_mean_momentum: Float = Field(
         0.9,
         ge=0,
@@ -532,6 +555,14 @@ class TrainParams:
                 "needs train.advantage = 'group' or 'pass_at_k' (it drops the groups that "
                 "carry no gradient, which only group baselines leave)",
             )
+        require(
+            self.guidance == "off" or self.grpo.loss_type in CLIPPED_LOSSES,
+            "train.guidance",
+            self.guidance,
+            f"needs train.grpo.loss_type one of {', '.join(CLIPPED_LOSSES)} (the guides' "
+            f"shaped loss is normalised as those normalise theirs), not "
+            f"{self.grpo.loss_type!r}",
+        )
         require(
             self.unlikeliness == 0 or self.advantage != "pass_at_k",
             "train.unlikeliness",

@@ -11,6 +11,7 @@ import json
 import math
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rlvr.audit.evaluation import (
@@ -256,10 +257,16 @@ def interrupted(error: Exception, checkpoint_dir: str, own_state: list[str]) -> 
     )
 
 
-def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None:
+def train_run(
+    params: Params,
+    paths: PathsParams,
+    run: SeedPaths,
+    guides: Mapping[str, Sequence[str]] | None = None,
+) -> dict | None:
     """The full run: resume from a checkpoint of this very run if there is one, train, then
     write the final model, the history, the curves; return the metrics and the lines to print
-    (None on a rank other than the main one, which alone writes)."""
+    (None on a rank other than the main one, which alone writes). guides: train.guidance's
+    verified answers per row id (None: no guidance)."""
     require_smoke(paths.smoke_checks)
     rows = read_rows(params.data.train_path)
     val_path = params.data.val_path  # read whatever eval_steps says: a stage's reads never
@@ -306,6 +313,7 @@ def train_run(params: Params, paths: PathsParams, run: SeedPaths) -> dict | None
             callbacks=[LiveCurvesCallback(run.train_live)],
             validation=training_validation(params, val_rows) if val_rows else None,
             dynamic_sampling=True,
+            guides=guides,
         )
     except Exception as error:  # noqa: BLE001 - the machine's faults get what a rerun does
         raise interrupted(error, checkpoint_dir, own_state) from error

@@ -263,6 +263,14 @@ class RewardFunction:
             log_metric(reward_failures(self.__name__), float(batch_failures))
         return rewards
 
+    def peek(self, completion: Any, verifier: Any, n_tokens: int) -> float | None:
+        """One completion's score, None where the scorer raises, counting and logging nothing:
+        the trainer's look before TRL scores the batch (off-policy guidance)."""
+        try:
+            return float(self.scorer(completion_text(completion), as_verifier(verifier), n_tokens))
+        except Exception:  # noqa: BLE001 - TRL's scoring of the same completion reports it
+            return None
+
 
 def _correctness(params: RewardsParams) -> SampleScorer:
     return lambda text, verifier, n_tokens: score_correctness(text, verifier)

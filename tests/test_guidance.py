@@ -1,0 +1,268 @@
+"""Off-policy guidance (train.guidance; rlvr/grpo/guidance.py, LUFFY): what its pure functions
+compute on hand-made groups, that the trainer puts the guide where they say and gives it the
+mixed group's advantage, that its loss is TRL's plus the shaped term, that a batch without a
+guide is TRL's own, and its params rules."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from trl import GRPOTrainer
+
+from rlvr.core.metric_keys import GUIDED_ADVANTAGE, GUIDED_SHARE
+from rlvr.data.rows import read_rows
+from rlvr.grpo.guidance import (
+    GAMMA,
+    GUIDED,
+    guided_rows,
+    guided_token_loss,
+    local_rows,
+    pick_guide,
+    shaped,
+)
+from rlvr.params.config import ParamsError, parse_params
+from rlvr.rewards.grpo_math import group_advantages
+from tests.helpers import group_batch, scoring_trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+G = 4
+GUIDE = "7*6"  # the tiny char model never samples it at 6 tokens: only a guide is correct
+
+
+def test_a_lone_correct_guide_gets_the_mixed_groups_advantage():
+    """Eq. 4: over the mixed group. 7 wrong on-policy answers and the guide: with the group's
+    std (TRL's scale_rewards group, Bessel's n - 1) it is +2.47, the others -0.35; without
+    (scale_rewards none, LUFFY's runs) +0.875 and -0.125."""
+    rewards = [0.0] * 7 + [1.0]
+    advantages = group_advantages(rewards, 8)
+    mean = 1 / 8
+    std = math.sqrt(8 / 7 * mean * (1 - mean))
+    assert group_advantages(rewards, 8, scale="none")[-2:] == [-0.125, 0.875]
+    assert advantages[-1] == pytest.approx((1 - mean) / std, rel=1e-3)
+    assert advantages[0] == pytest.approx(-mean / std, rel=1e-3)
+
+
+def test_the_shaped_loss_and_its_gradient_are_luffys():
+    logps = torch.log(torch.tensor([[0.01, 0.5, 0.99]])).requires_grad_()
+    advantage = torch.tensor([2.0])
+    loss = guided_token_loss(logps, advantage)
+    p = logps.detach().exp()
+    assert torch.allclose(loss, -2.0 * p / (p + GAMMA))
+    loss.sum().backward()
+    # d/dlogp of -A p/(p+g) = -A g p / (p+g)^2: a rare token pulls hardest per unit of p
+    assert torch.allclose(logps.grad, -2.0 * GAMMA * p / (p + GAMMA) ** 2)
+    weight_per_p = logps.grad / p
+    assert weight_per_p[0, 0] < weight_per_p[0, 1] < weight_per_p[0, 2] < 0
+    assert shaped(1.0) == pytest.approx(1 / 1.1)
+
+
+def test_which_rows_take_a_guide():
+    correct = [False] * 4 + [True, False, False, False] + [False] * 4
+    assert guided_rows(correct, 4, "unsolved") == [3, 11]
+    assert guided_rows(correct, 4, "fraction", 0.5) == [2, 3, 6, 7, 10, 11]
+    with pytest.raises(ValueError, match="do not make groups of 4"):
+        guided_rows(correct[:6], 4, "unsolved")
+    with pytest.raises(ValueError, match="one of off, unsolved, fraction"):
+        guided_rows(correct, 4, "always")
+
+
+def test_every_rank_picks_the_same_guide_for_a_prompt():
+    answers = [f"a{i}" for i in range(10)]
+    picks = {pick_guide(answers, "cd-7", seed=0, step=s) for s in range(50)}
+    assert len(picks) > 3  # it varies with the step ...
+    assert pick_guide(answers, "cd-7", 0, 3) == pick_guide(
+        list(answers), "cd-7", 0, 3
+    )  # ... not the rank
+
+
+@given(
+    st.integers(1, 4).flatmap(
+        lambda groups: st.tuples(
+            st.lists(st.booleans(), min_size=4 * groups, max_size=4 * groups),
+            st.sampled_from([d for d in (1, 2, 3, 4, 6, 8, 12, 16) if (4 * groups) % d == 0]),
+            st.sampled_from(["unsolved", "fraction"]),
+        )
+    )
+)
+def test_each_guided_row_is_guided_by_exactly_one_rank(case):
+    """Groups may span ranks (TRL needs only the global batch to hold whole groups): the ranks'
+    local rows, put back in rank order, are the guided rows of the whole batch, once each."""
+    correct, ranks, mode = case
+    n = len(correct) // ranks
+    every = guided_rows(correct, 4, mode, 0.5)
+    back = [r * n + i for r in range(ranks) for i in local_rows(every, n, r)]
+    assert back == every
+
+
+# --------------------------------------------------------------- the trainer
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return read_rows(ROOT / "data" / "grpo_train.jsonl")[:2]
+
+
+def is_guide(text, verifier, n_tokens):
+    return float(text.strip() == GUIDE)
+
+
+def _trainer(tiny_policy_dir, rows, tmp_path, train: dict, guides, reward=is_guide):
+    params = parse_params(
+        {
+            "train": {
+                "grpo": {
+                    "num_generations": G,
+                    "per_device_train_batch_size": 2 * G,
+                    "max_completion_length": 6,
+                },
+                **train,
+            }
+        }
+    )
+    trainer = scoring_trainer(
+        tiny_policy_dir, rows, tmp_path, params, reward, guides=guides, guidance=True
+    )
+    trainer.current_gradient_accumulation_steps = 1  # what the training loop sets
+    return trainer
+
+
+def _batch(rows):
+    return group_batch(rows, G)
+
+
+def _texts(trainer, output):
+    return trainer.processing_class.batch_decode(output["completion_ids"], skip_special_tokens=True)
+
+
+def test_a_guide_replaces_the_last_answer_of_each_unsolved_group(tiny_policy_dir, rows, tmp_path):
+    trainer = _trainer(
+        tiny_policy_dir, rows, tmp_path, {"guidance": "unsolved"}, {r.id: [GUIDE] for r in rows}
+    )
+    output = trainer._generate_and_score_completions(_batch(rows))
+    flags = output[GUIDED].tolist()
+    assert flags == [False, False, False, True] * 2
+    texts = _texts(trainer, output)
+    assert [t for t, f in zip(texts, flags) if f] == [GUIDE, GUIDE]
+    assert GUIDE not in [t for t, f in zip(texts, flags) if not f]
+    # TRL scored the guide (the verifier's 1) and computed the advantages over the mixed group
+    # (Eq. 4): G = 4 with one correct, (1 - 1/4) / std = +1.5, the others -0.5
+    assert trainer._correct() == flags
+    want = group_advantages([float(f) for f in flags], G)
+    assert output["advantages"].tolist() == pytest.approx(want, abs=1e-3)
+    assert want[3] == pytest.approx(1.5, abs=1e-3) and want[0] == pytest.approx(-0.5, abs=1e-3)
+    # the guide ends with the end token, its mask covers it and nothing past it
+    guide = output["completion_ids"][3]
+    length = int(output["completion_mask"][3].sum())
+    assert length == len(GUIDE) + 1 and guide[length - 1] == trainer._tokenizer.eos_token_id
+    assert trainer._metrics["train"][GUIDED_SHARE] == [2 / (2 * G)]
+    assert trainer._metrics["train"][GUIDED_ADVANTAGE][-1] == pytest.approx(1.5, abs=1e-3)
+
+
+def test_fraction_guides_every_group_and_skips_a_row_without_a_usable_guide(
+    tiny_policy_dir, rows, tmp_path
+):
+    guides = {rows[0].id: [GUIDE], rows[1].id: ["1234567890"]}  # too long for 6 tokens
+    trainer = _trainer(
+        tiny_policy_dir,
+        rows,
+        tmp_path,
+        {"guidance": "fraction", "guidance_fraction": 0.5},
+        guides,
+        reward=lambda text, verifier, n: 1.0,  # every group solved: fraction guides anyway
+    )
+    output = trainer._generate_and_score_completions(_batch(rows))
+    assert output[GUIDED].tolist() == [False, False, True, True] + [False] * 4
+    assert _texts(trainer, output)[2:4] == [GUIDE, GUIDE]
+
+
+def test_the_loss_is_trls_on_the_sampled_answers_plus_the_guides_shaped_term(
+    tiny_policy_dir, rows, tmp_path
+):
+    """LUFFY Eq. 6 with TRL's dapo normalisation (Z: every token of the micro-batch, guides'
+    too): loss = TRL's loss with the guides' advantages at 0 + sum over the guides' tokens of
+    -A x p / (p + gamma) / Z."""
+    trainer = _trainer(
+        tiny_policy_dir,
+        rows,
+        tmp_path,
+        {"guidance": "unsolved", "guidance_gamma": 0.2},
+        {r.id: [GUIDE] for r in rows},
+    )
+    output = trainer._generate_and_score_completions(_batch(rows))
+    guided = output[GUIDED]
+    loss = trainer._compute_loss(trainer.model, output)
+    assert loss.requires_grad
+    zeroed = {**output, "advantages": output["advantages"].masked_fill(guided, 0.0)}
+    trls = GRPOTrainer._compute_loss(trainer, trainer.model, zeroed)
+    p = trainer._policy_token_logps(output, fresh=True).exp()
+    mask = output["completion_mask"]
+    term = -output["advantages"][:, None] * p / (p + 0.2) * mask
+    want = trls + term[guided].sum() / output["num_items_in_batch"]
+    assert loss.item() == pytest.approx(want.item(), rel=1e-4, abs=1e-6)
+    assert term[guided].sum().item() < 0  # a positive advantage lowers the loss
+
+
+def test_a_batch_without_a_guide_is_trls_own(tiny_policy_dir, rows, tmp_path):
+    """guidance on, every group solved: no row is replaced, and the scored batch and the loss
+    are what TRL's own GRPOTrainer computes for the same samples."""
+    trainer = _trainer(
+        tiny_policy_dir,
+        rows,
+        tmp_path,
+        {"guidance": "unsolved"},
+        {r.id: [GUIDE] for r in rows},
+        # every answer correct (>= 1), the advantages still spread by length
+        reward=lambda text, verifier, n: 1.0 + n / 10,
+    )
+    torch.manual_seed(1)
+    ours = trainer._generate_and_score_completions(_batch(rows))
+    torch.manual_seed(1)
+    trls = GRPOTrainer._generate_and_score_completions(trainer, _batch(rows))
+    assert all(trainer._correct()) and ours["advantages"].abs().max() > 0.1
+    assert not ours[GUIDED].any()
+    assert torch.equal(ours["completion_ids"], trls["completion_ids"])
+    assert torch.equal(ours["advantages"], trls["advantages"])
+    assert trainer._compute_loss(trainer.model, ours).item() == pytest.approx(
+        GRPOTrainer._compute_loss(trainer, trainer.model, trls).item(), rel=1e-6
+    )
+
+
+def test_without_guidance_the_batch_has_no_guided_key(tiny_policy_dir, rows, tmp_path):
+    trainer = _trainer(tiny_policy_dir, rows, tmp_path, {}, None)
+    assert GUIDED not in trainer._generate_and_score_completions(_batch(rows))
+
+
+def test_guidance_needs_guides(tiny_policy_dir, rows, tmp_path):
+    with pytest.raises(ValueError, match="needs guides: no row has a verified answer"):
+        _trainer(
+            tiny_policy_dir, rows, tmp_path, {"guidance": "unsolved"}, {r.id: [] for r in rows}
+        )
+
+
+@pytest.mark.parametrize(
+    "raw,message",
+    [
+        (
+            {"train": {"guidance": "unsolved", "grpo": {"loss_type": "cispo"}}},
+            "train.guidance = 'unsolved': needs train.grpo.loss_type one of grpo, dr_grpo",
+        ),
+        (
+            {"train": {"guidance": "fraction"}, "audit": {"baseline": "none"}},
+            "needs audit.baseline rft",
+        ),
+        (
+            {
+                "train": {"guidance": "unsolved"},
+                "rewards": {"funcs": ["format"], "weights": [1.0]},
+            },
+            "train.guidance = 'unsolved': needs 'correctness' in rewards.funcs",
+        ),
+        ({"train": {"guidance": "fraction", "guidance_fraction": 0}}, "guidance_fraction"),
+    ],
+)
+def test_the_guidance_params_are_checked(raw, message):
+    with pytest.raises(ParamsError, match=message):
+        parse_params(raw)
