@@ -266,3 +266,23 @@ def test_guidance_needs_guides(tiny_policy_dir, rows, tmp_path):
 def test_the_guidance_params_are_checked(raw, message):
     with pytest.raises(ParamsError, match=message):
         parse_params(raw)
+
+
+@pytest.mark.parametrize(
+    "raw,message",
+    [
+        ({"train": {"start_model": "models/other"}}, "must be paths.base_model"),
+        (
+            {"train": {"start_model": "models/rft"}, "audit": {"baseline": "none"}},
+            "needs audit.baseline rft and model.lora off",
+        ),
+        (
+            {"train": {"start_model": "models/rft"}, "model": {"lora": {"enabled": True}}},
+            "needs audit.baseline rft and model.lora off",
+        ),
+    ],
+)
+def test_the_start_model_is_the_base_or_the_rft_models(raw, message):
+    with pytest.raises(ParamsError, match=f"train.start_model = .*: {message}"):
+        parse_params(raw)
+    assert parse_params({"train": {"start_model": "models/rft"}}).train.start_model == "models/rft"

@@ -94,3 +94,17 @@ def test_guidance_trains_with_the_bases_verified_answers(copy_run):
     ]
     assert len(shares) == len(history) and max(shares) > 0
     assert any(entry.get("guidance/guide_advantage", 0) > 0 for entry in history)
+
+
+def test_rft_then_grpo_starts_each_seed_from_its_rft_model_and_follows_it(copy_run):
+    """train.start_model paths.rft_models: train@0 depends on the RFT models, so a changed RFT
+    fine-tune reruns rft@0 and then train@0, which starts from models/rft/seed-0."""
+    project = copy_run("rft-then-grpo")
+    set_params(project, {"train": {"start_model": "models/rft"}, "audit": {"rft": {"epochs": 3}}})
+    log = dvc(project, "repro", "train@0")
+    ran = [line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")]
+    assert ran.index("rft@0") < ran.index("train@0")
+    params = load_params(project / "params.yaml")
+    run = seed_paths(params.paths, 0)
+    assert json.loads((project / run.train_summary).read_text())["start_model"] == run.rft_model
+    assert f"train@0: started from {run.rft_model} (RFT then GRPO; step 0 is still the base)" in log

@@ -147,8 +147,12 @@ def grpo_config(
         else (False, 0, False)
     )
     sampled, sampling_rounds, resample_unsolved = sampling
-    guided = (train.guidance, train.guidance_fraction, train.guidance_gamma)
-    guidance_mode = guided[0] if guidance else "off"
+    defaults = TrainParams.__pydantic_fields__
+    guided = (
+        (train.guidance, train.guidance_fraction, train.guidance_gamma)
+        if guidance
+        else ("off", defaults["guidance_fraction"].default, defaults["guidance_gamma"].default)
+    )
     known = set(GRPOConfig.__dataclass_fields__)  # TRL's own: the pipeline's knobs come from train
     unknown = sorted(set(grpo.extra) - known)
     if unknown:
@@ -193,7 +197,7 @@ def grpo_config(
         positive_weight=train.positive_weight,
         unlikeliness=train.unlikeliness,
         resample_unsolved=sampled and resample_unsolved,
-        guidance=guidance_mode,
+        guidance=guided[0],
         guidance_fraction=guided[1],
         guidance_gamma=guided[2],
         # train.grpo, field by field under TRL's names (params.yaml names each one)

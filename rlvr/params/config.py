@@ -769,6 +769,21 @@ class Params:
                 f"needs '{CORRECTNESS_REWARD}' in rewards.funcs (it tells a correct sample "
                 f"from a wrong one)",
             )
+        starts = (self.paths.base_model, self.paths.rft_models)
+        require(
+            train.start_model in starts,
+            "train.start_model",
+            train.start_model,
+            f"must be paths.base_model ({starts[0]}) or paths.rft_models ({starts[1]})",
+        )
+        if train.start_model == self.paths.rft_models:
+            require(
+                self.audit.baseline == "rft" and not self.model.lora.enabled,
+                "train.start_model",
+                train.start_model,
+                "starts from stage rft's models: needs audit.baseline rft and model.lora "
+                "off (an adapter of an adapter is not supported)",
+            )
         require(
             train.guidance == "off" or self.audit.baseline == "rft",
             "train.guidance",

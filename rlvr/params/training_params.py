@@ -425,6 +425,14 @@ class TrainParams:
         "there is no signal, so a rare answer the policy still gives "
         "now and then is found.",
     )
+    start_model: str = Field(
+        "models/base",
+        description="The policy GRPO starts from, and its KL reference: paths.base_model (the "
+        "base), or paths.rft_models (each RL seed from stage rft's model of that seed: RFT then "
+        "GRPO; needs audit.baseline rft, full fine-tuning). A path, so that dvc.yaml's train "
+        "stage depends on what it starts from. Step 0 stays the base: evaluate measures the "
+        "gain over it.",
+    )
     guidance: Literal["off", "unsolved", "fraction"] = Field(
         "off",
         description="Off-policy guidance (LUFFY, Yan et al. 2025, arXiv 2504.14945): a "

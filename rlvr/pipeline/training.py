@@ -271,7 +271,9 @@ def train_run(
     rows = read_rows(params.data.train_path)
     val_path = params.data.val_path  # read whatever eval_steps says: a stage's reads never
     val_rows = read_rows(val_path) if params.train.eval_steps else None  # depend on values
-    policy = policy_path(paths.base_model)
+    # train.start_model: the base, or (RFT then GRPO) this seed's RFT model
+    start = run.rft_model if params.train.start_model == paths.rft_models else paths.base_model
+    policy = policy_path(start)
     final_dir, checkpoint_dir = run.trained_model, run.checkpoints
     # What the run depends on: params, data, base model, the library's code and versions, the
     # numerics it computes with (rlvr/core/numerics.py). A checkpoint of any other run is never resumed.
@@ -289,7 +291,7 @@ def train_run(
         },
         Path(params.data.train_path),
         *([Path(val_path)] if val_rows else []),
-        Path(paths.base_model),
+        Path(start),
         LIBRARY_DIR,
         *filter(None, [accelerate_config_file(train.accelerate_config)]),
     )
@@ -346,7 +348,12 @@ def train_run(
         validation=selection["validation"],
         chosen_step=selection["chosen_step"],
     )
-    summary = {**run_metrics(history), "selection": selection, "numerics": numerics_in_force()}
+    summary = {
+        **run_metrics(history),
+        "start_model": str(start),
+        "selection": selection,
+        "numerics": numerics_in_force(),
+    }
     final = summary["final"]
     label = f"train@{params.seed}"  # as DVC names the stage
     lines = [
@@ -355,6 +362,8 @@ def train_run(
         f"{final.get('kl', float('nan')):.4f}; model -> {final_dir}",
         f"{label}: {selection['reason']}",
     ]
+    if str(start) != str(paths.base_model):
+        lines.append(f"{label}: started from {start} (RFT then GRPO; step 0 is still the base)")
     if val_rows:
         runtime = next(
             (e[TRAIN_RUNTIME] for e in reversed(trainer.state.log_history) if TRAIN_RUNTIME in e),
