@@ -36,13 +36,15 @@ def seed_results(paths, seed: int) -> dict:
     }
 
 
-def baseline_records(paths, seed: int) -> list[dict]:
-    """One seed's RFT baseline records (stage rft; OSError, ValueError: missing, unreadable or
-    empty)."""
-    records = read_jsonl(seed_paths(paths, seed).rft_per_prompt)
+def baseline_results(paths, seed: int) -> dict:
+    """One seed's RFT baseline records and the completions it sampled (stage rft; OSError,
+    ValueError: missing, unreadable or empty)."""
+    run = seed_paths(paths, seed)
+    records = read_jsonl(run.rft_per_prompt)
     if not records:  # audit.baseline none wrote it: the baseline was off when rft ran
         raise ValueError("no records")
-    return records
+    summary = json.loads(Path(run.rft_summary).read_text())
+    return {"records": records, "sampled": summary["budget"]["sampled"]}
 
 
 def gather(paths, seeds, read, stages: tuple[str, ...], where) -> tuple[dict, dict]:
@@ -76,15 +78,15 @@ def main(params: ParamsView) -> int:
     )
     recipe = recipe_audit(seeds, evaluated, failed, rule, ev.confidence, ev.n_resamples)
     if params.audit.baseline != "none":
-        records, missing = gather(
-            paths, seeds, baseline_records, ("rft",), lambda run: run.rft_per_prompt
+        results, missing = gather(
+            paths, seeds, baseline_results, ("rft",), lambda run: run.rft_per_prompt
         )
         pooled = recipe["pooled"]
         split = recipe.get("split", "heldout")
         recipe["baseline"] = baseline_audit(
             params.audit.baseline,
             seeds,
-            split_runs(records, split),
+            split_runs({s: e["records"] for s, e in results.items()}, split),
             missing,
             split_runs({s: e["records"] for s, e in evaluated.items()}, split),
             pooled,
@@ -92,6 +94,10 @@ def main(params: ParamsView) -> int:
             rule,
             ev.confidence,
             ev.n_resamples,
+            sampled={
+                "grpo": [e["train"].get("sampled_completions") for e in evaluated.values()],
+                "baseline": [e["sampled"] for e in results.values()],
+            },
         )
     write_json(paths.recipe_summary, recipe)
     write_json(paths.recipe_metrics, recipe_metrics(recipe))

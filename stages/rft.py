@@ -38,7 +38,7 @@ def main(params: ParamsView) -> int:
     )
     print(
         f"{label}: sampled {budget['sampled']:,} completions ({budget['samples_per_prompt']} per "
-        f"prompt; GRPO's run samples {budget['grpo_completions']:,}) in "
+        f"prompt: GRPO's one round a step, {budget['grpo_completions']:,}) in "
         f"{PARTS['rft_sampling']:.0f} s; kept {summary['kept']} distinct correct answers "
         f"on {summary['rows_with_kept']} of {len(summary['rows'])} prompts; {tuned} -> "
         f"{run.rft_model}"

@@ -328,7 +328,7 @@ def test_a_failed_seed_leaves_the_others_and_the_recipe_of_those_that_ran(
         "pooled over 2",
         "RFT baseline, pooled over 3",
     ], rows
-    assert "(GRPO over 2 seeds, RFT over 3, the same sample budget)" in audit.description
+    assert "(GRPO over 2 seeds, RFT over 3; completions sampled a seed: GRPO " in audit.description
     stale = json.loads(
         subprocess.run(
             ["dvc", "status", "--json"],

@@ -230,9 +230,16 @@ def test_the_sentence_counts_each_recipes_seeds():
     rft = {s: _recipe(rng, 2, 3) for s in range(3)}
     pooled = pooled_audit(grpo, N, SliceRule(), n_resamples=500)
     entry = baseline_audit("rft", [0, 1, 2], rft, {}, grpo, pooled, N, SliceRule(), n_resamples=500)
-    assert (
-        "held-out rows (GRPO over 2 seeds, RFT over 3, the same sample budget)" in entry["sentence"]
+    assert "held-out rows (GRPO over 2 seeds, RFT over 3): GRPO gains" in entry["sentence"]
+    sampled = {"grpo": [130048, 134784], "baseline": [51200] * 3}
+    entry = baseline_audit(
+        "rft", [0, 1, 2], rft, {}, grpo, pooled, N, SliceRule(), n_resamples=500, sampled=sampled
     )
+    assert (
+        "(GRPO over 2 seeds, RFT over 3; completions sampled a seed: GRPO 130,048-134,784, RFT "
+        "51,200): GRPO gains" in entry["sentence"]
+    )
+    assert entry["comparison"]["sampled"] == sampled
 
 
 def test_no_comparison_without_two_seeds_on_each_side():
@@ -315,6 +322,7 @@ def test_the_recipe_stage_with_one_seed_says_there_is_no_comparison(tmp_path, mo
     write_jsonl(run.eval_per_prompt, result["records"])
     (tmp_path / run.rft_per_prompt).parent.mkdir(parents=True)
     write_jsonl(run.rft_per_prompt, result["records"])
+    (tmp_path / run.rft_summary).write_text(json.dumps({"budget": {"sampled": 51200}}))
     (tmp_path / "dvc.yaml").write_text((ROOT / "dvc.yaml").read_text())
     assert stages.recipe.main(stage_view(params, "recipe")) == 0
     recipe = json.loads((tmp_path / params.paths.recipe_summary).read_text())

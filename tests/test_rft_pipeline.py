@@ -40,6 +40,15 @@ def test_each_seeds_baseline_pairs_with_its_policy_and_the_report_says_which_win
     assert baseline["kind"] == "rft" and baseline["comparison"]["seeds"] == seeds
     tags = {s["tag"] for s in recipe["pooled"]["slices"]}
     assert set(baseline["comparison"]["tags"]) == tags == {"add", "mul", "sub"}
+    # what each recipe sampled, in the sentence: RFT its one-round budget, GRPO its dynamic
+    # sampling's rounds (SMALL_RUN: 16 completions a round)
+    sampled = baseline["comparison"]["sampled"]
+    assert sampled["baseline"] == [384] * len(seeds)
+    for seed, count in zip(seeds, sampled["grpo"], strict=True):
+        history = read_jsonl(cold_run / seed_paths(params.paths, seed).train_history)
+        rounds = sum(entry["dynamic_sampling/oversampling"] for entry in history)
+        assert count == round(rounds * 16) > 384
+    assert "; completions sampled a seed: GRPO " in baseline["sentence"]
     headline = json.loads((cold_run / params.paths.recipe_metrics).read_text())["baseline"]
     versus = baseline["comparison"]["grpo_minus_baseline"]["delta_mean_reward"]
     assert headline["grpo_vs_baseline"] == versus["verdict"]

@@ -1,5 +1,5 @@
 """GRPO against the baseline the audit sets beside it (audit.baseline: rft, stage rft): is RL worth
-it over the cheap alternative on the same sample budget?
+it over the cheap alternative, given GRPO's one-round sample budget?
 
 Both are audited against the same step 0 on the same held-out rows with the same sampling seeds
 (rlvr.audit.against_base), each over its own RL seeds. Pooled:
@@ -119,7 +119,7 @@ def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
     >>> grpo = {"delta_mean_reward": ci(0.19, 0.1, 0.27), "step0": {"pass@32": 0.8},
     ...         "final": {"pass@32": 0.62}}
     >>> print(baseline_sentence(comparison, grpo))
-    GRPO against the RFT baseline on the 64 held-out rows (2 seeds each, the same sample budget): GRPO gains +0.190 [+0.100, +0.270] mean reward over step 0, RFT +0.220 [+0.150, +0.290]; GRPO - RFT -0.030 [-0.100, +0.040]: no significant difference; pass@32: step 0 0.80, GRPO 0.62, RFT 0.67 (GRPO - RFT -0.090 [-0.190, -0.010]: RFT wins); by tag: GRPO wins on add, RFT on sub, no significant difference on mul.
+    GRPO against the RFT baseline on the 64 held-out rows (2 seeds each): GRPO gains +0.190 [+0.100, +0.270] mean reward over step 0, RFT +0.220 [+0.150, +0.290]; GRPO - RFT -0.030 [-0.100, +0.040]: no significant difference; pass@32: step 0 0.80, GRPO 0.62, RFT 0.67 (GRPO - RFT -0.090 [-0.190, -0.010]: RFT wins); by tag: GRPO wins on add, RFT on sub, no significant difference on mul.
     """  # noqa: E501 (one-line outputs and tables)
     name, pooled = comparison["name"], comparison["pooled"]
     n = pooled["samples_per_prompt"]
@@ -144,7 +144,7 @@ def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
     )
     return (
         f"GRPO against the {name} baseline on the {pooled['rows']} held-out rows "
-        f"({seeds}, the same sample budget): GRPO gains "
+        f"({seeds}{_budgets(comparison.get('sampled'), name)}): GRPO gains "
         f"{_fmt(grpo_pooled['delta_mean_reward'])} mean reward over step 0, {name} "
         f"{_fmt(pooled['delta_mean_reward'])}; GRPO - {name} {_fmt(d)}: {verdict(d)}; "
         f"pass@{n}: step 0 {grpo_pooled['step0'][f'pass@{n}']:.2f}, GRPO "
@@ -152,6 +152,29 @@ def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
         f"(GRPO - {name} {_fmt(passn)}: {verdict(passn)})"
         + (f"; by tag: {', '.join(parts)}" if parts else "")
         + "."
+    )
+
+
+def _span(counts: Sequence[int | None]) -> str:
+    """1,200 or 1,200-1,500."""
+    known = sorted(c for c in counts if c is not None)
+    low, high = known[0], known[-1]
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
+def _budgets(sampled: Mapping | None, name: str) -> str:
+    """How many completions each recipe sampled a seed, when both are known.
+
+    >>> _budgets({"grpo": [130048, 134784], "baseline": [51200, 51200]}, "RFT")
+    '; completions sampled a seed: GRPO 130,048-134,784, RFT 51,200'
+    >>> _budgets(None, "RFT")
+    ''
+    """
+    if not sampled or not all(any(c is not None for c in sampled[k]) for k in sampled):
+        return ""
+    return (
+        f"; completions sampled a seed: GRPO {_span(sampled['grpo'])}, "
+        f"{name} {_span(sampled['baseline'])}"
     )
 
 
@@ -166,12 +189,13 @@ def baseline_audit(
     rule: SliceRule,
     confidence: float = 0.95,
     n_resamples: int = 10000,
+    sampled: Mapping[str, Sequence[int | None]] | None = None,
 ) -> dict:
     """The recipe summary's `baseline` entry. `evaluated`: seed -> the baseline's held-out
     records; `failed`: seed -> why it has none; `grpo`/`grpo_pooled`: GRPO's held-out records per
     seed and its pooled audit (None: GRPO has no recipe verdict); `n`: samples per prompt (None
-    with no GRPO verdict). Fewer than MIN_SEEDS on either side: no comparison, one line saying
-    why."""
+    with no GRPO verdict); `sampled`: "grpo" and "baseline", the completions each seed sampled.
+    Fewer than MIN_SEEDS on either side: no comparison, one line saying why."""
     name = NAMES.get(kind, kind)
     out = {"kind": kind, "name": name, "seeds": list(seeds), "failed": dict(sorted(failed.items()))}
     if len(evaluated) < MIN_SEEDS or not grpo or grpo_pooled is None or n is None:
@@ -185,6 +209,8 @@ def baseline_audit(
             + (f" ({missing})" if missing else ""),
         }
     comparison = compare_baseline(kind, grpo, evaluated, n, rule, confidence, n_resamples)
+    if sampled:
+        comparison["sampled"] = {side: list(counts) for side, counts in sampled.items()}
     return {
         **out,
         "comparison": comparison,
