@@ -19,17 +19,18 @@ import time
 from rlvr.baseline.rft import verified_answers
 from rlvr.core.files import write_json
 from rlvr.core.seeds import seed_paths
-from rlvr.grpo.distributed import is_main_process
+from rlvr.grpo.distributed import from_main_process, is_main_process
 from rlvr.pipeline.stage import ParamsView, run_stage
-from rlvr.pipeline.training import train_run
+from rlvr.pipeline.training import require_smoke, train_run
 
 
 def main(params: ParamsView) -> int:
     run = seed_paths(params.paths, params.seed)
     guides = None
-    if params.train.guidance != "off":  # every rank samples the same (seeded): the same guides
+    if params.train.guidance != "off":  # sampled once, every rank gets the same guides
+        require_smoke(params.paths.smoke_checks)  # before the sampling: a closed gate stops here
         started = time.perf_counter()
-        guides = verified_answers(params, params.seed)
+        guides = from_main_process(lambda: verified_answers(params, params.seed))
         if is_main_process():
             print(
                 f"train@{params.seed}: guidance {params.train.guidance}: the base's sampling "

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.core.metric_keys import FIRST_BATCH_KL
+from rlvr.core.metric_keys import FIRST_BATCH_KL, SAMPLED_COMPLETIONS
 from rlvr.data.rows import read_rows
 from rlvr.grpo.dynamic_sampling import merge_groups
 from rlvr.grpo.run import run_grpo
@@ -110,6 +110,10 @@ def test_the_round_cap_holds_and_no_spread_trains_on_the_first_batch(
     assert _metric(trainer, "rounds") == [3.0]
     assert _metric(trainer, "kept_share") == [0.0]
     assert _metric(trainer, "oversampling") == [3.0]  # 3 rounds of 2 groups for 2 wanted
+    # every round's completions counted, a running total (the report's sampled completions)
+    assert trainer._metrics["train"][SAMPLED_COMPLETIONS] == [3 * 2 * G]
+    trainer._generate_and_score_completions(batch)
+    assert trainer._metrics["train"][SAMPLED_COMPLETIONS] == [2 * 3 * 2 * G]
     assert len(output["advantages"]) == 2 * G and not output["advantages"].abs().any()
 
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trl import GRPOTrainer
 
-from rlvr.core.metric_keys import GUIDED_ADVANTAGE, GUIDED_SHARE
+from rlvr.core.metric_keys import GUIDED_ADVANTAGE, GUIDED_SHARE, SAMPLED_COMPLETIONS
 from rlvr.data.rows import read_rows
 from rlvr.grpo.guidance import (
     GAMMA,
@@ -158,6 +158,7 @@ def test_a_guide_replaces_the_last_answer_of_each_unsolved_group(tiny_policy_dir
     length = int(output["completion_mask"][3].sum())
     assert length == len(GUIDE) + 1 and guide[length - 1] == trainer._tokenizer.eos_token_id
     assert trainer._metrics["train"][GUIDED_SHARE] == [2 / (2 * G)]
+    assert trainer._metrics["train"][SAMPLED_COMPLETIONS] == [2 * G]  # guides replaced two
     assert trainer._metrics["train"][GUIDED_ADVANTAGE][-1] == pytest.approx(1.5, abs=1e-3)
 
 

@@ -55,6 +55,8 @@ OVERSAMPLING = "dynamic_sampling/oversampling"  # generated groups / groups a ba
 RESAMPLED_UNSOLVED = "dynamic_sampling/resampled_unsolved"
 # The KL over each step's first batch, every group kept or dropped (rlvr.core.stats.drift_kl says why)
 FIRST_BATCH_KL = "dynamic_sampling/kl_first_batch"
+# completions sampled so far, every rank's and every sampling round's (a running total)
+SAMPLED_COMPLETIONS = "sampling/completions"
 GUIDED_SHARE = "guidance/guided_share"  # train.guidance: guides / completions, each round
 GUIDED_ADVANTAGE = "guidance/guide_advantage"  # the guides' mean advantage, each micro-batch
 

@@ -254,6 +254,17 @@ def sum_over_ranks(counts: dict[str, int]) -> dict[str, int]:
     return dict(zip(names, (int(v) for v in totals.tolist())))
 
 
+def from_main_process(compute):
+    """compute() run once, on the main process; its (picklable) result on every rank."""
+    if world_size() == 1:
+        return compute()
+    import torch.distributed as dist
+
+    box = [compute() if is_main_process() else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def barrier() -> None:
     """Wait for every rank (nothing outside a launched run)."""
     if world_size() > 1:

@@ -65,6 +65,7 @@ from rlvr.core.metric_keys import (
     OVERSAMPLING,
     RESAMPLED_UNSOLVED,
     RUNNING_MEAN_BASELINE,
+    SAMPLED_COMPLETIONS,
     SAMPLING_ROUNDS,
 )
 from rlvr.grpo.advantages import (
@@ -123,6 +124,7 @@ class PipelineGRPOTrainer(GRPOTrainer):
         self._scoring: list[dict] | None = None  # the rows _generate samples for (guidance)
         self._guided: list[bool] | None = None  # which of them a guide replaced
         self._captured_logps: list | None = None  # _compute_loss: the policy's log-probs
+        self._sampled: int | None = None  # completions sampled so far (_count_sampled)
 
     def resume_running_mean(self, checkpoint: str | Path) -> None:
         """The running-mean baseline as the checkpoint saved it (_save_checkpoint)."""
@@ -297,6 +299,8 @@ class PipelineGRPOTrainer(GRPOTrainer):
         if ref is None:
             return None
         mask = loss_mask(output)
+        if GUIDED in output:  # a guide's tokens were not sampled: no KL estimate there
+            mask = mask * ~output[GUIDED][:, None]
         logps = self._policy_token_logps(output, fresh)
         kl = k3_kl(logps, ref)
         old = output.get("old_per_token_logps")
@@ -416,7 +420,10 @@ class PipelineGRPOTrainer(GRPOTrainer):
 
     def _generate(self, prompts):
         generated = super()._generate(prompts)
-        if self.args.guidance == "off" or not self.model.training or self._scoring is None:
+        if not self.model.training or self._scoring is None:
+            return generated
+        self._count_sampled(len(generated[1]))
+        if self.args.guidance == "off":
             return generated
         prompt_ids, completion_ids, tool_mask, completions, logprobs, *rest = generated
         completion_ids, completions = list(completion_ids), list(completions)
@@ -438,6 +445,21 @@ class PipelineGRPOTrainer(GRPOTrainer):
         ).sum().item() / (len(completions) * self.accelerator.num_processes)
         self._metrics["train"][GUIDED_SHARE].append(share)
         return (prompt_ids, completion_ids, tool_mask, completions, logprobs, *rest)
+
+    def _count_sampled(self, local: int) -> None:
+        """Completions sampled so far, every rank's (they hold equal batches), logged as a running
+        total, so the last step's value is the run's; a resumed run goes on from its history's."""
+        if self._sampled is None:
+            self._sampled = next(
+                (
+                    int(e[SAMPLED_COMPLETIONS])
+                    for e in reversed(self.state.log_history)
+                    if SAMPLED_COMPLETIONS in e
+                ),
+                0,
+            )
+        self._sampled += local * self.accelerator.num_processes
+        self._metrics["train"][SAMPLED_COMPLETIONS] = [float(self._sampled)]
 
     def _place_guides(self, completions, completion_ids) -> dict[int, list[int]]:
         """Which of this rank's completions a guide replaces, and the guide's token ids (its

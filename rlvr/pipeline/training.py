@@ -25,7 +25,14 @@ from rlvr.audit.evaluation import (
 from rlvr.audit.smoke import failed_lines, smoke_checks
 from rlvr.core.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
 from rlvr.core.files import share_with_umask, write_jsonl
-from rlvr.core.metric_keys import BETA, CORRECTNESS, LOSS, OVERSAMPLING, REWARD, TRAIN_RUNTIME
+from rlvr.core.metric_keys import (
+    BETA,
+    CORRECTNESS,
+    LOSS,
+    REWARD,
+    SAMPLED_COMPLETIONS,
+    TRAIN_RUNTIME,
+)
 from rlvr.core.numerics import numerics_in_force
 from rlvr.core.seeds import SeedPaths
 from rlvr.core.stats import drift_kl, finite_mean, kl_source
@@ -155,20 +162,16 @@ def require_smoke(path: str | Path) -> None:
         raise GateClosed(f"the smoke run did not pass ({path}): {', '.join(failed)}")
 
 
-def sampled_completions(history: list[dict], per_round: int, num_iterations: int) -> int:
-    """Completions a GRPO run sampled, all ranks: per_round (per_device_train_batch_size x
-    gradient_accumulation_steps x processes) for each generation round; with dynamic sampling
-    each generating step logs its rounds' groups over a batch's (dynamic_sampling/oversampling),
-    without it a step generates every num_iterations steps.
+def sampled_completions(history: list[dict]) -> int:
+    """Completions a GRPO run sampled, every rank's and every sampling round's: the running
+    total its last step logged (the trainer counts them).
 
-    >>> sampled_completions([{"dynamic_sampling/oversampling": 2.5}, {}], 128, 1)
-    320
-    >>> sampled_completions([{}, {}, {}], 128, 2)
-    256
+    >>> sampled_completions([{"sampling/completions": 128.0}, {"sampling/completions": 384.0}])
+    384
     """
-    if any(OVERSAMPLING in e for e in history):
-        return round(sum(e.get(OVERSAMPLING, 0.0) for e in history) * per_round)
-    return math.ceil(len(history) / num_iterations) * per_round
+    return next(
+        (int(e[SAMPLED_COMPLETIONS]) for e in reversed(history) if SAMPLED_COMPLETIONS in e), 0
+    )
 
 
 def run_metrics(history: list[dict], window: int = 10) -> dict:
@@ -364,13 +367,9 @@ def train_run(
         validation=selection["validation"],
         chosen_step=selection["chosen_step"],
     )
-    grpo = params.train.grpo
-    per_round = (
-        grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps * params.train.processes
-    )
     summary = {
         **run_metrics(history),
-        "sampled_completions": sampled_completions(history, per_round, grpo.num_iterations),
+        "sampled_completions": sampled_completions(history),
         "start_model": str(start),
         "selection": selection,
         "numerics": numerics_in_force(),
