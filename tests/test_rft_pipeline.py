@@ -57,7 +57,10 @@ def test_each_seeds_baseline_pairs_with_its_policy_and_the_report_says_which_win
     assert "### GRPO against the RFT baseline" in report
     log = (cold_run.parent / "repro.log").read_text()
     for seed in seeds:
-        assert f"rft@{seed}: sampled 384 completions (6 per prompt: GRPO's one round a step, 384) in " in log
+        assert (
+            f"rft@{seed}: sampled 384 completions (6 per prompt: GRPO's one round a step, 384) in "
+            in log
+        )
         assert f"rft@{seed}: this seed's verdict on heldout: " in log
     assert f"recipe: {baseline['sentence']}" in log
 
