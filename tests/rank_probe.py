@@ -2,9 +2,10 @@
 short GRPO run of the pipeline's own trainer that records, per rank and step, what steers training
 (the beta in force, the running-mean baseline and the rewards it was computed from) and the reward
 failure counts, into OUT/rank<N>.json. With `dynamic`: a run with dynamic sampling in which rank 1
-needs more rounds than rank 0, recording each rank's rounds and kept share per step.
+needs more rounds than rank 0, recording each rank's rounds and kept share per step. With
+`guided`: off-policy guidance, recording which rows of each batch hold a guide, and which.
 
-    accelerate launch --multi_gpu --num_processes 2 tests/rank_probe.py OUT POLICY [dynamic]
+    accelerate launch --multi_gpu --num_processes 2 tests/rank_probe.py OUT POLICY [dynamic|guided]
 """
 
 import json
@@ -161,9 +162,66 @@ def main_dynamic(out: str, policy: str) -> None:
     (Path(out) / f"rank{rank()}.json").write_text(json.dumps({"steps": recorder.steps}))
 
 
+GUIDES = ["7*6", "6*7"]  # the only correct answers: the tiny policy never samples them
+
+
+def main_guided(out: str, policy: str) -> None:
+    """Off-policy guidance (train.guidance unsolved) over 2 ranks of 8 completions each, groups
+    of 4. Records each scored batch in the order it was generated: row ids, which rows hold a
+    guide, the completions' text."""
+    start_rank("probe", use_cpu=True)
+    params = parse_params({"train": {"grpo": PARAMS["train"]["grpo"], "guidance": "unsolved"}})
+    params.rewards.weights = [1.0]
+    rows = read_rows(ROOT / "data" / "grpo_train.jsonl")[:16]
+    batches = []
+
+    class Wrap:  # run_grpo builds the trainer: record what its _score_batch returns
+        trainer = None
+
+    def record(trainer):
+        score = trainer._score_batch
+
+        def recorded(inputs):
+            output = score(inputs)
+            batches.append(
+                {
+                    "step": trainer.state.global_step,
+                    "ids": [x["id"] for x in inputs],
+                    "guided": output["guided"].tolist(),
+                    "texts": trainer.processing_class.batch_decode(
+                        output["completion_ids"], skip_special_tokens=True
+                    ),
+                }
+            )
+            return output
+
+        trainer._score_batch = recorded
+        return trainer
+
+    import rlvr.grpo.run as run
+
+    build = run.build_trainer
+    run.build_trainer = lambda *args, **kwargs: record(build(*args, **kwargs))
+    trainer = run_grpo(
+        params,
+        rows,
+        policy,
+        Path(out) / f"scratch{rank()}",
+        3,
+        reward_funcs=[RewardFunction("correctness", lambda t, v, n: float(t.strip() in GUIDES))],
+        guides={r.id: GUIDES for r in rows},
+    )
+    shares = [e.get("guidance/guided_share") for e in trainer.state.log_history if "loss" in e]
+    (Path(out) / f"rank{rank()}.json").write_text(
+        json.dumps({"batches": batches, "shares": shares, "seed": params.seed})
+    )
+
+
 if __name__ == "__main__":
     if sys.argv[3:] == ["dynamic"]:
         main_dynamic(*sys.argv[1:3])
+    elif sys.argv[3:] == ["guided"]:
+        main_guided(*sys.argv[1:3])
     else:
         main(*sys.argv[1:])
     end_rank()  # as a stage's rank does (rlvr.pipeline.stage.run_stage)

@@ -97,9 +97,8 @@ def test_what_steers_training_is_global_and_identical_on_every_rank(tiny_policy_
     assert sum(ranks[0]["logged_failures"]) == sum(local)
 
 
-def test_dynamic_sampling_runs_the_same_rounds_on_every_rank(tiny_policy_dir, tmp_path):
-    """Generation gathers rewards across ranks, so a rank that stopped resampling while another
-    went on would hang both: every rank runs the rounds the shortest-served rank needs."""
+def _probe(tiny_policy_dir, tmp_path, mode: str) -> list[dict]:
+    """tests/rank_probe.py in `mode` on 2 CPU ranks; each rank's record."""
     command = [
         sys.executable,
         "-m",
@@ -108,11 +107,17 @@ def test_dynamic_sampling_runs_the_same_rounds_on_every_rank(tiny_policy_dir, tm
         str(ROOT / "tests/rank_probe.py"),
         str(tmp_path),
         str(tiny_policy_dir),
-        "dynamic",
+        mode,
     ]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text())["steps"] for r in (0, 1)]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_dynamic_sampling_runs_the_same_rounds_on_every_rank(tiny_policy_dir, tmp_path):
+    """Generation gathers rewards across ranks, so a rank that stopped resampling while another
+    went on would hang both: every rank runs the rounds the shortest-served rank needs."""
+    ranks = [r["steps"] for r in _probe(tiny_policy_dir, tmp_path, "dynamic")]
     assert len(ranks[0]) == 6
     assert [s["rounds"] for s in ranks[0]] == [s["rounds"] for s in ranks[1]]
     # rank 0 kept every group at once, rank 1 did not: the extra rounds were rank 1's
@@ -122,6 +127,28 @@ def test_dynamic_sampling_runs_the_same_rounds_on_every_rank(tiny_policy_dir, tm
     # the KL over the first batch is summed over the ranks: one figure on both
     assert [s["kl_first_batch"] for s in ranks[0]] == [s["kl_first_batch"] for s in ranks[1]]
     assert all(len(s["kl_first_batch"]) == 1 for s in ranks[0])
+
+
+def test_guidance_guides_each_unsolved_group_once_over_the_ranks(tiny_policy_dir, tmp_path):
+    """Off-policy guidance on 2 ranks: put back in rank order, each unsolved group holds one
+    guide, in its last row, the answer any rank picks for that prompt at that step, and both
+    ranks log the same share (the pipeline's params keep groups within a rank; a group split
+    between ranks, which TRL allows: tests/test_guidance.py)."""
+    from rlvr.grpo.guidance import pick_guide
+    from tests.rank_probe import GUIDES
+
+    ranks = _probe(tiny_policy_dir, tmp_path, "guided")
+    first, second = ranks[0]["batches"], ranks[1]["batches"]
+    assert len(first) == len(second) == 3  # one scored batch a step, on each rank
+    for mine, theirs in zip(first, second, strict=True):
+        assert mine["step"] == theirs["step"]
+        ids, guided = mine["ids"] + theirs["ids"], mine["guided"] + theirs["guided"]
+        texts = mine["texts"] + theirs["texts"]
+        assert len(ids) == 16 and len(set(ids)) == 4
+        assert guided == [False, False, False, True] * 4  # nothing sampled was correct
+        for i in (3, 7, 11, 15):
+            assert texts[i] == pick_guide(GUIDES, ids[i], ranks[0]["seed"], mine["step"])
+    assert ranks[0]["shares"] == ranks[1]["shares"] == [0.25] * 3
 
 
 def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_run):
