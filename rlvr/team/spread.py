@@ -24,6 +24,7 @@ and wait_for_runs() submits a crashed run again, so the comparison has every run
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import time
@@ -33,6 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import yaml
+from ruamel.yaml import YAML
 
 from rlvr.core.errors import PipelineError
 from rlvr.params.config import ParamsError, load_params
@@ -246,9 +248,12 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
     files git keeps from its commit, cached ones by `dvc checkout`. The paths taken."""
     root = Path(root)
     commit = experiment_commit(root, name)
-    theirs = yaml.safe_load(git(root, "show", f"{commit}:dvc.lock"))["stages"]
+    # DVC's own YAML (1.2, ruamel): PyYAML's 1.1 would read a param `off` as false and
+    # write it back so, and the stage would look changed
+    lock_yaml = YAML()
+    theirs = lock_yaml.load(git(root, "show", f"{commit}:dvc.lock"))["stages"]
     lock = root / "dvc.lock"
-    ours = yaml.safe_load(lock.read_text()) if lock.exists() else {"schema": "2.0"}
+    ours = lock_yaml.load(lock.read_text()) if lock.exists() else {"schema": "2.0"}
     ours.setdefault("stages", {})
     paths = []
     for stage in stages:
@@ -257,7 +262,9 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
         ours["stages"][stage] = theirs[stage]
         paths += [out["path"] for out in theirs[stage].get("outs", [])]
     tmp = lock.with_suffix(".lock.tmp")
-    tmp.write_text(yaml.safe_dump(ours, sort_keys=False))
+    text = io.StringIO()
+    lock_yaml.dump(ours, text)
+    tmp.write_text(text.getvalue())
     tmp.replace(lock)
     for path in paths:
         if git(root, "ls-tree", "-r", "--name-only", commit, "--", path):  # git keeps it
