@@ -15,9 +15,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from dvc.api import DVCFileSystem
 from dvc.repo import Repo
+from dvc.utils.serialize import loads_yaml
 from gto.api import assign, find_latest_version, find_versions_in_stage, parse_tag, register
 from gto.exceptions import ArtifactNotFound, GTOException
 
@@ -100,7 +100,7 @@ def latest_version(root: str | Path, name: str) -> dict | None:
 def model_md5(root: str | Path, rev: str | None, path: str) -> str | None:
     """The md5 dvc.lock records for the model folder at a revision (None: not in that lock)."""
     text = git(root, "show", f"{rev or 'HEAD'}:dvc.lock")
-    for stage in (yaml.safe_load(text) or {}).get("stages", {}).values():
+    for stage in (loads_yaml(text) or {}).get("stages", {}).values():
         for out in stage.get("outs", []):
             if out["path"] == path:
                 return out["md5"]
@@ -111,7 +111,7 @@ def held_out_runs(root: str | Path, rev: str | None = None) -> dict[int, list[di
     """seed -> that seed's held-out records, at a git revision (None: the workspace), through
     DVC: files the cache lacks come from the remote."""
     fs = DVCFileSystem(str(root), rev=rev)
-    params = yaml.safe_load(fs.read_text("params.yaml")) or {}
+    params = loads_yaml(fs.read_text("params.yaml")) or {}
     folder = (params.get("paths") or {}).get("eval_runs") or PathsParams().eval_runs
     runs = {}
     for seed in (params.get("audit") or {}).get("seeds") or []:

@@ -24,7 +24,6 @@ and wait_for_runs() submits a crashed run again, so the comparison has every run
 
 from __future__ import annotations
 
-import io
 import re
 import shutil
 import time
@@ -33,8 +32,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-import yaml
-from ruamel.yaml import YAML
+from dvc.utils.serialize import dumps_yaml, loads_yaml
 
 from rlvr.core.errors import PipelineError
 from rlvr.params.config import ParamsError, load_params
@@ -166,7 +164,7 @@ def _outputs_moved(root: str | Path, stages: list[str]) -> list[str]:
     """The stages whose outputs in the workspace's dvc.lock differ from HEAD's."""
 
     def outs(text: str) -> dict:
-        found = (yaml.safe_load(text) or {}).get("stages", {})
+        found = (loads_yaml(text) or {}).get("stages", {})
         return {
             s: [(o["path"], o.get("md5")) for o in found.get(s, {}).get("outs", [])] for s in stages
         }
@@ -248,12 +246,11 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
     files git keeps from its commit, cached ones by `dvc checkout`. The paths taken."""
     root = Path(root)
     commit = experiment_commit(root, name)
-    # DVC's own YAML (1.2, ruamel): PyYAML's 1.1 would read a param `off` as false and
-    # write it back so, and the stage would look changed
-    lock_yaml = YAML()
-    theirs = lock_yaml.load(git(root, "show", f"{commit}:dvc.lock"))["stages"]
+    # DVC's own YAML (1.2): PyYAML's 1.1 would read a param `off` as false and write it
+    # back so, and the stage would look changed (tests/team/test_spread.py)
+    theirs = loads_yaml(git(root, "show", f"{commit}:dvc.lock"))["stages"]
     lock = root / "dvc.lock"
-    ours = lock_yaml.load(lock.read_text()) if lock.exists() else {"schema": "2.0"}
+    ours = loads_yaml(lock.read_text()) if lock.exists() else {"schema": "2.0"}
     ours.setdefault("stages", {})
     paths = []
     for stage in stages:
@@ -262,9 +259,7 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
         ours["stages"][stage] = theirs[stage]
         paths += [out["path"] for out in theirs[stage].get("outs", [])]
     tmp = lock.with_suffix(".lock.tmp")
-    text = io.StringIO()
-    lock_yaml.dump(ours, text)
-    tmp.write_text(text.getvalue())
+    tmp.write_text(dumps_yaml(ours))
     tmp.replace(lock)
     for path in paths:
         if git(root, "ls-tree", "-r", "--name-only", commit, "--", path):  # git keeps it

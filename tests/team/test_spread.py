@@ -41,7 +41,7 @@ DVC_YAML = """stages:
     do:
       cmd: python train.py ${item}
       deps: [train.py]
-      params: [quality]
+      params: [quality, mode]
       outs:
         - models/seed-${item}
         - reports/seed-${item}.json:
@@ -73,7 +73,9 @@ def team(ssh_home, tmp_path):
     (dev / "train.py").write_text(TRAIN)
     (dev / "pool.py").write_text(POOL)
     (dev / "dvc.yaml").write_text(DVC_YAML)
-    (dev / "params.yaml").write_text(yaml.safe_dump({"quality": 0.5, "audit": {"seeds": [0, 1]}}))
+    # mode 'off': YAML 1.1 (PyYAML) reads it as false; dvc.lock must keep DVC's 1.2 reading
+    params = {"quality": 0.5, "mode": "off", "audit": {"seeds": [0, 1]}}
+    (dev / "params.yaml").write_text(yaml.safe_dump(params))
     ssh_home.add_remote(dev)
     commit_all(dev, "the project")
     shared = tmp_path / "shared.git"
