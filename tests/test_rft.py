@@ -5,6 +5,8 @@ import json
 import math
 import random
 
+import pytest
+
 from rlvr.audit.baseline import baseline_audit, compare_baseline
 from rlvr.audit.evaluation import ScoredRow
 from rlvr.audit.recipe import pooled_audit
@@ -390,3 +392,34 @@ def test_the_guides_are_the_answers_rft_keeps(tmp_path, tiny_policy_dir, monkeyp
     for answers in guides.values():
         assert all(re.match("^[0-9]", a.strip()) for a in answers)
         assert len({"".join(a.split()) for a in answers}) == len(answers)
+
+
+def test_a_tag_with_one_row_gets_an_interval_over_the_seeds():
+    """A tag with one held-out row: no prompts to resample, so the interval draws the seeds
+    alone (the bootstrap over prompts needs two); one seed a side: the value itself."""
+    from rlvr.audit.recipe import recipe_difference
+
+    def runs(finals):
+        return {
+            s: [{"id": "r", "step0_reward": 0.0, "final_reward": v}] for s, v in enumerate(finals)
+        }
+
+    d = recipe_difference(runs([0.5, 0.6, 0.7]), runs([0.1, 0.2, 0.3]), n_resamples=500)
+    assert d["value"] == pytest.approx(0.4) and 0.2 < d["ci_low"] <= d["ci_high"] < 0.6
+    assert d["verdict"] == "better"
+    d = recipe_difference(runs([0.5]), runs([0.1]), n_resamples=500)
+    assert d["ci_low"] == d["ci_high"] == pytest.approx(0.4)
+
+
+def test_the_comparison_holds_a_tag_with_one_row():
+    """A user's held-out file may hold a kind of problem once: the per-tag comparison of the
+    recipe stage still runs (it used to crash the bootstrap)."""
+    rng = random.Random(5)
+
+    def recipe(add_final):
+        return _recipe(rng, add_final, 1) + [_record(99, "mod", 1, 2)]
+
+    grpo = {s: recipe(4) for s in range(2)}
+    rft = {s: recipe(2) for s in range(2)}
+    comparison = compare_baseline("rft", grpo, rft, N, SliceRule(min_rows=4), n_resamples=500)
+    assert comparison["tags"]["mod"]["delta_mean_reward"]["verdict"] == "tie"  # 2 - 2: no gain

@@ -360,6 +360,18 @@ def recipe_difference(
                 random_state=np.random.default_rng(seed),
             ).confidence_interval
             low, high = float(interval.low), float(interval.high)
+    elif x.shape[1] < 2:  # one prompt (a tag with one row): the seeds alone
+        interval = bootstrap(
+            (x[:, 0], y[:, 0]),
+            lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis),
+            paired=False,
+            vectorized=True,
+            confidence_level=confidence,
+            n_resamples=n_resamples,
+            method="percentile",
+            random_state=np.random.default_rng(seed),
+        ).confidence_interval
+        low, high = float(interval.low), float(interval.high)
     else:
         interval = bootstrap(
             (np.arange(len(x)), np.arange(len(y)), np.arange(x.shape[1])),
