@@ -16,26 +16,15 @@ from rlvr.grpo.trainer import PipelineGRPOTrainer
 from rlvr.params.config import ParamsError, parse_params
 from rlvr.pipeline.training import run_metrics
 from rlvr.rewards.registry import RewardFunction
-from tests.helpers import group_batch, scoring_trainer
+from tests.helpers import group_batch, group_params, scoring_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
-SMALL = {
-    "train": {
-        "grpo": {
-            "num_generations": G,
-            "per_device_train_batch_size": 2 * G,
-            "max_completion_length": 6,
-        }
-    }
-}
 
 
 def sampled_params(rounds: int):
-    """SMALL with dynamic sampling on, at most `rounds` generation rounds a step."""
-    return parse_params(
-        {"train": {**SMALL["train"], "dynamic_sampling": True, "max_sampling_rounds": rounds}}
-    )
+    """Groups of G with dynamic sampling on, at most `rounds` generation rounds a step."""
+    return group_params(G, dynamic_sampling=True, max_sampling_rounds=rounds)
 
 
 @pytest.fixture(scope="module")

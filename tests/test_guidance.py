@@ -25,7 +25,7 @@ from rlvr.grpo.guidance import (
 )
 from rlvr.params.config import ParamsError, parse_params
 from rlvr.rewards.grpo_math import group_advantages
-from tests.helpers import group_batch, scoring_trainer
+from tests.helpers import group_batch, group_params, scoring_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
@@ -110,18 +110,7 @@ def is_guide(text, verifier, n_tokens):
 
 
 def _trainer(tiny_policy_dir, rows, tmp_path, train: dict, guides, reward=is_guide):
-    params = parse_params(
-        {
-            "train": {
-                "grpo": {
-                    "num_generations": G,
-                    "per_device_train_batch_size": 2 * G,
-                    "max_completion_length": 6,
-                },
-                **train,
-            }
-        }
-    )
+    params = group_params(G, **train)
     trainer = scoring_trainer(
         tiny_policy_dir, rows, tmp_path, params, reward, guides=guides, guidance=True
     )

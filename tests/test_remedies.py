@@ -15,7 +15,7 @@ from rlvr.grpo.advantages import pass_at_k_advantages, unlikeliness_penalties, w
 from rlvr.grpo.config import grpo_config
 from rlvr.params.config import ParamsError, parse_params
 from rlvr.rewards.grpo_math import group_advantages
-from tests.helpers import group_batch, scoring_trainer
+from tests.helpers import group_batch, group_params, scoring_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
@@ -126,18 +126,7 @@ def correct_if_odd():
 
 
 def _trainer(tiny_policy_dir, rows, tmp_path, train: dict, reward=None, beta=0.05):
-    params = parse_params(
-        {
-            "train": {
-                "grpo": {
-                    "num_generations": G,
-                    "per_device_train_batch_size": 2 * G,
-                    "max_completion_length": 6,
-                },
-                **train,
-            }
-        }
-    )
+    params = group_params(G, **train)
     return scoring_trainer(
         tiny_policy_dir,
         rows,
