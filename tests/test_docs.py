@@ -74,8 +74,7 @@ def test_ci_installs_the_pinned_sshd_and_lets_no_server_test_skip():
     assert '"openssh-server=$SSHD_VERSION"' in ci and "if [ ! -x /usr/sbin/sshd ]" in ci
     required = ci.index("export RLVR_REQUIRE_SERVERS=1\n")
     assert required < ci.index("\n./dev test\n")
-    conftest = (ROOT / "tests/team/conftest.py").read_text()
-    assert 'os.environ.get("RLVR_REQUIRE_SERVERS")' in conftest and "pytest.fail(" in conftest
+    # the skip-or-fail itself: tests/team/test_without_sshd.py runs it both ways
 
 
 def test_the_picture_of_the_report_is_small():

@@ -2,23 +2,16 @@
 127.0.0.1, one per test session. Kept out of tests/conftest.py, which the reward gate's stage runs
 (and so depends on)."""
 
-import os
-
 import pytest
 
 
 @pytest.fixture(scope="session")
 def ssh_server(tmp_path_factory):
     """One real sshd on 127.0.0.1 for the session's remote tests (tests/team/servers.py). Without
-    sshd installed the tests skip, saying so; .ci/run installs it and sets RLVR_REQUIRE_SERVERS,
-    which turns that skip into a failure."""
-    from tests.team.servers import SSHServer, sshd_available
+    sshd installed the tests skip, saying so (`need_sshd`, which every SSHServer calls first);
+    .ci/run installs it and sets RLVR_REQUIRE_SERVERS, which turns that skip into a failure."""
+    from tests.team.servers import SSHServer
 
-    if not sshd_available():
-        message = "sshd is not installed (apt-get install openssh-server; .ci/run does)"
-        if os.environ.get("RLVR_REQUIRE_SERVERS"):
-            pytest.fail(message)
-        pytest.skip(message)
     server = SSHServer(tmp_path_factory.mktemp("sshd")).start()
     yield server
     server.stop()

@@ -26,7 +26,9 @@ from pathlib import Path
 
 from rlvr.grpo.distributed import free_port
 
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+# RLVR_SSHD names another sshd program (tests/team/test_without_sshd.py names a missing one)
+SSHD = os.environ.get("RLVR_SSHD") or shutil.which("sshd") or "/usr/sbin/sshd"
+NO_SSHD = "sshd is not installed (apt-get install openssh-server; .ci/run does)"
 
 
 PREFECT = str(Path(sys.executable).parent / "prefect")
@@ -45,6 +47,7 @@ class SSHServer:
     is the folder a DVC remote points at."""
 
     def __init__(self, folder: Path, port: int | None = None):
+        need_sshd()  # before anything runs ssh-keygen or makes a folder
         self.folder = folder
         self.port = port or free_port()
         self.user = getpass.getuser()
@@ -141,7 +144,19 @@ class SSHServer:
 
 
 def sshd_available() -> bool:
-    return Path(SSHD).exists()
+    return Path(SSHD).exists() and shutil.which("ssh-keygen") is not None
+
+
+def need_sshd() -> None:
+    """Skip the calling test, in one line, when OpenSSH's server is missing; a failure instead
+    under RLVR_REQUIRE_SERVERS (.ci/run sets it), so CI never passes on skipped remote tests."""
+    if sshd_available():
+        return
+    import pytest
+
+    if os.environ.get("RLVR_REQUIRE_SERVERS"):
+        pytest.fail(NO_SSHD, pytrace=False)
+    pytest.skip(NO_SSHD)
 
 
 def stop_group(process: subprocess.Popen, how: int = signal.SIGTERM) -> None:
