@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.core.code_closure import code_closure, stage_code_files
 from rlvr.params.config import STAGES, Params, PathsParams, load_params
 from rlvr.pipeline.codedeps import (
-    code_closure,
     covered,
     dvc_stage_deps,
-    stage_code_files,
     uncovered,
     unneeded,
+    written_dvc_yaml,
 )
 from rlvr.pipeline.stage import ParamsView, UndeclaredParam, declared_params, stage_view
 
@@ -42,16 +42,40 @@ def test_each_stage_depends_on_every_file_it_runs(stage, deps):
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_no_stage_lists_code_it_does_not_run(stage, deps):
-    """A package folder a stage imports nothing from would rerun it for nothing."""
+    """A code file a stage does not run (listed, or inside a listed folder) would rerun it for
+    nothing."""
     extra = unneeded(ROOT, deps, load_params(ROOT / "params.yaml").gate.tests)[stage]
-    assert not extra, f"dvc.yaml stage {stage} lists {extra} but runs nothing in them"
+    assert not extra, f"dvc.yaml stage {stage} lists {extra} but does not run them"
 
 
-def test_a_folder_a_stage_does_not_run_is_named(deps):
+def test_the_code_deps_in_dvc_yaml_are_the_writers():
+    """dvc.yaml's code deps are written from the imports, never by hand: an import added, moved
+    or removed anywhere must be followed by the writer, or this fails."""
+    assert written_dvc_yaml(ROOT) == (ROOT / "dvc.yaml").read_text(), (
+        "dvc.yaml's code deps differ from the code: ./dev run python -m rlvr.pipeline.codedeps --write"
+    )
+
+
+def test_the_writer_lists_files_and_keeps_data_deps_and_comments(deps):
+    text = written_dvc_yaml(ROOT)
+    assert "# the seeds' audit, and which seed the rest of the page shows" in text
+    for stage, listed in deps.items():
+        code = [d for d in listed if d.split("/")[0] in ("rlvr", "stages", "tests")]
+        assert code and all(d.endswith(".py") for d in code), (stage, code)
+    assert "data/grpo_train.jsonl" in deps["train"] and "configs/accelerate" in deps["train"]
+
+
+def test_a_folder_a_stage_does_not_run_is_named_file_by_file(deps):
     gate_tests = load_params(ROOT / "params.yaml").gate.tests
-    assert unneeded(ROOT, {"validate": [*deps["validate"], "rlvr/audit"]}, gate_tests) == {
-        "validate": ["rlvr/audit"]
-    }
+    runs = stage_code_files(ROOT, "validate", gate_tests)
+    audit = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "rlvr/audit").glob("*.py")
+        if str(p.relative_to(ROOT)) not in runs
+    )
+    assert audit and unneeded(
+        ROOT, {"validate": [*deps["validate"], "rlvr/audit"]}, gate_tests
+    ) == {"validate": audit}
 
 
 def test_the_report_follows_all_the_code_and_the_comments_in_params_yaml(deps):
@@ -90,16 +114,15 @@ def test_the_derivation_follows_every_kind_of_import(tmp_path):
 
 
 def test_a_missing_dep_is_named_with_its_stage(deps):
-    """Drop one package folder from train's deps: the check names exactly the files of that
+    """Drop one package's files from train's deps: the check names exactly the files of that
     package that train runs, and nothing else."""
     runs = stage_code_files(ROOT, "train", [])
-    without = [d for d in deps["train"] if d != "rlvr/pipeline"]
-    assert uncovered(ROOT, {"train": without}) == {
-        "train": sorted(f for f in runs if f.startswith("rlvr/pipeline/"))
-    }
-    assert "rlvr/pipeline/training.py" in uncovered(ROOT, {"train": without})["train"]
-    without = [d for d in deps["train"] if d != "rlvr/rewards"]
-    assert "rlvr/rewards/verifiers.py" in uncovered(ROOT, {"train": without})["train"]
+    for package in ("rlvr/rewards/", "rlvr/grpo/"):
+        without = [d for d in deps["train"] if not d.startswith(package)]
+        assert uncovered(ROOT, {"train": without}) == {
+            "train": sorted(f for f in runs if f.startswith(package))
+        }
+    assert "rlvr/rewards/verifiers.py" in runs
     without = [d for d in deps["train"] if d != "stages/__init__.py"]
     assert uncovered(ROOT, {"train": without}) == {"train": ["stages/__init__.py"]}
 

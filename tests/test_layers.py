@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.pipeline.codedeps import project_imports
+from rlvr.core.code_closure import project_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -319,14 +319,21 @@ def test_fingerprint_follows_file_contents(tmp_path):
     assert fingerprint({"lr": 1}, data) != first
 
 
-def test_the_run_fingerprint_covers_all_of_the_library():
-    """A checkpoint is resumed only by the run that made it: a change to any of rlvr's code, in
-    any package, makes another run (the train stage fingerprints the whole folder)."""
-    from rlvr.pipeline.training import LIBRARY_DIR
+def test_the_run_fingerprint_hashes_the_files_train_depends_on():
+    """A checkpoint is resumed only by the run that made it: the fingerprint hashes each file of
+    train's code deps in dvc.yaml (the same derivation), so an edit to any code train runs makes
+    another run, and an edit elsewhere (the report) keeps its checkpoints."""
+    from rlvr.core.files import file_md5
+    from rlvr.pipeline.codedeps import dvc_stage_deps
+    from rlvr.pipeline.training import train_code_md5s
 
     root = Path(__file__).resolve().parents[1]
-    assert LIBRARY_DIR == root / "rlvr"
-    assert {p.parent.name for p in LIBRARY_DIR.glob("*/__init__.py")} >= {"grpo", "rewards", "core"}
+    code = train_code_md5s()
+    listed = [d for d in dvc_stage_deps(root)["train"] if d.split("/")[0] in ("rlvr", "stages")]
+    assert set(listed) | {"requirements.lock", "pyproject.toml"} == set(code)
+    assert {"rlvr/grpo/run.py", "rlvr/rewards/verifiers.py", "stages/train.py"} <= set(code)
+    assert "rlvr/report/retrospective.py" not in code
+    assert code["rlvr/grpo/run.py"] == file_md5(root / "rlvr/grpo/run.py")
 
 
 def test_a_checkpoint_of_two_ranks_needs_both_rng_states(tmp_path):

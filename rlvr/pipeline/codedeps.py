@@ -1,124 +1,42 @@
-"""Which repository files a DVC stage runs, derived from the code, to check dvc.yaml's deps.
+"""Which repository files a DVC stage runs, derived from the code; writes them as dvc.yaml's deps.
 
-A stage reruns only when a listed dep changes, so every file whose code it runs must be listed:
-its stage module and every project module it imports, directly or not, including imports inside
-functions and the `__init__.py` of every package on the way. `stage_code_files` follows the
-imports with `ast` (nothing is imported or run); `uncovered` says which of them dvc.yaml misses.
+A stage reruns only when a listed dep changes, so every file whose code it runs must be listed,
+and no other: its stage module and every project module it imports, directly or not, including
+imports inside functions and the `__init__.py` of every package on the way. `stage_code_files`
+follows the imports with `ast` (nothing is imported or run); `written_dvc_yaml` puts exactly those
+files in each stage's deps (data deps, outs and comments kept); `uncovered` and `unneeded` say
+which files dvc.yaml misses or lists for nothing.
 
-    ./dev run python -m rlvr.pipeline.codedeps      # each stage: the code files dvc.yaml does not list,
-                                                    # and the code deps it runs nothing in
+    ./dev run python -m rlvr.pipeline.codedeps          # per stage: files missing, files extra;
+                                                        # fails when dvc.yaml differs from --write
+    ./dev run python -m rlvr.pipeline.codedeps --write  # rewrite the code deps in dvc.yaml
 """
 
 from __future__ import annotations
 
-import ast
+import argparse
+import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from dvc.dependency.param import ParamsDependency
 from dvc.repo import Repo
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedSeq
 
+from rlvr.core.code_closure import ENVIRONMENT_FILES, stage_code_files
+from rlvr.core.files import write_text_atomic
 from rlvr.params.config import load_params
 
-# Files every stage depends on besides code: the pinned library versions and the package and
-# pytest configuration (a changed pin changes what the library code does).
-ENVIRONMENT_FILES = ("requirements.lock", "pyproject.toml")
 # Stages that report on every other stage: the retrospective and the model card show the stages'
 # code digests (the retrospective also params.yaml's comments), so they depend on all the code and
 # on the file itself.
 SUMMARY_STAGES = ("report", "publish")
 # Where the project's code lives: a dep under one of these is code a stage must run.
 CODE_FOLDERS = ("rlvr", "stages", "tests")
-
-
-def _module_file(root: Path, module: str) -> Path | None:
-    base = root.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _with_packages(root: Path, module: str) -> list[Path]:
-    """The module's file and the __init__.py of each package above it (Python runs them all)."""
-    parts = module.split(".")
-    files = [_module_file(root, ".".join(parts[:i])) for i in range(1, len(parts) + 1)]
-    return [f for f in files if f is not None]
-
-
-def _package_of(root: Path, file: Path) -> list[str]:
-    parts = list(file.relative_to(root).with_suffix("").parts)
-    return parts[:-1]  # a module's package; for __init__.py, the package itself
-
-
-def imported_modules(root: Path, file: Path) -> set[str]:
-    """Dotted names of every module `file` imports anywhere (top level or inside functions)."""
-    tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                package = _package_of(root, file)
-                package = package[: len(package) - (node.level - 1)]
-                base = ".".join(package + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import mod`
-    return {name for name in found if name}
-
-
-def project_imports(root: Path, file: Path) -> set[Path]:
-    """The project's files that importing `file` runs next: each module it imports anywhere and
-    the __init__.py of every package on the way."""
-    return {
-        dep
-        for module in imported_modules(root, file)
-        if _module_file(root, module)
-        for dep in _with_packages(root, module)
-    }
-
-
-def code_closure(root: str | Path, entry_files: Iterable[str | Path]) -> set[str]:
-    """Repository-relative paths of the entry files and every project file they import."""
-    root = Path(root).resolve()
-    todo = [root / f for f in entry_files]
-    seen: set[Path] = set()
-    while todo:
-        file = todo.pop()
-        if file in seen or file.suffix != ".py":
-            continue
-        seen.add(file)
-        todo.extend(project_imports(root, file))
-    return {str(f.relative_to(root)) for f in seen}
-
-
-def _python_files(root: Path, paths: Sequence[str]) -> list[Path]:
-    files: list[Path] = []
-    for path in paths:
-        target = root / path
-        if target.is_dir():
-            files += sorted(p for p in target.rglob("*.py") if "__pycache__" not in p.parts)
-        elif target.is_file():
-            files.append(target)
-    return files
-
-
-def stage_code_files(root: str | Path, stage: str, gate_tests: Sequence[str] = ()) -> set[str]:
-    """The code a stage runs: stages/<stage>.py and its imports. The gate also runs the tests
-    and doctests it is given (params gate.tests), the conftest.py files pytest loads for them, and
-    pytest's configuration."""
-    root = Path(root).resolve()
-    entries = _with_packages(root, f"stages.{stage}")  # stages/__init__.py runs too
-    if stage == "reward_tests":
-        tests = _python_files(root, gate_tests)
-        conftests = {
-            parent / "conftest.py" for test in tests for parent in test.relative_to(root).parents
-        }
-        entries += tests + [root / c for c in sorted(conftests) if (root / c).is_file()]
-    return code_closure(root, entries) | set(ENVIRONMENT_FILES)
+# The deps the writer owns: the code, the environment files, and params.yaml as a file (the summary
+# stages read its comments). Data deps (${...}) and configs are written by hand and kept.
+WRITTEN_FILES = (*ENVIRONMENT_FILES, "params.yaml")
 
 
 def covered(path: str, deps: Iterable[str]) -> bool:
@@ -146,21 +64,81 @@ def uncovered(
     }
 
 
+def _code_files(root: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(root))
+        for folder in CODE_FOLDERS
+        for p in (root / folder).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+
+
 def unneeded(
     root: str | Path, deps: dict[str, list[str]], gate_tests: Sequence[str] = ()
 ) -> dict[str, list[str]]:
-    """Per stage, the code deps (a file or folder of the project's code) that hold none of the
-    files it must list: a change there would rerun the stage for nothing."""
+    """Per stage, the files of the project's code its deps cover (listed, or inside a listed
+    folder) that it does not run: a change there would rerun the stage for nothing."""
+    root = Path(root).resolve()
     required = required_deps(root, deps, gate_tests)
+    code = _code_files(root)
     return {
-        stage: [
-            dep
-            for dep in deps[stage]
-            if dep.split("/")[0] in CODE_FOLDERS
-            and not any(covered(file, [dep]) for file in required[stage])
-        ]
+        stage: [f for f in code if covered(f, deps[stage]) and f not in required[stage]]
         for stage in deps
     }
+
+
+def written(dep: str) -> bool:
+    """Is this dep one the writer owns (code, the environment files, params.yaml)?"""
+    return dep.split("/")[0] in CODE_FOLDERS or dep in WRITTEN_FILES
+
+
+def _ordered(files: Iterable[str]) -> list[str]:
+    files = set(files)
+    return sorted(f for f in files if f not in WRITTEN_FILES) + [
+        f for f in WRITTEN_FILES if f in files
+    ]
+
+
+def _yaml() -> YAML:
+    """ruamel's round trip in dvc.yaml's layout: unchanged input comes out byte for byte."""
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    return yaml
+
+
+def written_dvc_yaml(root: str | Path = ".", gate_tests: Sequence[str] | None = None) -> str:
+    """dvc.yaml with each stage's code deps replaced by exactly the files it must list
+    (required_deps), in one sorted block where the first of them stood; every other dep keeps its
+    place and comment, and the rest of the file is unchanged."""
+    root = Path(root).resolve()
+    if gate_tests is None:
+        gate_tests = load_params(root / "params.yaml").gate.tests
+    yaml = _yaml()
+    doc = yaml.load((root / "dvc.yaml").read_text())
+    stages = doc["stages"]
+    required = required_deps(root, list(stages), gate_tests)
+    for name, stage in stages.items():
+        body = stage["do"] if "foreach" in stage else stage
+        old = body.get("deps") or CommentedSeq()
+        comments = {str(dep): old.ca.items.get(i) for i, dep in enumerate(old)}
+        new, placed = CommentedSeq(), False
+        for dep in old:
+            if not written(str(dep)):
+                new.append(dep)
+            elif not placed:
+                new.extend(_ordered(required[name]))
+                placed = True
+        if not placed:
+            new.extend(_ordered(required[name]))
+        for i, dep in enumerate(new):
+            if comments.get(str(dep)):
+                new.ca.items[i] = comments[str(dep)]
+        body["deps"] = new
+    out = io.StringIO()
+    yaml.dump(doc, out)
+    return out.getvalue()
 
 
 def dvc_stage_deps(root: str | Path = ".") -> dict[str, list[str]]:
@@ -180,16 +158,33 @@ def dvc_stage_deps(root: str | Path = ".") -> dict[str, list[str]]:
     return found
 
 
-def main() -> int:
-    deps, gate_tests = dvc_stage_deps("."), load_params().gate.tests
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite dvc.yaml's code deps")
+    args = parser.parse_args(argv)
+    gate_tests = load_params().gate.tests
+    text = written_dvc_yaml(".", gate_tests)
+    if args.write:
+        if text != Path("dvc.yaml").read_text():
+            write_text_atomic("dvc.yaml", text)
+            print("dvc.yaml: code deps rewritten (`dvc status` says which stages that reruns)")
+        else:
+            print("dvc.yaml: code deps already exact")
+        return 0
+    deps = dvc_stage_deps(".")
     missing, extra = uncovered(".", deps, gate_tests), unneeded(".", deps, gate_tests)
-    for stage, files in missing.items():
+    for stage in deps:
         print(
-            f"{stage}: "
-            + (", ".join(files) if files else "every file it runs is a dep")
-            + (f"; runs nothing in {', '.join(extra[stage])}" if extra[stage] else "")
+            f"{stage}: {len(missing[stage])} missing, {len(extra[stage])} extra"
+            + (f"; missing {', '.join(missing[stage])}" if missing[stage] else "")
+            + (f"; extra {', '.join(extra[stage])}" if extra[stage] else "")
         )
-    return 1 if any(missing.values()) or any(extra.values()) else 0
+    if text != Path("dvc.yaml").read_text():
+        print(
+            "dvc.yaml differs from its code deps: ./dev run python -m rlvr.pipeline.codedeps --write"
+        )
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

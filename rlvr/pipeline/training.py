@@ -23,8 +23,9 @@ from rlvr.audit.evaluation import (
     training_validation,
 )
 from rlvr.audit.smoke import failed_lines, smoke_checks
+from rlvr.core.code_closure import stage_code_files
 from rlvr.core.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
-from rlvr.core.files import share_with_umask, write_jsonl
+from rlvr.core.files import file_md5, share_with_umask, write_jsonl
 from rlvr.core.metric_keys import (
     BETA,
     CORRECTNESS,
@@ -55,9 +56,15 @@ from rlvr.report.plots import plot_curves
 from rlvr.report.provenance import library_versions
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 
-LIBRARY_DIR = Path(__file__).resolve().parents[1]  # rlvr/: all of the library's code
+ROOT = Path(__file__).resolve().parents[2]  # the repository: stages/ and rlvr/
 # The libraries whose versions a training run's fingerprint covers.
 TRAINING_LIBRARIES = ("torch", "transformers", "trl", "accelerate")
+
+
+def train_code_md5s() -> dict[str, str]:
+    """The md5 of each file the train stage runs (its code deps in dvc.yaml, the same derivation),
+    for the resume fingerprint: an edit to code train does not run keeps its checkpoints."""
+    return {f: file_md5(ROOT / f) for f in sorted(stage_code_files(ROOT, "train"))}
 
 
 def step_history(log_history: list[dict]) -> list[dict]:
@@ -294,8 +301,9 @@ def train_run(
     start = run.rft_model if params.train.start_model == paths.rft_models else paths.base_model
     policy = policy_path(start)
     final_dir, checkpoint_dir = run.trained_model, run.checkpoints
-    # What the run depends on: params, data, base model, the library's code and versions, the
-    # numerics it computes with (rlvr/core/numerics.py). A checkpoint of any other run is never resumed.
+    # What the run depends on: params, data, base model, the code train runs (the files train's
+    # deps in dvc.yaml list) and the library versions, the numerics it computes with
+    # (rlvr/core/numerics.py). A checkpoint of any other run is never resumed.
     model = params.model
     # (train.log_every only changes what the console shows)
     train = dataclasses.replace(params.train, log_every=1)
@@ -307,11 +315,11 @@ def train_run(
             "model": {"chat_template": model.chat_template, "lora": model.lora},
             "versions": library_versions(TRAINING_LIBRARIES),
             "numerics": numerics_in_force(),
+            "code": train_code_md5s(),
         },
         Path(params.data.train_path),
         *([Path(val_path)] if val_rows else []),
         Path(start),
-        LIBRARY_DIR,
         *filter(None, [accelerate_config_file(train.accelerate_config)]),
     )
     own_state = [RUNNING_MEAN_FILE] if params.train.advantage == "running_mean" else []
