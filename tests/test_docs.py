@@ -170,9 +170,14 @@ def test_dev_test_runs_on_both_cores_with_one_torch_thread_each():
     each."""
     dev = (ROOT / "dev").read_text()
     assert 'exec python -m pytest -n auto --maxprocesses=2 --dist loadfile "$@"' in dev
-    assert (
-        'os.environ.setdefault("OMP_NUM_THREADS", "1")' in (ROOT / "tests/conftest.py").read_text()
+    environment = (ROOT / "tests/environment.py").read_text()
+    assert environment.index('os.environ.setdefault("OMP_NUM_THREADS", "1")') < environment.index(
+        "import torch"
     )
+    for conftest in ("tests/conftest.py", "tests/rewards/conftest.py"):  # the gate loads the second
+        imports = re.findall(r"^(?:from|import) (\S+)", (ROOT / conftest).read_text(), flags=re.M)
+        firsts = [m for m in imports if m.startswith(("tests", "rlvr", "torch"))]
+        assert firsts[0] == "tests.environment", (conftest, firsts)
     assert "up to 2 cores (pytest-xdist, one torch thread each)" in " ".join(
         README.read_text().split()
     )

@@ -89,16 +89,39 @@ def _python_files(root: Path, paths: Sequence[str]) -> list[Path]:
     return files
 
 
+def conftest_cut(test_paths: Sequence[str]) -> str | None:
+    """The gate's `--confcutdir`: the deepest folder holding every gate path under tests/ (e.g.
+    tests/rewards), so pytest loads no conftest.py above it (tests/conftest.py and the end-to-end
+    helpers it imports); None when no gate path is under tests/.
+
+    >>> conftest_cut(["tests/rewards", "rlvr/rewards"])
+    'tests/rewards'
+    >>> conftest_cut(["tests/rewards/test_a.py", "tests/other"])
+    'tests'
+    """
+    under = [Path(p) for p in test_paths if Path(p).parts[:1] == ("tests",)]
+    if not under:
+        return None
+    parts = [p.parts if not p.suffix else p.parent.parts for p in under]
+    common = [c[0] for c in zip(*parts, strict=False) if len(set(c)) == 1]
+    return str(Path(*common))
+
+
 def stage_code_files(root: str | Path, stage: str, gate_tests: Sequence[str] = ()) -> set[str]:
     """The code a stage runs: stages/<stage>.py and its imports. The gate also runs the tests
-    and doctests it is given (params gate.tests), the conftest.py files pytest loads for them, and
-    pytest's configuration."""
+    and doctests it is given (params gate.tests), the conftest.py files pytest loads for them (none
+    in a folder above `conftest_cut`), and pytest's configuration."""
     root = Path(root).resolve()
     entries = _with_packages(root, f"stages.{stage}")  # stages/__init__.py runs too
     if stage == "reward_tests":
         tests = _python_files(root, gate_tests)
+        cut = conftest_cut(gate_tests)
+        above = set(Path(cut).parents) if cut else set()
         conftests = {
-            parent / "conftest.py" for test in tests for parent in test.relative_to(root).parents
+            parent / "conftest.py"
+            for test in tests
+            for parent in test.relative_to(root).parents
+            if parent not in above
         }
         entries += tests + [root / c for c in sorted(conftests) if (root / c).is_file()]
     return code_closure(root, entries) | set(ENVIRONMENT_FILES)

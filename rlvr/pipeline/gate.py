@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlvr.core.code_closure import conftest_cut
 from rlvr.core.errors import PipelineError
 from rlvr.core.files import write_json
 
@@ -44,6 +45,9 @@ def run_reward_tests(test_paths: Sequence[str], report_path: str | Path) -> dict
             "no:cacheprovider",
             f"--junitxml={junit}",
         ]
+        cut = conftest_cut(test_paths)  # the conftests above it are the end-to-end tests'
+        if cut:
+            command.append(f"--confcutdir={cut}")
         completed = subprocess.run(command, capture_output=True, text=True)
         cases = ET.parse(junit).getroot().iter("testcase") if junit.exists() else []
         failing, counts = [], {"tests": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}

@@ -1,4 +1,5 @@
-"""Fixtures of the reward tests."""
+"""Fixtures of the reward tests. The gate runs them with `--confcutdir tests/rewards`: this file,
+not tests/conftest.py, brings what every test process shares (tests/environment.py)."""
 
 import os
 import subprocess
@@ -6,6 +7,8 @@ import sys
 import time
 
 import pytest
+
+from tests.environment import tiny_policy_dir  # noqa: F401  (first: torch's threads)
 
 
 @pytest.fixture
