@@ -130,13 +130,16 @@ def test_a_missing_dep_is_named_with_its_stage(deps):
 def test_the_gate_covers_its_tests_their_conftest_and_what_they_import():
     files = stage_code_files(ROOT, "reward_tests", ["tests/rewards"])
     assert {
-        "tests/conftest.py",
+        "tests/rewards/conftest.py",
+        "tests/environment.py",
         "tests/rewards/test_verifiers.py",
         "rlvr/params/config.py",
         "rlvr/rewards/verifiers.py",
         "pyproject.toml",
         "requirements.lock",
     } <= files
+    # pytest runs with --confcutdir tests/rewards: the end-to-end tests' conftest is no gate code
+    assert not {"tests/conftest.py", "tests/helpers.py"} & files
 
 
 def test_every_code_change_reaches_the_stages_that_run_it(deps):

@@ -36,6 +36,21 @@ def test_no_tests_collected_does_not_pass(tmp_path):
     assert verdict["pytest_exit_code"] == 5 and verdict["reason"] == "no tests were collected"
 
 
+def test_the_gate_loads_no_conftest_above_its_tests(tmp_path, monkeypatch):
+    """The gate runs pytest with --confcutdir at its tests' folder (rlvr.core.code_closure
+    .conftest_cut), so the end-to-end tests' conftest, which its deps do not list, never runs in
+    it: here one that fails on import is left alone, and fails the run once the gate's paths
+    reach its folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/conftest.py").write_text("raise RuntimeError('not gate code')\n")
+    _write_tests(tmp_path / "tests/rewards", "def test_ok():\n    assert True\n")
+    verdict = run_reward_tests(["tests/rewards"], tmp_path / "gate.json")
+    assert verdict["passed"] and verdict["counts"]["passed"] == 1, verdict
+    verdict = run_reward_tests(["tests"], tmp_path / "gate.json")
+    assert not verdict["passed"] and "not gate code" in verdict["reason"], verdict
+
+
 def test_require_gate(tmp_path):
     report = tmp_path / "gate.json"
     with pytest.raises(GateClosed, match="missing"):
