@@ -35,9 +35,9 @@ from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HO
 from flows.pipeline import pipeline
 from rlvr.core.errors import PipelineError
 from rlvr.params.config import ParamsError, load_params
+from rlvr.params.experiments import check_queued_runs
 from rlvr.pipeline.comparison import compare, comparison_rows
 from rlvr.pipeline.experiments import (
-    check_queued_runs,
     grid_commands,
     grid_runs,
     queue_commands,

@@ -354,10 +354,11 @@ def measure_validation(bench: Bench) -> None:
 
 
 def measure_evaluation(bench: Bench) -> None:
-    from rlvr.audit.evaluation import audit, prompt_template, rollout_settings
+    from rlvr.audit.evaluation import audit
     from rlvr.core.seeds import seed_paths
     from rlvr.data.rows import read_rows
     from rlvr.policy.models import load_policy
+    from rlvr.policy.sampling import prompt_template, rollout_settings
     from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 
     params, ev = bench.params, bench.params.evaluate

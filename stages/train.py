@@ -16,12 +16,12 @@ guides (rlvr/grpo/guidance.py).
 
 import time
 
-from rlvr.baseline.rft import verified_answers
 from rlvr.core.files import write_json
 from rlvr.core.seeds import seed_paths
 from rlvr.grpo.distributed import from_main_process, is_main_process
 from rlvr.pipeline.stage import ParamsView, run_stage
 from rlvr.pipeline.training import require_smoke, train_run
+from rlvr.policy.verified import verified_answers
 
 
 def main(params: ParamsView) -> int:

@@ -12,12 +12,12 @@ import json
 import sys
 
 import stages  # noqa: F401  (pins torch's numerics from ./params.yaml: before torch is imported)
-from rlvr.audit.evaluation import generate, rollout_settings
 from rlvr.core.numerics import numerics_in_force
 from rlvr.data.rows import read_rows
 from rlvr.grpo.run import run_grpo
 from rlvr.params.config import load_params
 from rlvr.policy.models import load_policy, prepare_base
+from rlvr.policy.sampling import generate, rollout_settings
 
 
 def digest(model) -> str:

@@ -12,15 +12,13 @@ from rlvr.audit.slices import (
     audit_verdict,
     crossing,
     diversity,
-    k_values,
-    pass_at_k,
-    pass_at_k_curve,
     regression_reasons,
     slices,
     solutions,
     split_audit,
     verdict_line,
 )
+from rlvr.core.stats import k_values, pass_at_k, pass_at_k_curve
 
 # --------------------------------------------------------------------------- pass@k
 

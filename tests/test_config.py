@@ -430,7 +430,7 @@ def test_check_params_checks_every_experiment_the_flow_would_run(tmp_path, chang
 
 
 def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
-    from rlvr.pipeline.experiments import experiment_params
+    from rlvr.params.experiments import experiment_params
 
     runs = [(where, params) for where, _, params in experiment_params(ROOT / "params.yaml")]
     assert [where for where, _ in runs] == [
@@ -508,7 +508,7 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
     """A grid value can make an ablation invalid inside the grid's runs (their check_params
     checks the ablations on their own params.yaml): the flow says so before queueing."""
     from flows.experiments import queue_experiments
-    from rlvr.pipeline.experiments import check_queued_runs
+    from rlvr.params.experiments import check_queued_runs
     from rlvr.pipeline.orchestration import StageFailed
 
     path = _params_file(
@@ -544,8 +544,8 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
 
 @pytest.mark.slow
 def test_every_run_of_the_committed_grid_passes_its_own_check_params(tmp_path, monkeypatch):
-    from rlvr.pipeline import experiments
-    from rlvr.pipeline.experiments import check_queued_runs, experiment_params
+    from rlvr.params import experiments
+    from rlvr.params.experiments import check_queued_runs, experiment_params
     from tests.helpers import SMALL_RUN, set_params
 
     applied = []

@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.audit.evaluation import SampleSettings, audit, policy_kl, score_rows, summarize
+from rlvr.audit.evaluation import audit, policy_kl
 from rlvr.audit.slices import overall_verdict as verdict
 from rlvr.core.stats import paired_ci
 from rlvr.data.rows import read_rows
 from rlvr.params.config import RewardsParams
 from rlvr.policy.models import load_policy
+from rlvr.policy.sampling import SampleSettings, score_rows, summarize
 from rlvr.rewards import build_reward_funcs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -415,7 +415,8 @@ def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
     from dvc.utils.hydra import get_hydra_sweeps, to_hydra_overrides
 
     from rlvr.params.config import OrchestrationParams, load_params
-    from rlvr.pipeline.experiments import experiment_runs, grid_commands, queue_commands
+    from rlvr.params.experiments import experiment_runs
+    from rlvr.pipeline.experiments import grid_commands, queue_commands
 
     def meaning(overrides):  # (key, parsed value): 'x=false' and DVC's 'x=False' are one run
         return sorted((o.key_or_group, repr(o.value())) for o in to_hydra_overrides(overrides))

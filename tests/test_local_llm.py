@@ -100,7 +100,7 @@ def test_the_chat_template_renders_chatml_with_a_generation_prompt(built):
 def test_an_assistant_turn_ends_with_the_token_generation_stops_on(built):
     """As Qwen3 instruct: <|im_end|> is eos (TRL and evaluation stop on it), <|endoftext|> pads;
     generation_config stops on either, and evaluation stops where TRL's rollouts do."""
-    from rlvr.audit.evaluation import stop_token_ids
+    from rlvr.policy.sampling import stop_token_ids
 
     model, tokenizer = built
     im_end, endoftext = tokenizer.convert_tokens_to_ids([IM_END, ENDOFTEXT])
@@ -223,8 +223,8 @@ def test_chat_template_variables_reach_evaluation_and_trl_alike(built, tmp_path)
 
     from trl.data_utils import apply_chat_template
 
-    from rlvr.audit.evaluation import prompt_template, render_prompt
     from rlvr.grpo.config import grpo_config
+    from rlvr.policy.sampling import prompt_template, render_prompt
 
     tokenizer = copy.deepcopy(built[1])
     # Qwen3's template closes an empty think block when enable_thinking is false
@@ -258,7 +258,7 @@ def test_chat_template_variables_reach_evaluation_and_trl_alike(built, tmp_path)
 
 
 def test_greedy_evaluation_runs_on_chat_prompts(built, rows):
-    from rlvr.audit.evaluation import SampleSettings, score_rows, summarize
+    from rlvr.policy.sampling import SampleSettings, score_rows, summarize
     from rlvr.rewards.registry import build_reward_funcs
 
     model, tokenizer = built

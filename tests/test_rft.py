@@ -8,17 +8,12 @@ import random
 import pytest
 
 from rlvr.audit.baseline import baseline_audit, compare_baseline
-from rlvr.audit.evaluation import ScoredRow
 from rlvr.audit.recipe import pooled_audit
 from rlvr.audit.slices import SliceRule
-from rlvr.baseline.rft import (
-    OFF_MARKER,
-    completions_budget,
-    kept_examples,
-    train_rft,
-    write_off_marker,
-)
+from rlvr.baseline.rft import OFF_MARKER, train_rft, write_off_marker
 from rlvr.params.config import load_params, parse_params
+from rlvr.policy.sampling import ScoredRow
+from rlvr.policy.verified import completions_budget, kept_examples
 from tests.helpers import ROOT
 from tests.test_recipe import N, _record
 from tests.test_report_escaping import figures  # noqa: F401 (a fixture)
@@ -135,8 +130,8 @@ def test_it_fine_tunes_the_base_on_what_it_kept_and_saves_it_whole(
     assert (out / "config.json").exists() and not list(tmp_path.glob("models/rft/rft.*"))
 
     # the same samples again (same seed, same base): the pairs it fine-tuned on
-    from rlvr.audit.evaluation import rollout_settings, score_rows
     from rlvr.data.rows import read_rows
+    from rlvr.policy.sampling import rollout_settings, score_rows
     from rlvr.rewards.registry import build_reward_funcs
 
     base, tokenizer = load_policy(tiny_policy_dir)
@@ -374,12 +369,12 @@ def test_an_interval_end_within_float_noise_of_0_holds_0():
 
 
 def test_the_guides_are_the_answers_rft_keeps(tmp_path, tiny_policy_dir, monkeypatch):
-    """train.guidance's guides (rlvr.baseline.rft.verified_answers): the base's sampling as RFT
+    """train.guidance's guides (rlvr.policy.verified.verified_answers): the base's sampling as RFT
     samples it, so each row's guides are the distinct correct answers rft@seed keeps, each one
     verified; a row with none has no entry."""
     import re
 
-    from rlvr.baseline.rft import verified_answers
+    from rlvr.policy.verified import verified_answers
 
     params = _params(tmp_path, tiny_policy_dir, {"type": "regex", "pattern": "^[0-9]"}, monkeypatch)
     guides = verified_answers(params, 0)

@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.audit.evaluation import SampleSettings, training_validation, validation_scores
 from rlvr.core.metric_keys import TIMING_KEYS
 from rlvr.data.rows import read_rows, to_hf_dataset
 from rlvr.grpo.callbacks import BetaSchedule
 from rlvr.grpo.config import grpo_config
 from rlvr.grpo.run import build_trainer, run_grpo
+from rlvr.grpo.scoring import training_validation, validation_scores
 from rlvr.params.config import ParamsError, parse_params
 from rlvr.pipeline.training import selection_record, validation_history
+from rlvr.policy.sampling import SampleSettings
 from rlvr.rewards.registry import RewardFunction, build_reward_funcs, normalized_weights
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,10 +5,11 @@ prompt, the verdict's rules of `report`. Stages evaluate and rft call it."""
 
 from __future__ import annotations
 
-from rlvr.audit.evaluation import audit, prompt_template, rollout_settings
+from rlvr.audit.evaluation import audit
 from rlvr.audit.slices import SliceRule
 from rlvr.data.rows import read_rows
 from rlvr.policy.models import load_policy, policy_path
+from rlvr.policy.sampling import prompt_template, rollout_settings
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 
 

@@ -28,11 +28,10 @@ from rlvr.audit.slices import (
     SliceRule,
     _policy_stats,
     audit_verdict,
-    pass_at_k,
     regression_reasons,
     verdict_line,
 )
-from rlvr.core.stats import seeds_and_prompts_ci
+from rlvr.core.stats import pass_at_k, seeds_and_prompts_ci
 
 MIN_SEEDS = 2  # a recipe verdict needs at least this many seeds that ran to the end
 ZERO_NOISE = 1e-12  # an interval end closer to 0 than this holds 0

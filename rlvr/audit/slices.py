@@ -20,48 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from math import comb
 
-from rlvr.core.stats import finite_mean, paired_ci
+from rlvr.core.stats import finite_mean, paired_ci, pass_at_k, pass_at_k_curve
 
 POLICIES = ("step0", "final")
-
-
-# --------------------------------------------------------------------------- pass@k
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased pass@k estimator (Chen et al. 2021): the chance that k of the n samples,
-    drawn without replacement, hold at least one of the c correct ones: 1 - C(n-c, k) / C(n, k).
-
-    >>> pass_at_k(8, 0, 4), pass_at_k(8, 8, 1), pass_at_k(4, 1, 2), pass_at_k(32, 2, 32)
-    (0.0, 1.0, 0.5, 1.0)
-    """
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k:  # every draw of k holds a correct one
-        return 1.0
-    return 1.0 - comb(n - c, k) / comb(n, k)  # exact integers, one rounding
-
-
-def k_values(n: int) -> list[int]:
-    """The k the audit reports: powers of two below n, then n itself.
-
-    >>> k_values(32), k_values(12), k_values(1)
-    ([1, 2, 4, 8, 16, 32], [1, 2, 4, 8, 12], [1])
-    """
-    ks = [2**i for i in range(n.bit_length()) if 2**i < n]
-    return [*ks, n]
-
-
-def pass_at_k_curve(counts: Sequence[int], n: int) -> dict[str, float]:
-    """Mean pass@k over prompts (c correct of n each), for every k of k_values(n); keys are k as
-    text (JSON object keys).
-
-    >>> pass_at_k_curve([0, 1, 4], 4)
-    {'1': 0.4166666666666667, '2': 0.5, '4': 0.6666666666666666}
-    """
-    return {str(k): finite_mean(pass_at_k(n, c, k) for c in counts) for k in k_values(n)}
 
 
 def crossing(curves: Mapping[str, Mapping[str, float]]) -> str | None:

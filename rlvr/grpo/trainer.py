@@ -134,7 +134,7 @@ class PipelineGRPOTrainer(GRPOTrainer):
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         """The validation rows scored as the evaluate stage scores a split (seeded samples and
-        greedy: rlvr.audit.evaluation.validation_scores), not TRL's evaluation loss. Every rank scores
+        greedy: rlvr.grpo.scoring.validation_scores), not TRL's evaluation loss. Every rank scores
         the same rows with the same weights and seed, so the best step and an early stop are the
         same on all of them."""
         if self.validation is None:

@@ -1,6 +1,6 @@
 """What training scores every train.eval_steps steps: the validation rows and the scorer of a
-policy on them. The caller builds it (rlvr.audit.evaluation.training_validation: the evaluate
-stage's sampling), so training runs the scorer it is given and imports no evaluation code."""
+policy on them. The caller builds it (rlvr.grpo.scoring.training_validation: the evaluate
+stage's sampling), so the trainer runs the scorer it is given and imports no sampling code."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rlvr.grpo.config import check_trl_config
 from rlvr.grpo.distributed import check_launch_config
 from rlvr.params.config import PARAMS_FILE, Params, ParamsError, load_params
-from rlvr.pipeline.experiments import experiment_params
+from rlvr.params.experiments import experiment_params
 from rlvr.rewards.registry import check_reward_names
 
 

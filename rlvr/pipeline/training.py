@@ -14,14 +14,6 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rlvr.audit.evaluation import (
-    correct_spread,
-    prompt_template,
-    rollout_settings,
-    score_rows,
-    summarize,
-    training_validation,
-)
 from rlvr.audit.smoke import failed_lines, smoke_checks
 from rlvr.core.code_closure import stage_code_files
 from rlvr.core.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
@@ -49,9 +41,17 @@ from rlvr.grpo.checkpoints import (
 )
 from rlvr.grpo.distributed import accelerate_config_file, barrier, is_main_process, sum_over_ranks
 from rlvr.grpo.run import run_grpo
+from rlvr.grpo.scoring import training_validation
 from rlvr.params.config import Params, PathsParams
 from rlvr.pipeline.gate import GateClosed
 from rlvr.policy.models import load_policy, policy_path, save_tokenizer
+from rlvr.policy.sampling import (
+    correct_spread,
+    prompt_template,
+    rollout_settings,
+    score_rows,
+    summarize,
+)
 from rlvr.report.plots import plot_curves
 from rlvr.report.provenance import library_versions
 from rlvr.rewards.registry import build_reward_funcs, normalized_weights

@@ -36,7 +36,7 @@ from dvc.utils.serialize import dumps_yaml, loads_yaml
 
 from rlvr.core.errors import PipelineError
 from rlvr.params.config import ParamsError, load_params
-from rlvr.pipeline.experiments import check_queued_runs, experiment_runs
+from rlvr.params.experiments import check_queued_runs, experiment_runs
 from rlvr.pipeline.orchestration import dvc_stages, run_dvc, seeded_stages, stages_ran
 from rlvr.team.clones import clone, git, origin_url, rev
 from rlvr.team.remote import RemoteFailed, dvc_error, pull, push

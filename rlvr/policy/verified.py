@@ -1,0 +1,127 @@
+"""The base's verified answers: the base policy sampled on the training rows as GRPO's one-round
+budget allows (GRPO's rollout settings, one seed), each row's distinct correct completions kept.
+RFT fine-tunes on them (rlvr/baseline/rft.py); train.guidance puts them in GRPO's unsolved groups
+(the same call, so the same answers)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlvr.data.rows import read_rows
+from rlvr.policy.models import load_policy, policy_path
+from rlvr.policy.sampling import ScoredRow, prompt_template, rollout_settings, score_rows
+from rlvr.rewards.registry import build_reward_funcs, normalized_weights
+
+BATCH_SEQUENCES = 3200  # sequences per generate call: ~4 prompts x 800 samples (fastest here)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many completions RFT samples, counted from the GRPO run's settings."""
+
+    grpo_completions: int  # what GRPO samples at one generation round per step
+    prompts: int
+    samples_per_prompt: int
+
+    @property
+    def sampled(self) -> int:
+        return self.samples_per_prompt * self.prompts
+
+
+def completions_budget(
+    max_steps: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    num_iterations: int,
+    processes: int,
+    prompts: int,
+) -> Budget:
+    """GRPO samples per_device_train_batch_size x gradient_accumulation_steps x processes
+    completions for every num_iterations optimizer steps (TRL's GRPOTrainer reuses a batch
+    num_iterations times); RFT samples as many, each training prompt ceil(total / prompts)
+    times.
+
+    >>> b = completions_budget(400, 128, 1, 1, 1, 64)
+    >>> b.grpo_completions, b.samples_per_prompt, b.sampled
+    (51200, 800, 51200)
+    >>> completions_budget(10, 6, 1, 2, 1, 4).samples_per_prompt   # 30 completions over 4 prompts
+    8
+    """
+    total = max_steps * per_device_train_batch_size * gradient_accumulation_steps * processes
+    total //= num_iterations
+    return Budget(total, prompts, max(1, math.ceil(total / prompts)))
+
+
+def kept_examples(scored: Sequence[ScoredRow]) -> tuple[list[dict], list[dict]]:
+    """The fine-tuning pairs (id, prompt, completion): per row, its correct completions, one per
+    distinct answer (the first sampled), in the rows' order; and one line per row (id, tags, sampled, correct, kept).
+
+    >>> row = ScoredRow("r1", ["3+5", "3 + 5", "5+3", "8"], {}, [1, 1, 1, 0],
+    ...                 prompt_text="3 5 -> 8: ", correct=[True, True, True, False], tags=("add",))
+    >>> pairs, lines = kept_examples([row])
+    >>> [p["completion"] for p in pairs], lines[0]["kept"], lines[0]["correct"]
+    (['3+5', '5+3'], 2, 3)
+    """
+    examples, lines = [], []
+    for row in scored:
+        seen: set[str] = set()
+        kept = 0
+        for text, answer, ok in zip(row.completions, row.answers, row.correct):
+            key = "".join(answer.split())  # `3 + 5` and `3+5` are one answer to fine-tune on
+            if ok and key not in seen:
+                seen.add(key)
+                examples.append({"id": row.id, "prompt": row.prompt_text, "completion": text})
+                kept += 1
+        lines.append(
+            {
+                "id": row.id,
+                "tags": list(row.tags),
+                "sampled": len(row.completions),
+                "correct": sum(row.correct),
+                "kept": kept,
+            }
+        )
+    return examples, lines
+
+
+def sample_base(params, seed: int) -> tuple[Budget, tuple, list[ScoredRow]]:
+    """The base (models/base) sampled on the training rows as the budget says, with GRPO's
+    rollout settings and `seed`, each completion scored: RFT's samples, and train.guidance's
+    guides (the same call, so the same answers). Returns the budget, (model, tokenizer), the
+    scored rows."""
+    rows = read_rows(params.data.train_path)
+    train, grpo = params.train, params.train.grpo
+    budget = completions_budget(
+        train.max_steps,
+        grpo.per_device_train_batch_size,
+        grpo.gradient_accumulation_steps,
+        grpo.num_iterations,
+        train.processes,
+        len(rows),
+    )
+    model, tokenizer = load_policy(policy_path(params.paths.base_model))
+    settings = rollout_settings(params, n=budget.samples_per_prompt, seed=seed)
+    settings.batch_prompts = max(1, BATCH_SEQUENCES // settings.n)
+    scored = score_rows(
+        model,
+        tokenizer,
+        rows,
+        build_reward_funcs(params.rewards),
+        normalized_weights(params.rewards.weights),
+        settings,
+        prompt_template(params.model),
+    )
+    return budget, (model, tokenizer), scored
+
+
+def verified_answers(params, seed: int) -> dict[str, list[str]]:
+    """train.guidance's guides: each training row's distinct correct completions from the base's
+    sampling, as RFT keeps them (`sample_base`, `kept_examples`: the very answers rft@seed
+    fine-tunes on). Rows with none are left out."""
+    examples, _ = kept_examples(sample_base(params, seed)[2])
+    guides: dict[str, list[str]] = {}
+    for example in examples:
+        guides.setdefault(example["id"], []).append(example["completion"])
+    return guides
