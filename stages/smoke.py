@@ -10,8 +10,8 @@ every failed check with its value.
 """
 
 from rlvr.core.files import write_json
+from rlvr.pipeline.smoke import smoke_run
 from rlvr.pipeline.stage import ParamsView, run_stage
-from rlvr.pipeline.training import smoke_run
 from rlvr.report.metrics import smoke_metrics
 
 

@@ -1,4 +1,4 @@
-"""The smoke and full GRPO runs, end to end: what the smoke and train stages call.
+"""The full GRPO run, end to end: what the train stage calls (the smoke run: rlvr.pipeline.smoke).
 
 Each returns plain dicts for the stage to write (metrics stay deterministic: timings and the
 resume point go to separate entries) and the lines to print.
@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rlvr.audit.smoke import failed_lines, smoke_checks
 from rlvr.core.code_closure import stage_code_files
 from rlvr.core.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
 from rlvr.core.files import file_md5, share_with_umask, write_jsonl
@@ -30,7 +27,7 @@ from rlvr.core.numerics import numerics_in_force
 from rlvr.core.seeds import SeedPaths
 from rlvr.core.stats import drift_kl, finite_mean, kl_source
 from rlvr.core.timing import record_timing
-from rlvr.data.rows import Row, read_rows
+from rlvr.data.rows import read_rows
 from rlvr.grpo.callbacks import LiveCurvesCallback, loggable, validation_entry
 from rlvr.grpo.checkpoints import (
     RUNNING_MEAN_FILE,
@@ -39,22 +36,14 @@ from rlvr.grpo.checkpoints import (
     last_checkpoint,
     resumable_checkpoint,
 )
-from rlvr.grpo.distributed import accelerate_config_file, barrier, is_main_process, sum_over_ranks
+from rlvr.grpo.distributed import accelerate_config_file, barrier, is_main_process
 from rlvr.grpo.run import run_grpo
 from rlvr.grpo.scoring import training_validation
 from rlvr.params.config import Params, PathsParams
 from rlvr.pipeline.gate import GateClosed
-from rlvr.policy.models import load_policy, policy_path, save_tokenizer
-from rlvr.policy.sampling import (
-    correct_spread,
-    prompt_template,
-    rollout_settings,
-    score_rows,
-    summarize,
-)
+from rlvr.policy.models import policy_path, save_tokenizer
 from rlvr.report.plots import plot_curves
 from rlvr.report.provenance import library_versions
-from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: stages/ and rlvr/
 # The libraries whose versions a training run's fingerprint covers.
@@ -70,90 +59,6 @@ def train_code_md5s() -> dict[str, str]:
 def step_history(log_history: list[dict]) -> list[dict]:
     """The per-step entries of a trainer's log history, numeric and timing-free."""
     return [{"step": entry["step"], **loggable(entry)} for entry in log_history if LOSS in entry]
-
-
-def baseline(params: Params, model, tokenizer, rows: list[Row]) -> dict:
-    """Step 0: the base policy's mean reward on every row, G samples each, fixed seed."""
-    funcs = build_reward_funcs(params.rewards)
-    settings = rollout_settings(params)
-    scored = score_rows(
-        model,
-        tokenizer,
-        rows,
-        funcs,
-        normalized_weights(params.rewards.weights),
-        settings,
-        template=prompt_template(params.model),
-    )
-    summary = summarize(scored)
-    return {
-        **summary,
-        "correct_spread": correct_spread(scored),
-        "samples_per_prompt": settings.n,
-        "seed": settings.seed,
-        "temperature": settings.temperature,
-        "max_new_tokens": settings.max_new_tokens,
-    }
-
-
-# --------------------------------------------------------------------------- smoke
-
-
-def smoke_run(params: Params, base_dir: str) -> dict | None:
-    """The step-0 baseline, a short GRPO run and its checks; None on a rank other than the main
-    one (under several processes the main process measures, checks and writes)."""
-    rows = read_rows(params.data.train_path)
-    policy = policy_path(base_dir)
-    step0 = None
-    if is_main_process():
-        model, tokenizer = load_policy(policy)
-        step0 = baseline(params, model, tokenizer, rows)
-        del model
-        print(
-            f"smoke: step-0 baseline on {len(rows)} prompts x {step0['samples_per_prompt']} "
-            f"samples: mean reward {step0['mean_reward']:.3f}, "
-            f"success {step0.get('success', math.nan):.3f}"
-        )
-
-    funcs = build_reward_funcs(params.rewards)
-    with tempfile.TemporaryDirectory(prefix="smoke.") as scratch:  # no checkpoints: nothing saved
-        trainer = run_grpo(
-            params, rows, policy, scratch, params.smoke.max_steps, reward_funcs=funcs, label="smoke"
-        )
-    failures = sum_over_ranks({f.__name__: f.failures for f in funcs})
-    if not is_main_process():
-        return None
-    history = step_history(trainer.state.log_history)
-    first_line = history[0] if history else {}
-    step0["first_log_line"] = first_line
-    checks = smoke_checks(
-        rows_loaded=len(rows),
-        expected_rows=params.data.train_rows,
-        num_generations=params.train.grpo.num_generations,
-        max_steps=params.smoke.max_steps,
-        beta=params.train.grpo.beta,
-        history=history,
-        batch_checks=trainer.batch_checks,
-        reward_failures=failures,
-        min_spread_share=params.smoke.min_spread_share,
-        baseline_reward=step0["mean_reward"],
-        correct_spread=step0["correct_spread"],
-        group_baseline=params.train.advantage == "group",
-        baseline_success=step0.get("success"),
-        baseline_samples=len(rows) * step0["samples_per_prompt"],
-    )
-    report = {
-        "passed": all(c["passed"] for c in checks),
-        "checks": checks,
-        "step0_mean_reward": step0["mean_reward"],
-        "first_log_line": first_line,
-        "last_log_line": history[-1] if history else {},
-    }
-    lines = [
-        f"smoke: {'PASSED' if report['passed'] else 'FAILED'}: "
-        f"{sum(c['passed'] for c in checks)}/{len(checks)} checks"
-    ] + failed_lines(checks)
-    return {"step0": step0, "report": report, "lines": lines}
 
 
 # --------------------------------------------------------------------------- full run
