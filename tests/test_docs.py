@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,28 @@ def test_ci_runs_the_readme_commands():
     ci = (ROOT / ".ci/run").read_text()
     for command in re.findall(r"^(\./dev \w+)", TWO_COMMANDS, flags=re.M):
         assert re.search(rf"^{re.escape(command)}$", ci, flags=re.M), command
+
+
+def _ci_phases(body: str) -> subprocess.CompletedProcess:
+    """.ci/run's phase timing, run on `body` instead of the real phases."""
+    ci = (ROOT / ".ci/run").read_text()
+    timing = ci[ci.index("# Where CI's time goes") : ci.index('echo "== tests (./dev test)"')]
+    script = "set -euo pipefail\n" + timing + body
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+
+
+def test_ci_prints_each_phases_wall_time_even_when_one_fails():
+    ci = (ROOT / ".ci/run").read_text()
+    for name, command in (("fast suite", "./dev test"), ("slow suite", "./dev test -m slow")):
+        assert f"\n{command}" in ci and ci.index(f'phase_done "{name}"') > ci.index(command)
+    run = _ci_phases('phase_done "fast suite"\nsleep 1\nphase_done "slow suite"\n')
+    assert run.returncode == 0, run.stderr
+    assert re.fullmatch(
+        r"== phase times: fast suite 0 s, slow suite [12] s; total [12] s\n", run.stdout
+    ), run.stdout
+    run = _ci_phases('phase_done "fast suite"\nfalse\nphase_done "slow suite"\n')
+    assert run.returncode == 1  # the failure's status, after the times so far
+    assert re.fullmatch(r"== phase times: fast suite 0 s; total 0 s\n", run.stdout), run.stdout
 
 
 def test_ci_installs_the_pinned_sshd_and_lets_no_server_test_skip():
