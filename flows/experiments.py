@@ -9,10 +9,10 @@ Queues `orchestration.ablations` (name -> `-S` overrides) and the `orchestration
 `dvc exp run --queue`, runs the queue (`dvc exp run --run-all --jobs N`, N from
 orchestration.jobs: each in a temporary copy, N at a time with cores // N torch threads each;
 the workspace keeps the default run; a worker left up with nothing to run is stopped:
-rlvr.pipeline.experiments.run_queue_to_end),
+rlvr.orchestration.experiments.run_queue_to_end),
 then publishes the comparison table (scripts/compare_experiments) as the artifact
 `experiments-comparison`. It holds the workspace for the whole run
-(rlvr.pipeline.orchestration.workspace_lock): started while another flow run holds it, it stops at once
+(rlvr.orchestration.runs.workspace_lock): started while another flow run holds it, it stops at once
 with one line naming that run.
 
 With --workers (or --seeds) nothing runs here but what compares: each run is a flow run of the
@@ -34,23 +34,23 @@ from prefect.cache_policies import NO_CACHE
 from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HOME)
 from flows.pipeline import pipeline
 from rlvr.core.errors import PipelineError
-from rlvr.params.config import ParamsError, load_params
-from rlvr.params.experiments import check_queued_runs
-from rlvr.pipeline.comparison import compare, comparison_rows
-from rlvr.pipeline.experiments import (
+from rlvr.orchestration.comparison import compare, comparison_rows
+from rlvr.orchestration.experiments import (
     grid_commands,
     grid_runs,
     queue_commands,
     queued_runs,
     run_queue_to_end,
 )
-from rlvr.pipeline.orchestration import (
+from rlvr.orchestration.runs import (
     StageFailed,
     failed,
     provenance_line,
     run_dvc,
     workspace_lock,
 )
+from rlvr.params.config import ParamsError, load_params
+from rlvr.params.experiments import check_queued_runs
 from rlvr.team import spread
 from rlvr.team.clones import default_workdir
 

@@ -25,7 +25,7 @@ from prefect.runtime import flow_run
 from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HOME)
 from flows.pipeline import pipeline
 from rlvr.core.errors import PipelineError
-from rlvr.pipeline.orchestration import failed, quiet_returned_failures
+from rlvr.orchestration.runs import failed, quiet_returned_failures
 from rlvr.team.clones import default_workdir, origin_url
 from rlvr.team.nightly import (
     Night,

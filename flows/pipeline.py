@@ -8,7 +8,7 @@ says which stages are stale, and each task from the first stale stage on runs `d
 (`orchestration.retries`), every stage has a timeout, and a stage that stops on expected grounds
 (the gate, bad params, bad rows, a smoke check, a timeout) ends the flow run Failed with that
 stage's line as its message and no traceback; a bug keeps its traceback. One flow run at a time
-per workspace (rlvr.pipeline.orchestration.workspace_lock): a second one stops at once naming the first.
+per workspace (rlvr.orchestration.runs.workspace_lock): a second one stops at once naming the first.
 A per-seed stage (train, evaluate) runs with `--keep-going`: a seed that still fails after its
 retries leaves the other seeds to run; the flow then runs the recipe on the seeds that ran (its
 artifact names the failed one; no verdict from fewer than 2) and ends Failed with the seed's line
@@ -28,8 +28,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HOME)
 from rlvr.core.errors import PipelineError
-from rlvr.params.config import ParamsError, load_params
-from rlvr.pipeline.orchestration import (
+from rlvr.orchestration.runs import (
     ARTIFACT_BUILDERS,
     RECIPE_STAGE,
     StageFailed,
@@ -49,6 +48,7 @@ from rlvr.pipeline.orchestration import (
     stale_stages,
     workspace_lock,
 )
+from rlvr.params.config import ParamsError, load_params
 
 quiet_returned_failures()
 
@@ -62,7 +62,7 @@ def stage_task(stage: str, root: str, keep_going: bool = False) -> str:
     try:
         output = repro_stage(stage, root, keep_going)
     except StageFailed as error:
-        # Returned, not raised, so no traceback is logged (rlvr.pipeline.orchestration.failed). Prefect
+        # Returned, not raised, so no traceback is logged (rlvr.orchestration.runs.failed). Prefect
         # 3.9.1 retries a returned Failed state like a raised exception (task_engine.py
         # SyncTaskRunEngine.handle_success -> handle_retry): a killed training run is still
         # retried and resumes (tests/test_flow_failures.py).
@@ -73,7 +73,7 @@ def stage_task(stage: str, root: str, keep_going: bool = False) -> str:
 
 @task(cache_policy=NO_CACHE)
 def recipe_task(root: str) -> str:
-    """The recipe over the seeds that ran, after one failed (rlvr.pipeline.orchestration.recipe_alone); its
+    """The recipe over the seeds that ran, after one failed (rlvr.orchestration.runs.recipe_alone); its
     verdict line, or a Failed state."""
     try:
         output, line = recipe_alone(root)

@@ -118,7 +118,7 @@ def say(message: str) -> None:
 def stage_runs(dvc_yaml: Path, seeds: Sequence[int]) -> list[str]:
     """Each stage run in dvc.yaml's order, named as DVC names it and as its timing file is named:
     a seeded stage once per RL seed (train@0, train@1, ...), any other once."""
-    from rlvr.pipeline.orchestration import dvc_stages, seeded_stages
+    from rlvr.orchestration.runs import dvc_stages, seeded_stages
     from rlvr.pipeline.stage import stage_label
 
     seeded = seeded_stages(dvc_yaml)

@@ -13,7 +13,7 @@ setting's curves (reports/figures/experiments.png). Prints the first and the las
 
 import argparse
 
-from rlvr.pipeline.comparison import compare, comparison_rows, recipe_rows
+from rlvr.orchestration.comparison import compare, comparison_rows, recipe_rows
 
 
 def main() -> None:

@@ -59,8 +59,8 @@ def _run(cwd: Path, *command: str, env: dict[str, str] | None = None) -> None:
 
 def measure(jobs: int, small: bool) -> tuple[int, float]:
     """(experiments run, seconds) for `dvc exp run --run-all --jobs N` on a fresh clone."""
+    from rlvr.orchestration.experiments import queue_commands, queued_runs
     from rlvr.params.config import load_params
-    from rlvr.pipeline.experiments import queue_commands, queued_runs
 
     with tempfile.TemporaryDirectory(prefix=f"sweep-jobs{jobs}.") as scratch:
         clone = Path(scratch) / "project"

@@ -80,7 +80,7 @@ def _report_rows(project) -> dict[str, str]:
 
 
 def test_the_report_shows_the_hashes_of_the_run_that_made_each_thing(copy_run, cold_run):
-    from rlvr.pipeline.orchestration import provenance_line
+    from rlvr.orchestration.runs import provenance_line
 
     project = copy_run("provenance")
     params = YAML()

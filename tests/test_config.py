@@ -341,9 +341,9 @@ def test_the_choices_agree_with_the_installed_libraries():
     from transformers.trainer_utils import SchedulerType
     from trl import GRPOConfig
 
+    from rlvr.orchestration.runs import dvc_stages
     from rlvr.params.config import STAGES
     from rlvr.params.training_params import LOSS_TYPES, LR_SCHEDULERS
-    from rlvr.pipeline.orchestration import dvc_stages
 
     assert set(LR_SCHEDULERS) == {kind.value for kind in SchedulerType}
     help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
@@ -494,7 +494,7 @@ def test_the_experiments_are_the_params_dvc_would_run(tmp_path):
 
 def test_an_unknown_grid_is_one_line_naming_the_grids():
     from flows.experiments import queue_experiments
-    from rlvr.pipeline.orchestration import StageFailed
+    from rlvr.orchestration.runs import StageFailed
 
     with pytest.raises(
         StageFailed,
@@ -508,8 +508,8 @@ def test_the_flow_checks_what_each_queued_run_will_check_inside_it(tmp_path):
     """A grid value can make an ablation invalid inside the grid's runs (their check_params
     checks the ablations on their own params.yaml): the flow says so before queueing."""
     from flows.experiments import queue_experiments
+    from rlvr.orchestration.runs import StageFailed
     from rlvr.params.experiments import check_queued_runs
-    from rlvr.pipeline.orchestration import StageFailed
 
     path = _params_file(
         tmp_path,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.pipeline.comparison import (
+from rlvr.orchestration.comparison import (
     Experiment,
     comparison_markdown,
     comparison_rows,
@@ -237,7 +237,7 @@ def test_each_setting_meets_the_default_as_recipe_against_recipe_over_every_seed
     setting and compared with the default's, over seeds and prompts (rlvr.audit.recipe)."""
     import random
 
-    from rlvr.pipeline.comparison import recipe_rows
+    from rlvr.orchestration.comparison import recipe_rows
 
     rng = random.Random(3)
     prompts = [rng.random() * 0.3 for _ in range(40)]
@@ -286,7 +286,7 @@ def test_each_setting_meets_the_default_as_recipe_against_recipe_over_every_seed
 
 
 def test_the_experiments_figure_draws_one_line_per_setting_with_the_legend_off_the_curves():
-    from rlvr.pipeline.comparison import setting_curves
+    from rlvr.orchestration.comparison import setting_curves
     from rlvr.report.plots import pyplot, settings_figure
 
     curves = setting_curves(_runs())
@@ -352,7 +352,7 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     )
     assert (project / "reports" / "figures" / "experiments.png").stat().st_size > 10_000
     assert "data:image/png;base64," in (project / "reports" / "experiments.html").read_text()
-    from rlvr.pipeline.comparison import compare
+    from rlvr.orchestration.comparison import compare
 
     timed = {e.name: e.stage_seconds for e in compare(project)}  # from each run's queue log
     assert len(timed) == 5 and all(
@@ -414,9 +414,9 @@ def test_the_queue_commands_queue_exactly_the_runs_the_flow_checks():
     expansion of the commands gives those runs, no more, no fewer."""
     from dvc.utils.hydra import get_hydra_sweeps, to_hydra_overrides
 
+    from rlvr.orchestration.experiments import grid_commands, queue_commands
     from rlvr.params.config import OrchestrationParams, load_params
     from rlvr.params.experiments import experiment_runs
-    from rlvr.pipeline.experiments import grid_commands, queue_commands
 
     def meaning(overrides):  # (key, parsed value): 'x=false' and DVC's 'x=False' are one run
         return sorted((o.key_or_group, repr(o.value())) for o in to_hydra_overrides(overrides))
@@ -483,7 +483,7 @@ elif args[:2] == ["queue", "stop"]:
 def test_a_queue_whose_worker_never_stops_is_stopped_once_it_is_done(
     tmp_path, deaf, task, code, monkeypatch
 ):
-    from rlvr.pipeline.experiments import run_queue_to_end
+    from rlvr.orchestration.experiments import run_queue_to_end
 
     script = tmp_path / "fake_dvc.py"
     script.write_text(FAKE_DVC)
@@ -500,7 +500,7 @@ def test_a_queue_whose_worker_never_stops_is_stopped_once_it_is_done(
 
 
 def test_a_queue_that_ends_by_itself_is_left_alone(tmp_path, monkeypatch):
-    from rlvr.pipeline.experiments import run_queue_to_end
+    from rlvr.orchestration.experiments import run_queue_to_end
 
     script = tmp_path / "fake_dvc.py"
     script.write_text("import sys; print('done'); sys.exit(3)")
@@ -510,7 +510,7 @@ def test_a_queue_that_ends_by_itself_is_left_alone(tmp_path, monkeypatch):
 
 def test_a_failed_experiment_is_named_and_left_out_not_shown_with_its_baselines_figures():
     """DVC lists a failed experiment with its baseline's files: it must not read as a run."""
-    from rlvr.pipeline.comparison import failed_experiments
+    from rlvr.orchestration.comparison import failed_experiments
 
     shown = [
         {

@@ -68,7 +68,7 @@ def _cli(project: Path, api_url: str, module: str, env: dict | None = None):
 DRIVER = """
 import json, sys
 import flows.pipeline as flow
-from rlvr.pipeline.orchestration import StageFailed
+from rlvr.orchestration.runs import StageFailed
 
 calls = []
 
@@ -109,7 +109,7 @@ def test_bad_params_end_the_flow_failed_with_the_stages_line_and_no_traceback(
     project_copy, api_url
 ):
     from flows.pipeline import pipeline
-    from rlvr.pipeline.orchestration import StageFailed
+    from rlvr.orchestration.runs import StageFailed
 
     # a value the flow's own params loading rejects: check_params says why, in its line
     project = project_copy("bad-type", {"train": {"max_steps": float("inf")}})
@@ -356,7 +356,7 @@ def test_the_cli_prints_the_artifacts_and_the_audits_verdict(copy_run, api_url):
 HOLD = """
 import json, sys, time
 from prefect import flow
-from rlvr.pipeline.orchestration import workspace_lock
+from rlvr.orchestration.runs import workspace_lock
 
 
 @flow(name="hold-workspace")
@@ -372,7 +372,7 @@ hold(sys.argv[1])
 
 def test_a_second_run_stops_at_once_naming_the_run_that_holds_the_workspace(project_copy, api_url):
     from flows.pipeline import pipeline
-    from rlvr.pipeline.orchestration import WorkspaceBusy, busy_line
+    from rlvr.orchestration.runs import WorkspaceBusy, busy_line
 
     project = project_copy("held")
     holder = subprocess.Popen(

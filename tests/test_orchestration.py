@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.params.config import load_params
-from rlvr.pipeline.orchestration import (
+from rlvr.orchestration.runs import (
     RECIPE_STAGE,
     dvc_stages,
     failure_detail,
     seeded_stages,
     stage_artifacts,
 )
+from rlvr.params.config import load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = re.compile(r"^[a-z0-9-]+$")
@@ -132,7 +132,7 @@ def test_the_model_card_artifact_is_the_card_or_says_where_it_is(tmp_path):
 
 def test_only_stages_with_a_builder_publish():
     """The flow runs an artifact task only for the stages in ARTIFACT_BUILDERS."""
-    from rlvr.pipeline.orchestration import ARTIFACT_BUILDERS
+    from rlvr.orchestration.runs import ARTIFACT_BUILDERS
 
     stages = dvc_stages(ROOT / "dvc.yaml")
     assert set(ARTIFACT_BUILDERS) < set(stages)
@@ -184,7 +184,7 @@ def test_evaluation_artifact_carries_each_seeds_line_and_the_recipes_verdict():
 def test_an_expected_failure_becomes_a_failed_state_that_still_raises_for_callers():
     from prefect.states import Completed, Failed
 
-    from rlvr.pipeline.orchestration import StageFailed, failed, stage_failure
+    from rlvr.orchestration.runs import StageFailed, failed, stage_failure
 
     error = StageFailed("stage validate failed (dvc repro exit 1): invalid rows: x")
     state = failed(error)
@@ -213,7 +213,7 @@ def test_a_returned_failure_logs_no_empty_exception():
     quiet_returned_failures keeps the line and drops the bare "NoneType: None"."""
     import logging
 
-    from rlvr.pipeline.orchestration import quiet_returned_failures
+    from rlvr.orchestration.runs import quiet_returned_failures
 
     quiet_returned_failures()
     quiet_returned_failures()  # idempotent
@@ -257,7 +257,7 @@ HOLDER = {
 # outlives it (as a `dvc repro` outlives a killed flow); says so on stdout, then waits.
 HOLD = """
 import json, os, subprocess, sys, time
-from rlvr.pipeline.orchestration import workspace_lock
+from rlvr.orchestration.runs import workspace_lock
 with workspace_lock(sys.argv[1], holder={**json.loads(sys.argv[2]), "pid": os.getpid()}):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     print(json.dumps({"pid": os.getpid(), "child": child.pid}), flush=True)
@@ -283,7 +283,7 @@ def _hold(workspace):
 
 
 def test_a_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_blocks_nothing(workspace):
-    from rlvr.pipeline.orchestration import WORKSPACE_LOCK, WorkspaceBusy, busy_line, workspace_lock
+    from rlvr.orchestration.runs import WORKSPACE_LOCK, WorkspaceBusy, busy_line, workspace_lock
 
     holder, said = _hold(workspace)
     try:
@@ -314,7 +314,7 @@ def test_a_second_run_stops_at_once_naming_the_holder_and_a_killed_holder_blocks
 
 
 def test_the_lock_is_released_when_the_run_ends_even_on_an_error(workspace):
-    from rlvr.pipeline.orchestration import workspace_lock
+    from rlvr.orchestration.runs import workspace_lock
 
     with pytest.raises(KeyError):
         with workspace_lock(workspace, holder={"flow_run": "a", "pid": 1}):
@@ -325,7 +325,7 @@ def test_the_lock_is_released_when_the_run_ends_even_on_an_error(workspace):
 
 def test_a_folder_that_is_not_a_dvc_repository_is_one_line(tmp_path):
     from rlvr.core.errors import PipelineError
-    from rlvr.pipeline.orchestration import workspace_lock
+    from rlvr.orchestration.runs import workspace_lock
 
     with pytest.raises(PipelineError, match=r": not a DVC repository \(no \.dvc folder\)$"):
         with workspace_lock(tmp_path / "nowhere"):
@@ -335,7 +335,7 @@ def test_a_folder_that_is_not_a_dvc_repository_is_one_line(tmp_path):
 def test_the_lock_file_is_ignored_by_git_and_is_not_dvcs_own(tmp_path):
     """Held for a whole flow run, the lock must not block the `dvc repro` the flow starts (DVC
     locks .dvc/tmp/lock) and must never show in `git status`."""
-    from rlvr.pipeline.orchestration import WORKSPACE_LOCK, run_dvc, workspace_lock
+    from rlvr.orchestration.runs import WORKSPACE_LOCK, run_dvc, workspace_lock
 
     root = Path(__file__).parents[1]
     assert subprocess.run(["git", "check-ignore", "-q", WORKSPACE_LOCK], cwd=root).returncode == 0

@@ -427,7 +427,7 @@ class AuditParams:
 
 
 GRID_SETTINGS = (
-    "settings"  # a grid's named sets of overrides (rlvr.pipeline.experiments.grid_commands)
+    "settings"  # a grid's named sets of overrides (rlvr.orchestration.experiments.grid_commands)
 )
 
 

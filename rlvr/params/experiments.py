@@ -1,7 +1,7 @@
 """Every params.yaml the experiments flow would run: the ablations, the sweep and the grids
 (params.yaml `orchestration`) expanded into runs of `-S` overrides, each applied to a copy of
 params.yaml by DVC's own code and checked like params.yaml itself. check_params checks them all;
-rlvr/pipeline/experiments.py queues them with DVC.
+rlvr/orchestration/experiments.py queues them with DVC.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from rlvr.core.errors import PipelineError
-from rlvr.pipeline.orchestration import run_dvc
+from rlvr.orchestration.runs import run_dvc
 
 WORKDIR_ENV = (
     "RLVR_NIGHTLY_DIR"  # the machine's clones and shared DVC cache (nightly-docker sets it)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.core.errors import PipelineError
-from rlvr.pipeline.orchestration import dvc_stages, stale_stages
+from rlvr.orchestration.runs import dvc_stages, stale_stages
 from rlvr.report.render import md_escape
 from rlvr.team.clones import clone, git, rev
 from rlvr.team.registry import promote_after_run

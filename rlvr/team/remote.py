@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from rlvr.core.errors import PipelineError
-from rlvr.pipeline.orchestration import run_dvc
+from rlvr.orchestration.runs import run_dvc
 
 
 class RemoteFailed(PipelineError):

@@ -14,7 +14,7 @@ runs waits for them, `dvc exp pull`s them and compares them:
   DVC saves none for a stage with an uncached output that is not a metric or plot, as train's
   reports are; dvc/stage/__init__.py run(), DVC 3.67.)
 - the ablations, the sweep or a grid (grid_runs): one run per combination, the whole pipeline
-  each; the comparison is rlvr.pipeline.comparison's, as for the local queue.
+  each; the comparison is rlvr.orchestration.comparison's, as for the local queue.
 
 A worker killed mid-run (its machine lost) leaves its flow run Running. Prefect's answer is flow
 run heartbeats and an automation that marks a run whose heartbeats stop Crashed (docs: "Detect
@@ -35,9 +35,9 @@ from pathlib import Path
 from dvc.utils.serialize import dumps_yaml, loads_yaml
 
 from rlvr.core.errors import PipelineError
+from rlvr.orchestration.runs import dvc_stages, run_dvc, seeded_stages, stages_ran
 from rlvr.params.config import ParamsError, load_params
 from rlvr.params.experiments import check_queued_runs, experiment_runs
-from rlvr.pipeline.orchestration import dvc_stages, run_dvc, seeded_stages, stages_ran
 from rlvr.team.clones import clone, git, origin_url, rev
 from rlvr.team.remote import RemoteFailed, dvc_error, pull, push
 

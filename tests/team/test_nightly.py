@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlvr.pipeline.orchestration import run_dvc, stages_ran
+from rlvr.orchestration.runs import run_dvc, stages_ran
 from rlvr.team.nightly import NightlyError, checkout, finish, kept, plan, summary_line
 from rlvr.team.remote import pull
 from tests.helpers import commit_all

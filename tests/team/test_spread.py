@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlvr.orchestration.comparison import exp_show
+from rlvr.orchestration.runs import run_dvc, stages_ran
 from rlvr.params.config import load_params
-from rlvr.pipeline.comparison import exp_show
-from rlvr.pipeline.orchestration import run_dvc, stages_ran
 from rlvr.team import spread
 from tests.helpers import ROOT, commit_all
 
@@ -176,7 +176,7 @@ def test_a_grid_run_on_a_worker_comes_back_with_its_params(team, tmp_path):
     spread.collect(dev, ["quality-0.7"])
     (data,) = [
         rev["data"]
-        for row in exp_show(dev)  # what rlvr.pipeline.comparison.compare reads
+        for row in exp_show(dev)  # what rlvr.orchestration.comparison.compare reads
         for experiment in row.get("experiments") or []
         for rev in experiment["revs"]
         if rev.get("name") == "quality-0.7"

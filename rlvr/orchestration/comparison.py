@@ -1,4 +1,4 @@
-"""The comparison of DVC experiments (rlvr.pipeline.experiments queues and runs them): one table of every
+"""The comparison of DVC experiments (rlvr.orchestration.experiments queues and runs them): one table of every
 run (params that differ, final reward, held-out success, final KL, verdict), one row per setting
 over its seeds (the goal figures and the per-tag success), and the curves of each setting, from
 `dvc exp show --json` and each experiment's committed outputs.
@@ -18,8 +18,8 @@ from typing import Any
 from rlvr.audit.recipe import SeedsDisagree, recipe_difference
 from rlvr.core.files import write_text_atomic
 from rlvr.core.seeds import seed_paths
+from rlvr.orchestration.runs import run_dvc
 from rlvr.params.config import PathsParams, load_params
-from rlvr.pipeline.orchestration import run_dvc
 from rlvr.report.metrics import eval_metrics, train_metrics
 from rlvr.report.plots import plot_settings
 from rlvr.report.render import md_escape, md_image, md_table, to_html

@@ -1,6 +1,6 @@
 """DVC experiments: the commands that queue and run the ablations, the sweep and the grids. The
 params.yaml each of those runs gets, and its check, is rlvr.params.experiments; their comparison
-is rlvr.pipeline.comparison.
+is rlvr.orchestration.comparison.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlvr.orchestration.runs import tool_env
 from rlvr.params.config import GRID_SETTINGS, OrchestrationParams
 from rlvr.params.experiments import grid_settings, override_value
-from rlvr.pipeline.orchestration import tool_env
 
 
 def queue_commands(orchestration: OrchestrationParams) -> list[list[str]]:
