@@ -31,10 +31,9 @@ from rlvr.audit.slices import (
     regression_reasons,
     verdict_line,
 )
-from rlvr.core.stats import pass_at_k, seeds_and_prompts_ci
+from rlvr.core.stats import above_zero, below_zero, pass_at_k, seeds_and_prompts_ci
 
 MIN_SEEDS = 2  # a recipe verdict needs at least this many seeds that ran to the end
-ZERO_NOISE = 1e-12  # an interval end closer to 0 than this holds 0
 NO_VERDICT = "no recipe verdict"
 
 
@@ -386,7 +385,8 @@ def recipe_difference(
         low, high = float(interval.low), float(interval.high)
     # an interval end within float noise of 0 (pass@k gains are rationals summed in floats: an
     # exact 0 comes out as -7e-18) holds 0
-    verdict = "better" if low > ZERO_NOISE else "worse" if high < -ZERO_NOISE else "tie"
+    ends = {"ci_low": low, "ci_high": high}
+    verdict = "better" if above_zero(ends) else "worse" if below_zero(ends) else "tie"
     return {
         "value": value,
         "ci_low": low,

@@ -21,7 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rlvr.core.stats import finite_mean, paired_ci, pass_at_k, pass_at_k_curve
+from rlvr.core.stats import (
+    above_zero,
+    below_zero,
+    finite_mean,
+    paired_ci,
+    pass_at_k,
+    pass_at_k_curve,
+)
 
 POLICIES = ("step0", "final")
 
@@ -139,15 +146,15 @@ def regression_reasons(stats: Mapping, n: int, rule: SliceRule) -> list[str]:
     def dropped(key: str) -> bool:
         return before[key] >= rule.drop_from and after[key] <= rule.drop_to
 
-    if stats["delta_mean_reward"]["ci_high"] < 0:
+    if below_zero(stats["delta_mean_reward"]):
         reasons.append(f"mean reward {_ci_text(stats['delta_mean_reward'])}")
     if dropped("pass@1"):
         reasons.append(f"success {before['pass@1']:.2f} -> {after['pass@1']:.2f}")
     key, narrowed = f"pass@{n}", stats[f"delta_pass@{n}"]
-    if n > 1 and (dropped(key) or narrowed["ci_high"] < 0):
+    if n > 1 and (dropped(key) or below_zero(narrowed)):
         reasons.append(
             f"{key} {before[key]:.2f} -> {after[key]:.2f}"
-            + (f", delta {_ci_text(narrowed)}" if narrowed["ci_high"] < 0 else "")
+            + (f", delta {_ci_text(narrowed)}" if below_zero(narrowed) else "")
         )
     return reasons
 
@@ -269,15 +276,16 @@ def split_audit(
 
 
 def overall_verdict(ci: Mapping) -> str:
-    """improved / regressed when the CI excludes 0, else no significant change.
+    """improved / regressed when the CI excludes 0 beyond float noise (core.stats.ZERO_NOISE),
+    else no significant change.
 
     >>> overall_verdict({"ci_low": 0.1, "ci_high": 0.3}), overall_verdict({"ci_low": -0.1,
     ...                                                                     "ci_high": 0.3})
     ('improved', 'no significant change')
     """
-    if ci["ci_low"] > 0:
+    if above_zero(ci):
         return "improved"
-    if ci["ci_high"] < 0:
+    if below_zero(ci):
         return "regressed"
     return "no significant change"
 

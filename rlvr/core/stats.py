@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from math import comb
 
 from rlvr.core.metric_keys import FIRST_BATCH_KL, KL
@@ -68,6 +68,33 @@ def kl_source(history: Sequence[dict]) -> str:
     if any(FIRST_BATCH_KL in e for e in history):
         return "the first batch of each step, every group (dynamic sampling)"
     return "the trained batch"
+
+
+# --------------------------------------------------------------------------- an interval's side of 0
+
+# An interval end closer to 0 than this holds 0. The bootstrap statistics here are means of
+# rationals summed in floats (pass@k gains, means over 3 seeds): a true 0 comes out as about
+# +-1e-17, and no verdict may turn on that. Every rule that reads an interval end against 0 reads
+# it through above_zero / below_zero (tests/test_zero_noise.py).
+ZERO_NOISE = 1e-12
+
+
+def above_zero(ci: Mapping) -> bool:
+    """The interval (`ci_low`, `ci_high`) lies above 0, beyond float noise.
+
+    >>> above_zero({"ci_low": 0.01, "ci_high": 0.2}), above_zero({"ci_low": 1e-17, "ci_high": 1})
+    (True, False)
+    """
+    return ci["ci_low"] > ZERO_NOISE
+
+
+def below_zero(ci: Mapping) -> bool:
+    """The interval lies below 0, beyond float noise.
+
+    >>> below_zero({"ci_low": -0.2, "ci_high": -0.01}), below_zero({"ci_low": -1, "ci_high": -1e-17})
+    (True, False)
+    """
+    return ci["ci_high"] < -ZERO_NOISE
 
 
 # --------------------------------------------------------------------------- paired comparison

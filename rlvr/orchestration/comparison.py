@@ -18,6 +18,7 @@ from typing import Any
 from rlvr.audit.recipe import SeedsDisagree, recipe_difference
 from rlvr.core.files import write_text_atomic
 from rlvr.core.seeds import seed_paths
+from rlvr.core.stats import above_zero
 from rlvr.orchestration.runs import run_dvc
 from rlvr.params.config import PathsParams, load_params
 from rlvr.report.metrics import eval_metrics, train_metrics
@@ -294,7 +295,8 @@ def setting_rows(
     experiments: Sequence[Experiment], over: str = "seed", timed: str = "train"
 ) -> tuple[list[str], list[list[Any]]]:
     """One row per setting with more than one run (settings): the mean over its runs of the
-    test-file (held-out) mean-reward delta, each run's CI low and how many are above 0, the tags
+    test-file (held-out) mean-reward delta, each run's CI low and how many are above 0 (beyond
+    float noise: core.stats.above_zero), the tags
     that regressed (the verdict's rule) and in how many runs, held-out pass@1 and pass@n step 0
     -> final, and the mean wall time of stage `timed` over the runs that ran it (not those DVC
     restored from its cache)."""
@@ -303,7 +305,7 @@ def setting_rows(
         f"runs ({over})",
         "held-out delta mean reward (mean)",
         "CI low of each run",
-        "runs with CI low > 0",
+        "runs with CI above 0",
         "tags regressed (runs)",
         "pass@1 step 0 → final",
         "pass@n step 0 → final",
@@ -324,7 +326,7 @@ def setting_rows(
                 ", ".join(str(e.params.get(over)) for e in group),
                 _mean([e.delta for e in group]),
                 ", ".join("?" if low is None else f"{low:+.3f}" for low in lows),
-                f"{sum(low is not None and low > 0 for low in lows)}/{len(group)}",
+                f"{sum(low is not None and above_zero({'ci_low': low}) for low in lows)}/{len(group)}",
                 ", ".join(f"{tag} {n}/{len(group)}" for tag, n in regressed.items()) or "none",
                 _pair(group, "pass1_0", "pass1"),
                 _pair(group, "passn_0", "passn"),
