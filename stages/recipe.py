@@ -37,14 +37,18 @@ def seed_results(paths, seed: int) -> dict:
 
 
 def baseline_results(paths, seed: int) -> dict:
-    """One seed's RFT baseline records and the completions it sampled (stage rft; OSError,
-    ValueError: missing, unreadable or empty)."""
+    """One seed's RFT baseline records, the completions it sampled and the tags its own audit
+    called regressed (stage rft; OSError, ValueError: missing, unreadable or empty)."""
     run = seed_paths(paths, seed)
     records = read_jsonl(run.rft_per_prompt)
     if not records:  # audit.baseline none wrote it: the baseline was off when rft ran
         raise ValueError("no records")
     summary = json.loads(Path(run.rft_summary).read_text())
-    return {"records": records, "sampled": summary["budget"]["sampled"]}
+    return {
+        "records": records,
+        "sampled": summary["budget"]["sampled"],
+        "regressed_tags": list(summary.get("audit", {}).get("regressed_tags") or []),
+    }
 
 
 def gather(paths, seeds, read, stages: tuple[str, ...], where) -> tuple[dict, dict]:
@@ -98,6 +102,7 @@ def main(params: ParamsView) -> int:
                 "grpo": [e["train"].get("sampled_completions") for e in evaluated.values()],
                 "baseline": [e["sampled"] for e in results.values()],
             },
+            seed_regressions={s: e["regressed_tags"] for s, e in results.items()},
         )
     write_json(paths.recipe_summary, recipe)
     write_json(paths.recipe_metrics, recipe_metrics(recipe))

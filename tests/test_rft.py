@@ -221,6 +221,33 @@ def test_grpo_against_rft_names_a_winner_per_tag_only_where_the_interval_exclude
     assert entry["sentence"].endswith("by tag: GRPO wins on add, RFT on sub.")
 
 
+def test_the_baselines_pooled_tags_count_the_seeds_its_own_audit_called_regressed():
+    """RFT's pooled per-tag `regressed_seeds`, as GRPO's: from each RFT seed's own audit (stage
+    recipe reads them from reports/rft/seed-<n>/summary.json)."""
+    rng = random.Random(4)
+    grpo = {s: _recipe(rng, 4, 1) for s in range(3)}
+    rft = {s: _recipe(rng, 2, 3) for s in range(3)}
+    pooled = pooled_audit(grpo, N, SliceRule(min_rows=4), n_resamples=500)
+    entry = baseline_audit(
+        "rft",
+        [0, 1, 2],
+        rft,
+        {},
+        grpo,
+        pooled,
+        N,
+        SliceRule(min_rows=4),
+        n_resamples=500,
+        seed_regressions={0: ["sub"], 1: [], 2: ["add", "sub"]},
+    )
+    counts = {s["tag"]: s["regressed_seeds"] for s in entry["comparison"]["pooled"]["slices"]}
+    assert counts == {"add": 1, "sub": 2}
+    unknown = baseline_audit(
+        "rft", [0, 1, 2], rft, {}, grpo, pooled, N, SliceRule(min_rows=4), n_resamples=500
+    )
+    assert {s["regressed_seeds"] for s in unknown["comparison"]["pooled"]["slices"]} == {0}
+
+
 def test_the_sentence_counts_each_recipes_seeds():
     rng = random.Random(2)
     grpo = {s: _recipe(rng, 4, 1) for s in range(2)}  # a GRPO seed failed; RFT's three ran

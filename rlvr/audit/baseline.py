@@ -66,11 +66,15 @@ def compare_baseline(
     rule: SliceRule,
     confidence: float = 0.95,
     n_resamples: int = 10000,
+    seed_regressions: Mapping[int, Sequence[str]] | None = None,
 ) -> dict:
     """The baseline's pooled audit and GRPO against it, whole and per tag (both recipes' seeds
-    hold the same held-out rows). `grpo`, `baseline`: seed -> that seed's held-out records."""
+    hold the same held-out rows). `grpo`, `baseline`: seed -> that seed's held-out records;
+    `seed_regressions`: seed -> the tags the baseline's own audit of it called regressed."""
     grpo, baseline = _aligned(grpo), _aligned(baseline)
-    pooled = pooled_audit(baseline, n, rule, confidence, n_resamples)
+    pooled = pooled_audit(
+        baseline, n, rule, confidence, n_resamples, seed_regressions=seed_regressions
+    )
     verdict = audit_verdict(pooled)
     versus = head_to_head(grpo, baseline, n, confidence, n_resamples)
     tags = sorted({t for rs in grpo.values() for r in rs for t in r.get("tags") or ()})
@@ -190,11 +194,14 @@ def baseline_audit(
     confidence: float = 0.95,
     n_resamples: int = 10000,
     sampled: Mapping[str, Sequence[int | None]] | None = None,
+    seed_regressions: Mapping[int, Sequence[str]] | None = None,
 ) -> dict:
     """The recipe summary's `baseline` entry. `evaluated`: seed -> the baseline's held-out
     records; `failed`: seed -> why it has none; `grpo`/`grpo_pooled`: GRPO's held-out records per
     seed and its pooled audit (None: GRPO has no recipe verdict); `n`: samples per prompt (None
-    with no GRPO verdict); `sampled`: "grpo" and "baseline", the completions each seed sampled.
+    with no GRPO verdict); `sampled`: "grpo" and "baseline", the completions each seed sampled;
+    `seed_regressions`: seed -> the tags the baseline's own audit of that seed called regressed
+    (its pooled tags count them, as GRPO's do).
     Fewer than MIN_SEEDS on either side: no comparison, one line saying why."""
     name = NAMES.get(kind, kind)
     out = {"kind": kind, "name": name, "seeds": list(seeds), "failed": dict(sorted(failed.items()))}
@@ -208,7 +215,9 @@ def baseline_audit(
             f"{len(grpo or {})} of GRPO's ran to the end, and each side needs {MIN_SEEDS}"
             + (f" ({missing})" if missing else ""),
         }
-    comparison = compare_baseline(kind, grpo, evaluated, n, rule, confidence, n_resamples)
+    comparison = compare_baseline(
+        kind, grpo, evaluated, n, rule, confidence, n_resamples, seed_regressions
+    )
     if sampled:
         comparison["sampled"] = {side: list(counts) for side, counts in sampled.items()}
     return {
