@@ -48,6 +48,11 @@ def baseline_results(paths, seed: int) -> dict:
         "records": records,
         "sampled": summary["budget"]["sampled"],
         "regressed_tags": list(summary.get("audit", {}).get("regressed_tags") or []),
+        "kept": {  # (a summary older than the digest has none: the report then says nothing)
+            "answers": summary.get("kept"),
+            "digest": summary.get("kept_digest"),
+            "samples_per_prompt": summary["budget"].get("samples_per_prompt"),
+        },
     }
 
 
@@ -103,6 +108,7 @@ def main(params: ParamsView) -> int:
                 "baseline": [e["sampled"] for e in results.values()],
             },
             seed_regressions={s: e["regressed_tags"] for s, e in results.items()},
+            kept={s: e["kept"] for s, e in results.items()},
         )
     write_json(paths.recipe_summary, recipe)
     write_json(paths.recipe_metrics, recipe_metrics(recipe))

@@ -248,6 +248,31 @@ def test_the_baselines_pooled_tags_count_the_seeds_its_own_audit_called_regresse
     assert {s["regressed_seeds"] for s in unknown["comparison"]["pooled"]["slices"]} == {0}
 
 
+def test_the_sentence_says_when_every_seed_kept_the_same_answers_and_why():
+    rng = random.Random(5)
+    grpo = {s: _recipe(rng, 4, 1) for s in range(3)}
+    rft = {s: _recipe(rng, 2, 3) for s in range(3)}
+    pooled = pooled_audit(grpo, N, SliceRule(), n_resamples=500)
+
+    def sentence(digests):
+        kept = {s: {"answers": 113, "digest": d, "samples_per_prompt": 800} for s, d in digests}
+        entry = baseline_audit(
+            "rft", [0, 1, 2], rft, {}, grpo, pooled, N, SliceRule(), n_resamples=500, kept=kept
+        )
+        return entry["comparison"]["kept"], entry["sentence"]
+
+    kept, text = sentence([(0, "a"), (1, "a"), (2, "a")])
+    assert kept == {
+        "answers": [113] * 3,
+        "samples_per_prompt": [800] * 3,
+        "same_on_every_seed": True,
+    }
+    assert "RFT kept the same 113 answers on every seed (at 800 samples a prompt" in text
+    assert "the kept set saturates, so the seeds differ only in fine-tuning order" in text
+    kept, text = sentence([(0, "a"), (1, "b"), (2, "a")])
+    assert not kept["same_on_every_seed"] and "RFT kept 113 answers a seed)" in text
+
+
 def test_the_sentence_counts_each_recipes_seeds():
     rng = random.Random(2)
     grpo = {s: _recipe(rng, 4, 1) for s in range(2)}  # a GRPO seed failed; RFT's three ran

@@ -148,7 +148,8 @@ def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
     )
     return (
         f"GRPO against the {name} baseline on the {pooled['rows']} held-out rows "
-        f"({seeds}{_budgets(comparison.get('sampled'), name)}): GRPO gains "
+        f"({seeds}{_budgets(comparison.get('sampled'), name)}"
+        f"{_kept(comparison.get('kept'), name)}): GRPO gains "
         f"{_fmt(grpo_pooled['delta_mean_reward'])} mean reward over step 0, {name} "
         f"{_fmt(pooled['delta_mean_reward'])}; GRPO - {name} {_fmt(d)}: {verdict(d)}; "
         f"pass@{n}: step 0 {grpo_pooled['step0'][f'pass@{n}']:.2f}, GRPO "
@@ -159,7 +160,7 @@ def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
     )
 
 
-def _span(counts: Sequence[int | None]) -> str:
+def count_span(counts: Sequence[int | None]) -> str:
     """1,200 or 1,200-1,500."""
     known = sorted(c for c in counts if c is not None)
     low, high = known[0], known[-1]
@@ -177,8 +178,50 @@ def _budgets(sampled: Mapping | None, name: str) -> str:
     if not sampled or not all(any(c is not None for c in sampled[k]) for k in sampled):
         return ""
     return (
-        f"; completions sampled a seed: GRPO {_span(sampled['grpo'])}, "
-        f"{name} {_span(sampled['baseline'])}"
+        f"; completions sampled a seed: GRPO {count_span(sampled['grpo'])}, "
+        f"{name} {count_span(sampled['baseline'])}"
+    )
+
+
+def kept_summary(kept: Mapping[int, Mapping]) -> dict:
+    """How many answers each seed of the baseline kept, at how many samples a prompt, and whether
+    every seed kept the very same answers (their digests, rlvr.policy.verified.kept_digest).
+
+    >>> same = {0: {"answers": 2, "digest": "ab", "samples_per_prompt": 800},
+    ...         1: {"answers": 2, "digest": "ab", "samples_per_prompt": 800}}
+    >>> kept_summary(same)
+    {'answers': [2, 2], 'samples_per_prompt': [800, 800], 'same_on_every_seed': True}
+    >>> kept_summary({**same, 2: {"answers": 1, "digest": "cd", "samples_per_prompt": 800}})
+    {'answers': [2, 2, 1], 'samples_per_prompt': [800, 800, 800], 'same_on_every_seed': False}
+    """
+    seeds = [kept[s] for s in sorted(kept)]
+    return {
+        "answers": [entry["answers"] for entry in seeds],
+        "samples_per_prompt": [entry["samples_per_prompt"] for entry in seeds],
+        "same_on_every_seed": len({entry["digest"] for entry in seeds}) == 1,
+    }
+
+
+def _kept(kept: Mapping | None, name: str) -> str:
+    """What the baseline kept, and, when every seed kept the same answers, why that is.
+
+    >>> print(_kept({"same_on_every_seed": True, "answers": [113] * 3,
+    ...              "samples_per_prompt": [800] * 3}, "RFT"))
+    ; RFT kept the same 113 answers on every seed (at 800 samples a prompt each seed's sampling found the same distinct correct answers: the kept set saturates, so the seeds differ only in fine-tuning order)
+    >>> _kept({"same_on_every_seed": False, "answers": [9, 11], "samples_per_prompt": [8, 8]}, "RFT")
+    '; RFT kept 9-11 answers a seed'
+    >>> _kept(None, "RFT")
+    ''
+    """  # noqa: E501 (one-line outputs)
+    if not kept or not kept.get("answers"):
+        return ""
+    if not kept["same_on_every_seed"] or len(kept["answers"]) < 2:
+        return f"; {name} kept {count_span(kept['answers'])} answers a seed"
+    return (
+        f"; {name} kept the same {kept['answers'][0]:,} answers on every seed (at "
+        f"{count_span(kept['samples_per_prompt'])} samples a prompt each seed's sampling found the same "
+        "distinct correct answers: the kept set saturates, so the seeds differ only in "
+        "fine-tuning order)"
     )
 
 
@@ -195,13 +238,15 @@ def baseline_audit(
     n_resamples: int = 10000,
     sampled: Mapping[str, Sequence[int | None]] | None = None,
     seed_regressions: Mapping[int, Sequence[str]] | None = None,
+    kept: Mapping[int, Mapping] | None = None,
 ) -> dict:
     """The recipe summary's `baseline` entry. `evaluated`: seed -> the baseline's held-out
     records; `failed`: seed -> why it has none; `grpo`/`grpo_pooled`: GRPO's held-out records per
     seed and its pooled audit (None: GRPO has no recipe verdict); `n`: samples per prompt (None
     with no GRPO verdict); `sampled`: "grpo" and "baseline", the completions each seed sampled;
     `seed_regressions`: seed -> the tags the baseline's own audit of that seed called regressed
-    (its pooled tags count them, as GRPO's do).
+    (its pooled tags count them, as GRPO's do); `kept`: seed -> what the baseline kept
+    (`answers`, their `digest`, `samples_per_prompt`: kept_summary).
     Fewer than MIN_SEEDS on either side: no comparison, one line saying why."""
     name = NAMES.get(kind, kind)
     out = {"kind": kind, "name": name, "seeds": list(seeds), "failed": dict(sorted(failed.items()))}
@@ -220,6 +265,8 @@ def baseline_audit(
     )
     if sampled:
         comparison["sampled"] = {side: list(counts) for side, counts in sampled.items()}
+    if kept and all(entry.get("digest") for entry in kept.values()):
+        comparison["kept"] = kept_summary(kept)
     return {
         **out,
         "comparison": comparison,

@@ -28,7 +28,7 @@ from pathlib import Path
 from rlvr.core.files import share_with_umask
 from rlvr.core.timing import record_timing
 from rlvr.policy.models import save_policy, supervised_fine_tune
-from rlvr.policy.verified import kept_examples, sample_base
+from rlvr.policy.verified import kept_digest, kept_examples, sample_base
 
 OFF_MARKER = "baseline.json"  # what models/rft/seed-<n>/ holds when audit.baseline is none
 
@@ -130,6 +130,7 @@ def train_rft(params, seed: int, out_dir: str | Path) -> dict:
         "budget": {**asdict(budget), "sampled": budget.sampled},
         "kept": len(examples),
         "rows_with_kept": sum(line["kept"] > 0 for line in lines),
+        "kept_digest": kept_digest(lines),  # the same on two seeds: they kept the same answers
         "kept_by_tag": kept_by_tag(lines),
         "rows": lines,
         "fine_tune": {

@@ -420,8 +420,9 @@ class AuditParams:
     baseline: Literal["rft", "none"] = Field(
         "rft",
         description="The cheap alternative the audit sets beside GRPO, per RL seed (stage rft): "
-        "rft = rejection-sampling fine-tuning from the base on the same number of sampled "
-        "completions (rlvr/baseline/rft.py); none = no baseline (stage rft does nothing).",
+        "rft = rejection-sampling fine-tuning from the base on its verified answers, sampled at "
+        "GRPO's one generation round a step (the report says how many each recipe sampled: GRPO "
+        "may sample more; rlvr/baseline/rft.py); none = no baseline (stage rft does nothing).",
     )
     rft: RftParams = Field(default_factory=RftParams, description="The RFT baseline's fine-tune.")
 

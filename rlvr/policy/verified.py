@@ -5,6 +5,8 @@ RFT fine-tunes on them (rlvr/baseline/rft.py); train.guidance puts them in GRPO'
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,34 +58,47 @@ def completions_budget(
 
 def kept_examples(scored: Sequence[ScoredRow]) -> tuple[list[dict], list[dict]]:
     """The fine-tuning pairs (id, prompt, completion): per row, its correct completions, one per
-    distinct answer (the first sampled), in the rows' order; and one line per row (id, tags, sampled, correct, kept).
+    distinct answer (the first sampled), in the rows' order; and one line per row (id, tags,
+    sampled, correct, kept, and the kept answers without whitespace, as they were first sampled).
 
     >>> row = ScoredRow("r1", ["3+5", "3 + 5", "5+3", "8"], {}, [1, 1, 1, 0],
     ...                 prompt_text="3 5 -> 8: ", correct=[True, True, True, False], tags=("add",))
     >>> pairs, lines = kept_examples([row])
-    >>> [p["completion"] for p in pairs], lines[0]["kept"], lines[0]["correct"]
-    (['3+5', '5+3'], 2, 3)
+    >>> [p["completion"] for p in pairs], lines[0]["kept"], lines[0]["correct"], lines[0]["answers"]
+    (['3+5', '5+3'], 2, 3, ['3+5', '5+3'])
     """
     examples, lines = [], []
     for row in scored:
-        seen: set[str] = set()
-        kept = 0
+        answers: list[str] = []
         for text, answer, ok in zip(row.completions, row.answers, row.correct):
             key = "".join(answer.split())  # `3 + 5` and `3+5` are one answer to fine-tune on
-            if ok and key not in seen:
-                seen.add(key)
+            if ok and key not in answers:
+                answers.append(key)
                 examples.append({"id": row.id, "prompt": row.prompt_text, "completion": text})
-                kept += 1
         lines.append(
             {
                 "id": row.id,
                 "tags": list(row.tags),
                 "sampled": len(row.completions),
                 "correct": sum(row.correct),
-                "kept": kept,
+                "kept": len(answers),
+                "answers": answers,
             }
         )
     return examples, lines
+
+
+def kept_digest(lines: Sequence[dict]) -> str:
+    """One digest of the answers kept on every row (kept_examples' lines), whatever order they
+    were sampled in: two seeds that kept the same answers have the same digest.
+
+    >>> a = [{"id": "r1", "answers": ["3+5", "5+3"]}, {"id": "r2", "answers": []}]
+    >>> b = [{"id": "r2", "answers": []}, {"id": "r1", "answers": ["5+3", "3+5"]}]
+    >>> kept_digest(a) == kept_digest(b) != kept_digest([{"id": "r1", "answers": ["3+5"]}])
+    True
+    """
+    kept = sorted((line["id"], sorted(line["answers"])) for line in lines if line["answers"])
+    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()
 
 
 def sample_base(params, seed: int) -> tuple[Budget, tuple, list[ScoredRow]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rlvr.audit.baseline import winner
+from rlvr.audit.baseline import count_span, winner
 from rlvr.report.render import Md, md_escape, md_table
 
 
@@ -21,6 +21,24 @@ def baseline_headline(recipe: Mapping | None) -> list[str]:
     if not baseline:
         return []
     return [f"**Is RL worth it here?** {md_escape(baseline['sentence'])}", ""]
+
+
+def _sampled_words(sampled: Mapping | None, name: str) -> str:
+    """How many completions each recipe sampled a seed, read from the run (the train summaries'
+    sampled_completions, the RFT summaries' budget): RFT samples GRPO's one round a step, and
+    GRPO may sample more (dynamic sampling's extra rounds).
+
+    >>> print(_sampled_words({"grpo": [130048, 134784], "baseline": [51200] * 2}, "RFT"))
+     (51,200 completions a seed, against GRPO's 130,048-134,784: one generation round a step)
+    >>> _sampled_words(None, "RFT")
+    ''
+    """
+    if not sampled or not all(any(c is not None for c in sampled[k]) for k in sampled):
+        return ""
+    return (
+        f" ({count_span(sampled['baseline'])} completions a seed, against GRPO's "
+        f"{count_span(sampled['grpo'])}: one generation round a step)"
+    )
 
 
 def baseline_section(recipe: Mapping | None, confidence: float) -> list[str]:
@@ -39,7 +57,7 @@ def baseline_section(recipe: Mapping | None, confidence: float) -> list[str]:
     n = theirs["samples_per_prompt"]
     out += [
         f"{md_escape(name)} (rejection-sampling fine-tuning, rlvr/baseline/rft.py) samples the "
-        "base on the training prompts as many times as the GRPO run samples completions, keeps "
+        f"base on the training prompts{_sampled_words(comparison.get('sampled'), name)}, keeps "
         "each prompt's distinct correct answers and fine-tunes the base on them; it is audited "
         "like the policy, on the same held-out rows with the same sampling seeds, over the same "
         f"RL seeds. GRPO - {md_escape(name)} is paired per prompt; its {confidence:.0%} interval "
