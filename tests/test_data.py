@@ -10,7 +10,7 @@ import pytest
 
 from rlvr.data.rows import DataError, read_lines, read_rows, to_hf_dataset
 from rlvr.data.tasks.countdown import CountdownSpec, generate_rows, generate_splits
-from rlvr.rewards import countdown_solution
+from rlvr.rewards.verifiers import countdown_solution
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from rlvr.data.rows import read_rows
 from rlvr.params.config import RewardsParams
 from rlvr.policy.models import load_policy
 from rlvr.policy.sampling import SampleSettings, score_rows, summarize
-from rlvr.rewards import build_reward_funcs
+from rlvr.rewards.registry import build_reward_funcs
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ import sys
 from rlvr.data.tasks.word_problems import KINDS, word_problems
 from rlvr.data.validation import validate_files
 from rlvr.params.config import RewardsParams
-from rlvr.rewards import math_reward
+from rlvr.rewards.math_answers import math_reward
 from tests.helpers import ROOT
 
 SAMPLE = ROOT / "data" / "samples" / "word_problems.jsonl"

@@ -6,14 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlvr.params.config import RewardsParams
-from rlvr.rewards import (
-    build_reward_funcs,
-    countdown_reward,
-    exact_match_reward,
-    format_reward,
-    math_reward,
-)
-from rlvr.rewards.math_answers import start_math_worker
+from rlvr.rewards.math_answers import math_reward, start_math_worker
+from rlvr.rewards.registry import build_reward_funcs
+from rlvr.rewards.verifiers import countdown_reward, exact_match_reward, format_reward
 
 FORMAT = RewardsParams().format_pattern
 ALL_FUNCS = build_reward_funcs(

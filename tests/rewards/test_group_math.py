@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlvr.rewards import group_relative_advantage, grpo_score, k3_kl
+from rlvr.rewards.grpo_math import group_relative_advantage, grpo_score, k3_kl
 
 
 def test_seed_example_group_of_four():

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.rewards import math_answers, math_reward, score_correctness, verifier_problems
-from rlvr.rewards.math_answers import MATH_TIMEOUT_S, start_math_worker
+from rlvr.rewards import math_answers
+from rlvr.rewards.math_answers import MATH_TIMEOUT_S, math_reward, start_math_worker
+from rlvr.rewards.registry import score_correctness, verifier_problems
 
 
 def math(target, **fields):

@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from rlvr.params.config import RewardsParams
-from rlvr.rewards import (
+from rlvr.rewards.registry import (
     REWARD_FUNCS,
     VERIFIERS,
     RewardFunction,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlvr.rewards import compose_rewards, length_reward
+from rlvr.rewards.shaping import compose_rewards, length_reward
 
 
 def test_compose_seed_examples():

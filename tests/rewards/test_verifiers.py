@@ -7,7 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.rewards import (
+from rlvr.rewards.verifiers import (
+    MAX_FORMAT_CHARS,
+    REGEX_TIMEOUT_S,
+    CountdownSearchExceeded,
     countdown_reward,
     countdown_solution,
     countdown_value,
@@ -15,7 +18,6 @@ from rlvr.rewards import (
     extract_answer,
     format_reward,
 )
-from rlvr.rewards.verifiers import MAX_FORMAT_CHARS, REGEX_TIMEOUT_S, CountdownSearchExceeded
 
 # ---------------------------------------------------------------- exact match
 
