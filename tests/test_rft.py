@@ -267,8 +267,8 @@ def test_the_sentence_says_when_every_seed_kept_the_same_answers_and_why():
         "samples_per_prompt": [800] * 3,
         "same_on_every_seed": True,
     }
-    assert "RFT kept the same 113 answers on every seed (at 800 samples a prompt" in text
-    assert "the kept set saturates, so the seeds differ only in fine-tuning order" in text
+    assert "RFT kept the same 113 answers on every seed, as at 800 samples a prompt" in text
+    assert "(the kept set saturates: the seeds differ only in fine-tuning order)" in text
     kept, text = sentence([(0, "a"), (1, "b"), (2, "a")])
     assert not kept["same_on_every_seed"] and "RFT kept 113 answers a seed)" in text
 

@@ -207,7 +207,7 @@ def _kept(kept: Mapping | None, name: str) -> str:
 
     >>> print(_kept({"same_on_every_seed": True, "answers": [113] * 3,
     ...              "samples_per_prompt": [800] * 3}, "RFT"))
-    ; RFT kept the same 113 answers on every seed (at 800 samples a prompt each seed's sampling found the same distinct correct answers: the kept set saturates, so the seeds differ only in fine-tuning order)
+    ; RFT kept the same 113 answers on every seed, as at 800 samples a prompt every seed finds the same distinct correct answers (the kept set saturates: the seeds differ only in fine-tuning order)
     >>> _kept({"same_on_every_seed": False, "answers": [9, 11], "samples_per_prompt": [8, 8]}, "RFT")
     '; RFT kept 9-11 answers a seed'
     >>> _kept(None, "RFT")
@@ -218,9 +218,9 @@ def _kept(kept: Mapping | None, name: str) -> str:
     if not kept["same_on_every_seed"] or len(kept["answers"]) < 2:
         return f"; {name} kept {count_span(kept['answers'])} answers a seed"
     return (
-        f"; {name} kept the same {kept['answers'][0]:,} answers on every seed (at "
-        f"{count_span(kept['samples_per_prompt'])} samples a prompt each seed's sampling found the same "
-        "distinct correct answers: the kept set saturates, so the seeds differ only in "
+        f"; {name} kept the same {kept['answers'][0]:,} answers on every seed, as at "
+        f"{count_span(kept['samples_per_prompt'])} samples a prompt every seed finds the same "
+        "distinct correct answers (the kept set saturates: the seeds differ only in "
         "fine-tuning order)"
     )
 
