@@ -220,12 +220,14 @@ SEEDED_STAGES = ("train", "evaluate", "rft")
 
 def run_stage(name: str, mode: str, report: str | None) -> int:
     """Run stages/<name>.py as `python -m stages.<name>` does; for smoke, keep its trainer (the
-    one rlvr.pipeline.training.run_grpo returns) and print the figures."""
+    one run_grpo returns in rlvr.pipeline.smoke, as in rlvr.pipeline.training for train) and
+    print the figures."""
     if mode == "cpu":  # (cpu_full runs train, whose curves are DVCLive's: nothing made absent)
         for absent in ABSENT_ON_GPU:
             sys.modules[absent] = None  # `import dvc` fails, find_spec("dvc") is None
     import torch
 
+    import rlvr.pipeline.smoke
     import rlvr.pipeline.training
     from rlvr.params.config import load_params
 
@@ -242,7 +244,8 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
         marks["trained"] = time.perf_counter()
         return kept["trainer"]
 
-    rlvr.pipeline.training.run_grpo = keeping_run_grpo
+    rlvr.pipeline.training.run_grpo = keeping_run_grpo  # train's run
+    rlvr.pipeline.smoke.run_grpo = keeping_run_grpo  # smoke's
     cuda = torch.cuda.is_available() and mode == "cuda"
     # a per-seed stage (train, evaluate) runs the first seed of audit.seeds, as train@<seed> does
     seeded = [str(load_params("params.yaml").audit.seeds[0])] if name in SEEDED_STAGES else []
