@@ -19,8 +19,10 @@ from tests.test_recipe import N, _record
 from tests.test_report_escaping import figures  # noqa: F401 (a fixture)
 
 
-def test_the_budget_is_the_grpo_runs_sampled_completions():
-    """Every completion GRPO samples, counted from the settings the train stage runs with."""
+def test_the_budget_is_grpos_one_generation_round_a_step():
+    """What GRPO samples at one generation round a step, counted from the settings the train
+    stage runs with (dynamic sampling's extra rounds are not known before GRPO runs; the report
+    states both counts, read from the runs)."""
     params = load_params(ROOT / "params.yaml")
     train, grpo = params.train, params.train.grpo
     budget = completions_budget(
