@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.params.config import load_params
-from tests.helpers import ROOT, make_project_copy, project_env
+from tests.helpers import ROOT, dvc, make_project_copy, project_env
 
 SEEDS = load_params(ROOT / "params.yaml").audit.seeds
 SUMMARY = {"report", "publish"}
@@ -50,7 +50,7 @@ def up_to_date(tmp_path_factory) -> Path:
                 folder = path if not path.suffix else path.parent
                 folder.mkdir(parents=True, exist_ok=True)
                 (path / "stub" if not path.suffix else path).write_text("stub\n")
-    subprocess.run(["dvc", "commit", "-f", "-q"], cwd=project, env=project_env(project), check=True)
+    dvc(project, "commit", "-f", "-q")
     assert _status(project) == set(), "dvc commit -f left stages out of date"
     return project
 
