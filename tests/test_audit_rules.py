@@ -94,39 +94,62 @@ def ci(value, low, high):
     return {"value": value, "ci_low": low, "ci_high": high}
 
 
+def holm(value, low, high, p_holm=0.01):
+    """A secondary figure as judge() leaves it: its nominal interval and Holm's decision at 5%."""
+    call = "holds 0" if p_holm > 0.05 else "above 0" if value > 0 else "below 0"
+    return {**ci(value, low, high), "p_holm": p_holm, "holm": call}
+
+
 FLAT = ci(0.0, -0.1, 0.1)
+HFLAT = holm(0.0, -0.1, 0.1, 1.0)
 
 
-def stats(pass1=(0.5, 0.5), passn=(0.8, 0.8), reward_ci=FLAT, passn_ci=FLAT, n=8):
+def stats(pass1=(0.5, 0.5), passn=(0.8, 0.8), reward_ci=FLAT, pass1_ci=HFLAT, passn_ci=HFLAT, n=8):
     return {
         "delta_mean_reward": reward_ci,
+        "delta_pass@1": pass1_ci,
         f"delta_pass@{n}": passn_ci,
         "step0": {"pass@1": pass1[0], f"pass@{n}": passn[0]},
         "final": {"pass@1": pass1[1], f"pass@{n}": passn[1]},
     }
 
 
+DOWN = holm(-0.1, -0.2, -0.05, 0.01)  # Holm: below 0
+NOMINAL = holm(-0.1, -0.2, -0.05, 0.2)  # below 0 alone, not after Holm's correction
+
+
 @pytest.mark.parametrize(
     "case,expected",
     [
         (stats(), []),
-        # the mean-reward CI wholly below 0 ... and touching 0
+        # the primary figure (no Holm: the whole split's) wholly below 0 ... and touching 0
         (stats(reward_ci=ci(-0.05, -0.1, -0.001)), ["mean reward -0.050 [-0.100, -0.001]"]),
         (stats(reward_ci=ci(-0.05, -0.1, 0.0)), []),
-        # success falls from >= 0.1 to <= 0.02, and the near misses on either side
-        (stats(pass1=(0.1, 0.02)), ["success 0.10 -> 0.02"]),
-        (stats(pass1=(0.099, 0.0)), []),
-        (stats(pass1=(0.3, 0.021)), []),
-        # pass@n falls so, and the near misses
-        (stats(passn=(0.31, 0.0)), ["pass@8 0.31 -> 0.00"]),
-        (stats(passn=(0.09, 0.0)), []),
-        (stats(passn=(0.31, 0.03)), []),
-        # pass@n's CI wholly below 0 (narrowed), and touching 0
+        # a tag's mean reward is secondary: Holm decides
         (
-            stats(passn=(0.8, 0.6), passn_ci=ci(-0.2, -0.3, -0.1)),
-            ["pass@8 0.80 -> 0.60, delta -0.200 [-0.300, -0.100]"],
+            stats(reward_ci=holm(-0.05, -0.1, -0.01, 0.03)),
+            ["mean reward -0.050 [-0.100, -0.010], Holm p 0.030"],
         ),
-        (stats(passn=(0.8, 0.6), passn_ci=ci(-0.2, -0.3, 0.0)), []),
+        (stats(reward_ci=holm(-0.05, -0.1, -0.01, 0.3)), []),
+        # forgotten: success falls from >= 0.1 to <= 0.02 and its delta falls after Holm
+        (
+            stats(pass1=(0.1, 0.02), pass1_ci=DOWN),
+            ["success 0.10 -> 0.02, delta -0.100 [-0.200, -0.050], Holm p 0.010"],
+        ),
+        (stats(pass1=(0.1, 0.02), pass1_ci=NOMINAL), []),  # no interval behind the drop
+        (stats(pass1=(0.099, 0.0), pass1_ci=DOWN), []),
+        (stats(pass1=(0.3, 0.021), pass1_ci=DOWN), []),
+        # pass@n falls (forgotten or narrowed) only when its delta falls after Holm
+        (
+            stats(passn=(0.31, 0.0), passn_ci=DOWN),
+            ["pass@8 0.31 -> 0.00, delta -0.100 [-0.200, -0.050], Holm p 0.010"],
+        ),
+        (stats(passn=(0.31, 0.0), passn_ci=NOMINAL), []),
+        (
+            stats(passn=(0.8, 0.6), passn_ci=holm(-0.2, -0.3, -0.1, 0.02)),
+            ["pass@8 0.80 -> 0.60, delta -0.200 [-0.300, -0.100], Holm p 0.020"],
+        ),
+        (stats(passn=(0.8, 0.6), passn_ci=holm(-0.2, -0.3, -0.1, 0.06)), []),
     ],
 )
 def test_each_rule_fires_and_its_near_miss_does_not(case, expected):
@@ -134,10 +157,10 @@ def test_each_rule_fires_and_its_near_miss_does_not(case, expected):
 
 
 def test_the_thresholds_come_from_the_rule():
-    case = stats(pass1=(0.3, 0.05))
+    case = stats(pass1=(0.3, 0.05), pass1_ci=DOWN)
     assert regression_reasons(case, 8, SliceRule()) == []
     assert regression_reasons(case, 8, SliceRule(drop_from=0.2, drop_to=0.05)) == [
-        "success 0.30 -> 0.05"
+        "success 0.30 -> 0.05, delta -0.100 [-0.200, -0.050], Holm p 0.010"
     ]
 
 
@@ -189,9 +212,10 @@ def test_a_forgotten_tag_makes_an_improved_run_mixed():
     assert audit_verdict(split) == "mixed"
     line = verdict_line("mixed", split)
     assert line.startswith(
-        "mixed: improved overall (+0.200 [+0.100, +0.300]), regressed on sub "
-        "(16 rows: pass@8 0.31 -> 0.00, delta -0.312 ["
+        "mixed: improved on the primary figure, held-out mean reward (+0.200 [+0.100, +0.300]); "
+        "Holm-corrected: regressed on sub (16 rows: pass@8 0.31 -> 0.00, delta -0.312 ["
     )
+    assert split["holm_family"] == 2 + 3 * 2  # pass@1, pass@8; per tag: reward, pass@1, pass@8
 
 
 def test_a_tag_with_fewer_rows_than_min_slice_rows_is_reported_but_not_weighed():
@@ -218,8 +242,8 @@ def test_the_verdict_keeps_regressed_and_calls_a_flat_run_with_a_loss_mixed():
     }
     assert audit_verdict(narrowed) == "mixed"
     assert verdict_line("mixed", narrowed) == (
-        "mixed: improved overall (+0.200 [+0.100, +0.300]), narrowed overall (pass@32 0.80 -> "
-        "0.58, delta -0.219 [-0.328, -0.109])"
+        "mixed: improved on the primary figure, held-out mean reward (+0.200 [+0.100, +0.300]); "
+        "Holm-corrected: narrowed overall (pass@32 0.80 -> 0.58, delta -0.219 [-0.328, -0.109])"
     )
 
 
@@ -240,7 +264,9 @@ def test_rows_without_tags_have_no_slices_and_the_verdict_follows_the_ci():
     split["delta_mean_reward"] = ci(0.3, 0.2, 0.4)
     assert split["slices"] == [] and split["losses"] == []
     assert audit_verdict(split) == "improved"
-    assert verdict_line("improved", split) == "improved: improved overall (+0.300 [+0.200, +0.400])"
+    assert verdict_line("improved", split) == (
+        "improved: improved on the primary figure, held-out mean reward (+0.300 [+0.200, +0.400])"
+    )
 
 
 def test_solutions_lost_and_new():

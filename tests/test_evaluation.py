@@ -28,7 +28,7 @@ def test_paired_ci_brackets_the_mean_and_decides_the_verdict():
         verdict(paired_ci([0.2, -0.2, 0.1, -0.1, 0.05, -0.05] * 4, n_resamples=2000))
         == "no significant change"
     )
-    assert paired_ci([0.0] * 10) == {"value": 0.0, "ci_low": 0.0, "ci_high": 0.0}
+    assert paired_ci([0.0] * 10) == {"value": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p_value": 1.0}
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_audit_has_the_documented_shape(policies):
                 "malformed_share",
                 "rewards",
             } <= set(m[policy])
-        assert set(m["delta_mean_reward"]) == {"value", "ci_low", "ci_high"}
+        assert set(m["delta_mean_reward"]) == {"value", "ci_low", "ci_high", "p_value"}
         assert m["kl_final_vs_step0"] > 0
         assert list(m["pass_at_k"]["step0"]) == ["1", "2"] and "delta_pass@2" in m
         assert {s["tag"] for s in m["slices"]} == {

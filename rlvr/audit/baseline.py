@@ -9,8 +9,10 @@ Both are audited against the same step 0 on the same held-out rows with the same
   Step 9's rules);
 - GRPO - baseline, paired per prompt (rlvr.audit.recipe.recipe_difference: a bootstrap over
   GRPO's seeds, the baseline's seeds and the prompts) of the mean-reward gain, the pass@1 gain and
-  the pass@n gain, on the whole split and per tag; `better` or `worse` only when the interval
-  excludes 0, else `tie` (no significant difference);
+  the pass@n gain, on the whole split and per tag. The primary figure, the whole split's
+  mean-reward gain, is `better` or `worse` only when its interval excludes 0, else `tie` (no
+  significant difference); every other figure is secondary, decided by Holm's correction over
+  the 11 of them (3 tags), its uncorrected call kept as `nominal_verdict`;
 - one sentence that says which wins where (`sentence`), the report's and the console's.
 """
 
@@ -25,10 +27,12 @@ from rlvr.audit.recipe import (
     pooled_audit,
     recipe_difference,
 )
-from rlvr.audit.slices import SliceRule, audit_verdict, verdict_line
+from rlvr.audit.slices import SliceRule, audit_verdict, secondary_family, verdict_line
+from rlvr.core.stats import holm_decide
 
 NAMES = {"rft": "RFT"}  # audit.baseline -> how reports name it
 WINS = {"better": "GRPO", "worse": "baseline"}
+HOLM_VERDICTS = {"above 0": "better", "below 0": "worse", "holds 0": "tie"}
 
 
 def _fmt(d: Mapping) -> str:
@@ -82,6 +86,11 @@ def compare_baseline(
         tag: head_to_head(_tagged(grpo, tag), _tagged(baseline, tag), n, confidence, n_resamples)
         for tag in tags
     }
+    family = secondary_family(versus, list(by_tag.values()), n)
+    holm_decide(family, 1 - confidence)
+    for figure in family:  # a secondary figure names a winner only on Holm's decision
+        figure["nominal_verdict"] = figure["verdict"]
+        figure["verdict"] = HOLM_VERDICTS[figure["holm"]]
     return {
         "kind": kind,
         "name": NAMES.get(kind, kind),
@@ -92,6 +101,7 @@ def compare_baseline(
         "verdict_line": verdict_line(verdict, pooled),
         "grpo_minus_baseline": versus,
         "tags": by_tag,
+        "holm_family": len(family),
     }
 
 
@@ -107,12 +117,13 @@ def winner(difference: Mapping, name: str) -> str:
 
 def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
     """One sentence: GRPO's and the baseline's held-out gain over step 0, GRPO - baseline with its
-    interval and who wins, pass@n of the three and who wins on it, and who wins per tag (on the
+    interval and who wins (the primary figure), then the secondary figures with their
+    Holm-corrected verdicts: pass@n of the three and who wins on it, and who wins per tag (on the
     mean reward).
 
     >>> ci = lambda v, lo, hi: {"value": v, "ci_low": lo, "ci_high": hi}
     >>> diff = lambda v, lo, hi, verdict: {**ci(v, lo, hi), "verdict": verdict}
-    >>> comparison = {"name": "RFT", "seeds": [0, 1], "pooled": {
+    >>> comparison = {"name": "RFT", "seeds": [0, 1], "holm_family": 11, "pooled": {
     ...     "rows": 64, "samples_per_prompt": 32, "delta_mean_reward": ci(0.22, 0.15, 0.29),
     ...     "final": {"pass@32": 0.67}},
     ...     "grpo_minus_baseline": {"delta_mean_reward": diff(-0.03, -0.1, 0.04, "tie"),
@@ -123,7 +134,7 @@ def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
     >>> grpo = {"delta_mean_reward": ci(0.19, 0.1, 0.27), "step0": {"pass@32": 0.8},
     ...         "final": {"pass@32": 0.62}}
     >>> print(baseline_sentence(comparison, grpo))
-    GRPO against the RFT baseline on the 64 held-out rows (2 seeds each): GRPO gains +0.190 [+0.100, +0.270] mean reward over step 0, RFT +0.220 [+0.150, +0.290]; GRPO - RFT -0.030 [-0.100, +0.040]: no significant difference; pass@32: step 0 0.80, GRPO 0.62, RFT 0.67 (GRPO - RFT -0.090 [-0.190, -0.010]: RFT wins); by tag: GRPO wins on add, RFT on sub, no significant difference on mul.
+    GRPO against the RFT baseline on the 64 held-out rows (2 seeds each): GRPO gains +0.190 [+0.100, +0.270] mean reward over step 0, RFT +0.220 [+0.150, +0.290]; GRPO - RFT -0.030 [-0.100, +0.040]: no significant difference (the primary figure); secondary figures, Holm-corrected over 11: pass@32: step 0 0.80, GRPO 0.62, RFT 0.67 (GRPO - RFT -0.090 [-0.190, -0.010]: RFT wins); by tag: GRPO wins on add, RFT on sub, no significant difference on mul.
     """  # noqa: E501 (one-line outputs and tables)
     name, pooled = comparison["name"], comparison["pooled"]
     n = pooled["samples_per_prompt"]
@@ -151,13 +162,18 @@ def baseline_sentence(comparison: Mapping, grpo_pooled: Mapping) -> str:
         f"({seeds}{_budgets(comparison.get('sampled'), name)}"
         f"{_kept(comparison.get('kept'), name)}): GRPO gains "
         f"{_fmt(grpo_pooled['delta_mean_reward'])} mean reward over step 0, {name} "
-        f"{_fmt(pooled['delta_mean_reward'])}; GRPO - {name} {_fmt(d)}: {verdict(d)}; "
-        f"pass@{n}: step 0 {grpo_pooled['step0'][f'pass@{n}']:.2f}, GRPO "
+        f"{_fmt(pooled['delta_mean_reward'])}; GRPO - {name} {_fmt(d)}: {verdict(d)} (the "
+        f"primary figure); {_secondary(comparison.get('holm_family'))}pass@{n}: step 0 "
+        f"{grpo_pooled['step0'][f'pass@{n}']:.2f}, GRPO "
         f"{grpo_pooled['final'][f'pass@{n}']:.2f}, {name} {pooled['final'][f'pass@{n}']:.2f} "
         f"(GRPO - {name} {_fmt(passn)}: {verdict(passn)})"
         + (f"; by tag: {', '.join(parts)}" if parts else "")
         + "."
     )
+
+
+def _secondary(size: int | None) -> str:
+    return f"secondary figures, Holm-corrected over {size}: " if size else "secondary figures: "
 
 
 def count_span(counts: Sequence[int | None]) -> str:

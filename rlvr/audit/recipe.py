@@ -28,10 +28,10 @@ from rlvr.audit.slices import (
     SliceRule,
     _policy_stats,
     audit_verdict,
-    regression_reasons,
+    judge,
     verdict_line,
 )
-from rlvr.core.stats import above_zero, below_zero, pass_at_k, seeds_and_prompts_ci
+from rlvr.core.stats import above_zero, below_zero, bootstrap_p, pass_at_k, seeds_and_prompts_ci
 
 MIN_SEEDS = 2  # a recipe verdict needs at least this many seeds that ran to the end
 NO_VERDICT = "no recipe verdict"
@@ -108,25 +108,14 @@ def pooled_audit(
     seeds that regressed on it."""
     runs = _aligned(runs)
     whole = pooled_compare(runs, n, confidence, n_resamples, seed)
-    slices = []
+    tags = []
     for tag in sorted({t for rs in runs.values() for r in rs for t in r.get("tags") or ()}):
         tagged = {s: [r for r in rs if tag in (r.get("tags") or ())] for s, rs in runs.items()}
         entry = {"tag": tag, **pooled_compare(tagged, n, confidence, n_resamples, seed)}
-        entry["reasons"] = regression_reasons(entry, n, rule)
-        entry["regressed"] = bool(entry["reasons"])
-        entry["weighed"] = entry["rows"] >= rule.min_rows
-        entry["regressed_seeds"] = sum(tag in tags for tags in (seed_regressions or {}).values())
-        slices.append(entry)
-    return {
-        **whole,
-        "samples_per_prompt": n,
-        "slices": slices,
-        "losses": [
-            reason
-            for reason in regression_reasons(whole, n, rule)
-            if not reason.startswith("mean reward")
-        ],
-    }
+        entry["regressed_seeds"] = sum(tag in seen for seen in (seed_regressions or {}).values())
+        tags.append(entry)
+    judged = judge(whole, tags, n, rule, 1 - confidence)
+    return {**whole, "samples_per_prompt": n, "slices": tags, **judged}
 
 
 def validation_score(train_summary: Mapping) -> float | None:
@@ -312,7 +301,7 @@ def recipe_difference(
     improvement P(X > Y) as rliable defines it (Agarwal et al. 2021): per prompt, the chance that
     a seed of X beats a seed of Y (Mann-Whitney's U over the seed pairs, ties counting half),
     averaged over prompts. `verdict`: better or worse only when the interval excludes 0, else a
-    tie.
+    tie; `p_value`: the bootstrap p (rlvr.core.stats.bootstrap_p), for a Holm correction.
 
     >>> rows = lambda gains: [{"id": f"r{i}", "step0_reward": 0.0, "final_reward": g}
     ...                       for i, g in enumerate(gains)]
@@ -347,19 +336,21 @@ def recipe_difference(
 
     if len(x) < 2 or len(y) < 2:  # a seed level with one draw: the prompts alone
         low = high = value
+        draws = [value] * n_resamples if x.shape[1] > 1 else [0.0]  # one cell: no evidence
         diffs = x.mean(axis=0) - y.mean(axis=0)
         if np.ptp(diffs) > 0:
-            interval = bootstrap(
+            result = bootstrap(
                 (diffs,),
                 np.mean,
                 confidence_level=confidence,
                 n_resamples=n_resamples,
                 method="percentile",
                 random_state=np.random.default_rng(seed),
-            ).confidence_interval
+            )
+            interval, draws = result.confidence_interval, result.bootstrap_distribution
             low, high = float(interval.low), float(interval.high)
     elif x.shape[1] < 2:  # one prompt (a tag with one row): the seeds alone
-        interval = bootstrap(
+        result = bootstrap(
             (x[:, 0], y[:, 0]),
             lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis),
             paired=False,
@@ -368,10 +359,11 @@ def recipe_difference(
             n_resamples=n_resamples,
             method="percentile",
             random_state=np.random.default_rng(seed),
-        ).confidence_interval
+        )
+        interval, draws = result.confidence_interval, result.bootstrap_distribution
         low, high = float(interval.low), float(interval.high)
     else:
-        interval = bootstrap(
+        result = bootstrap(
             (np.arange(len(x)), np.arange(len(y)), np.arange(x.shape[1])),
             statistic,
             paired=False,
@@ -381,7 +373,8 @@ def recipe_difference(
             method="percentile",
             batch=1000,
             random_state=np.random.default_rng(seed),
-        ).confidence_interval
+        )
+        interval, draws = result.confidence_interval, result.bootstrap_distribution
         low, high = float(interval.low), float(interval.high)
     # an interval end within float noise of 0 (pass@k gains are rationals summed in floats: an
     # exact 0 comes out as -7e-18) holds 0
@@ -391,6 +384,7 @@ def recipe_difference(
         "value": value,
         "ci_low": low,
         "ci_high": high,
+        "p_value": bootstrap_p(draws),
         "probability_of_improvement": improvement,
         "seeds_x": len(x),
         "seeds_y": len(y),

@@ -1,5 +1,8 @@
 """What a mean can hide, measured: pass@k, slices by tag, solutions gained and lost, diversity,
-and the verdict that weighs them. Pure functions of the per-prompt records `evaluate` writes
+and the verdict that weighs them. One primary figure (the split's mean-reward delta, decided by
+its interval) sets the verdict's direction; the secondary figures that can make it `mixed` (pass@1
+and pass@n of the split; mean reward, pass@1 and pass@n of each tag) are decided together by
+Holm's correction over their bootstrap p-values. Pure functions of the per-prompt records `evaluate` writes
 (rlvr.audit.evaluation.audit scores the samples; this module only counts), tested offline on synthetic
 records.
 
@@ -25,12 +28,18 @@ from rlvr.core.stats import (
     above_zero,
     below_zero,
     finite_mean,
+    holm_decide,
     paired_ci,
     pass_at_k,
     pass_at_k_curve,
 )
 
 POLICIES = ("step0", "final")
+# The one figure the verdict's direction rests on, tested alone at the audit's confidence (its
+# interval); every other figure the verdict reads is secondary: Holm-corrected as one family
+# (secondary_family, docs/audit.md).
+PRIMARY = "delta_mean_reward"
+PRIMARY_NAME = "held-out mean reward"
 
 
 def crossing(curves: Mapping[str, Mapping[str, float]]) -> str | None:
@@ -121,57 +130,100 @@ def compare(
     return out
 
 
+def secondary_keys(n: int) -> list[str]:
+    """A set of rows' secondary deltas: pass@1 and pass@n."""
+    return [f"delta_pass@{k}" for k in sorted({1, n})]
+
+
+def secondary_family(whole: Mapping, tags: Sequence[Mapping], n: int) -> list[dict]:
+    """The figures Holm corrects together: the split's pass@1 and pass@n deltas, and each tag's
+    mean-reward, pass@1 and pass@n deltas (every tag, weighed or not: each is reported)."""
+    return [whole[k] for k in secondary_keys(n)] + [
+        t[k] for t in tags for k in (PRIMARY, *secondary_keys(n))
+    ]
+
+
+def secondary_labels(tags: Sequence[Mapping], n: int) -> list[str]:
+    """What each figure of secondary_family is, in its order.
+
+    >>> secondary_labels([{"tag": "add"}], 8)
+    ['pass@1', 'pass@8', 'add: mean reward', 'add: pass@1', 'add: pass@8']
+    """
+    names = ["mean reward", *(key.removeprefix("delta_") for key in secondary_keys(n))]
+    return [*names[1:], *(f"{t['tag']}: {name}" for t in tags for name in names)]
+
+
+def holm_family(whole: Mapping, tags: Sequence[Mapping], n: int, alpha: float) -> int:
+    """holm_decide over secondary_family, in place; how many figures it holds."""
+    family = secondary_family(whole, tags, n)
+    holm_decide(family, alpha)
+    return len(family)
+
+
+def falls(d: Mapping) -> bool:
+    """A delta decidedly below 0: by Holm where it is a secondary figure (it has `holm`), by its
+    interval where it is the primary one."""
+    return d["holm"] == "below 0" if "holm" in d else below_zero(d)
+
+
+def _holm_text(d: Mapping) -> str:
+    return f", Holm p {d['p_holm']:.3f}" if "p_holm" in d else ""
+
+
 def regression_reasons(stats: Mapping, n: int, rule: SliceRule) -> list[str]:
     """Why a set of rows (a tag's, or a whole split's) counts as regressed; empty: it did not.
+    Each reason needs a delta decidedly below 0 (`falls`: Holm-corrected for a secondary
+    figure), so no reason rests on a point estimate alone:
 
-    - its mean-reward CI lies wholly below 0;
-    - its success (pass@1, the share of correct samples) falls from at least rule.drop_from to
-      at most rule.drop_to;
-    - its pass@n falls so (the kind of problem is forgotten), or its pass@n CI lies wholly below
-      0 (narrowed: the base model solved rows that the final model no longer solves in n tries).
+    - its mean reward falls;
+    - forgotten: its success (pass@1) falls from at least rule.drop_from to at most
+      rule.drop_to, and its pass@1 delta falls;
+    - its pass@n falls so (the kind of problem is forgotten), or narrowed: its pass@n delta falls
+      (the base model solved rows that the final model no longer solves in n tries).
 
-    >>> ci = lambda v, lo, hi: {"value": v, "ci_low": lo, "ci_high": hi}
-    >>> stats = {"delta_mean_reward": ci(-0.05, -0.1, -0.01), "delta_pass@8": ci(-0.31, -0.5, 0.0),
-    ...          "step0": {"pass@1": 0.06, "pass@8": 0.31}, "final": {"pass@1": 0.0, "pass@8": 0.0}}
+    >>> ci = lambda v, lo, hi, p: {"value": v, "ci_low": lo, "ci_high": hi, "p_holm": p,
+    ...                            "holm": "below 0" if p <= 0.05 else "holds 0"}
+    >>> stats = {"delta_mean_reward": ci(-0.05, -0.1, -0.01, 0.04),
+    ...          "delta_pass@1": ci(-0.06, -0.1, -0.02, 0.01),
+    ...          "delta_pass@8": ci(-0.31, -0.5, 0.0, 0.2),
+    ...          "step0": {"pass@1": 0.16, "pass@8": 0.31}, "final": {"pass@1": 0.0, "pass@8": 0.0}}
     >>> regression_reasons(stats, 8, SliceRule())
-    ['mean reward -0.050 [-0.100, -0.010]', 'pass@8 0.31 -> 0.00']
-    >>> regression_reasons({**stats, "delta_mean_reward": ci(0.1, 0.05, 0.2),
-    ...                     "delta_pass@8": ci(-0.25, -0.4, -0.1),
-    ...                     "final": {"pass@1": 0.2, "pass@8": 0.06}}, 8, SliceRule())
-    ['pass@8 0.31 -> 0.06, delta -0.250 [-0.400, -0.100]']
-    """
+    ['mean reward -0.050 [-0.100, -0.010], Holm p 0.040', 'success 0.16 -> 0.00, delta -0.060 [-0.100, -0.020], Holm p 0.010']
+    >>> regression_reasons({**stats, "delta_pass@1": ci(-0.06, -0.1, 0.0, 0.3)}, 8, SliceRule())[1:]
+    []
+    """  # noqa: E501 (one-line outputs)
     reasons = []
     before, after = stats["step0"], stats["final"]
 
     def dropped(key: str) -> bool:
         return before[key] >= rule.drop_from and after[key] <= rule.drop_to
 
-    if below_zero(stats["delta_mean_reward"]):
-        reasons.append(f"mean reward {_ci_text(stats['delta_mean_reward'])}")
-    if dropped("pass@1"):
-        reasons.append(f"success {before['pass@1']:.2f} -> {after['pass@1']:.2f}")
-    key, narrowed = f"pass@{n}", stats[f"delta_pass@{n}"]
-    if n > 1 and (dropped(key) or below_zero(narrowed)):
+    def delta(key: str) -> str:
+        return f", delta {_ci_text(stats[key])}{_holm_text(stats[key])}"
+
+    if falls(stats[PRIMARY]):
+        reasons.append(f"mean reward {_ci_text(stats[PRIMARY])}{_holm_text(stats[PRIMARY])}")
+    if dropped("pass@1") and falls(stats["delta_pass@1"]):
         reasons.append(
-            f"{key} {before[key]:.2f} -> {after[key]:.2f}"
-            + (f", delta {_ci_text(narrowed)}" if below_zero(narrowed) else "")
+            f"success {before['pass@1']:.2f} -> {after['pass@1']:.2f}" + delta("delta_pass@1")
         )
+    key = f"pass@{n}"
+    if n > 1 and falls(stats[f"delta_{key}"]):
+        reasons.append(f"{key} {before[key]:.2f} -> {after[key]:.2f}" + delta(f"delta_{key}"))
     return reasons
 
 
 def slices(
     records: Sequence[Mapping],
     n: int,
-    rule: SliceRule,
     confidence: float = 0.95,
     n_resamples: int = 10000,
     seed: int = 0,
 ) -> list[dict]:
-    """One entry per tag found in the records (sorted): compare() on its rows, whether it
-    regressed and why, and whether it weighs in the verdict (rows >= rule.min_rows)."""
-    out = []
-    for tag in sorted({t for r in records for t in r.get("tags") or ()}):
-        entry = {
+    """One entry per tag found in the records (sorted): compare() on its rows. judge() then says
+    whether each regressed."""
+    return [
+        {
             "tag": tag,
             **compare(
                 [r for r in records if tag in (r.get("tags") or ())],
@@ -181,11 +233,28 @@ def slices(
                 seed,
             ),
         }
+        for tag in sorted({t for r in records for t in r.get("tags") or ()})
+    ]
+
+
+def judge(whole: Mapping, tags: Sequence[dict], n: int, rule: SliceRule, alpha: float) -> dict:
+    """Holm over the secondary family, then each tag's reasons, whether it regressed and whether
+    it weighs in the verdict (rows >= rule.min_rows), in place; returns the split's `losses`
+    (regression_reasons of the whole split without the mean reward, which the verdict reads
+    itself) and the family's size."""
+    size = holm_family(whole, tags, n, alpha)
+    for entry in tags:
         entry["reasons"] = regression_reasons(entry, n, rule)
         entry["regressed"] = bool(entry["reasons"])
         entry["weighed"] = entry["rows"] >= rule.min_rows
-        out.append(entry)
-    return out
+    return {
+        "losses": [
+            reason
+            for reason in regression_reasons(whole, n, rule)
+            if not reason.startswith("mean reward")
+        ],
+        "holm_family": size,
+    }
 
 
 def solutions(records: Sequence[Mapping]) -> dict:
@@ -251,22 +320,19 @@ def split_audit(
     seed: int = 0,
 ) -> dict:
     """Everything above for one split's records: pass@k curves, where they cross, the paired
-    deltas at k = 1 and k = n, what the whole split lost (`losses`: regression_reasons without
-    the mean reward, which the verdict reads itself), the slices, the solutions lost and new, and
-    diversity."""
+    deltas at k = 1 and k = n, the slices, the Holm-corrected decisions (judge: `losses`, what
+    the whole split lost, and each tag's reasons), the solutions lost and new, and diversity."""
     whole = compare(records, n, confidence, n_resamples, seed)
+    tags = slices(records, n, confidence, n_resamples, seed)
+    judged = judge(whole, tags, n, rule, 1 - confidence)
     curves = {p: pass_at_k_curve([r[f"{p}_correct"] for r in records], n) for p in POLICIES}
     return {
         "samples_per_prompt": n,
         "pass_at_k": curves,
         "crossing": crossing(curves),
-        **{key: whole[key] for key in whole if key.startswith("delta_pass@")},
-        "losses": [
-            reason
-            for reason in regression_reasons(whole, n, rule)
-            if not reason.startswith("mean reward")
-        ],
-        "slices": slices(records, n, rule, confidence, n_resamples, seed),
+        **{key: whole[key] for key in secondary_keys(n)},
+        **judged,
+        "slices": tags,
         "solutions": solutions(records),
         "diversity": {p: diversity(records, p) for p in POLICIES},
     }
@@ -324,22 +390,24 @@ def audit_verdict(split: Mapping) -> str:
 
 def verdict_line(verdict: str, split: Mapping) -> str:
     """The verdict in one line, as the report opens and the flow reports it (numbers and tag
-    names only; tags are `[a-z0-9_.-]`).
+    names only; tags are `[a-z0-9_.-]`): the primary figure first, by name, then what the
+    Holm-corrected secondary figures found.
 
     >>> sub = {"tag": "sub", "rows": 16, "regressed": True, "weighed": True,
     ...        "reasons": ["pass@8 0.31 -> 0.00"]}
     >>> split = {"delta_mean_reward": {"value": 0.188, "ci_low": 0.108, "ci_high": 0.271},
     ...          "slices": [sub], "losses": []}
     >>> verdict_line("mixed", split)
-    'mixed: improved overall (+0.188 [+0.108, +0.271]), regressed on sub (16 rows: pass@8 0.31 -> 0.00)'
-    """
+    'mixed: improved on the primary figure, held-out mean reward (+0.188 [+0.108, +0.271]); Holm-corrected: regressed on sub (16 rows: pass@8 0.31 -> 0.00)'
+    """  # noqa: E501 (one-line outputs)
     text = (
-        f"{verdict}: {overall_verdict(split['delta_mean_reward'])} overall "
-        f"({_ci_text(split['delta_mean_reward'])})"
+        f"{verdict}: {overall_verdict(split[PRIMARY])} on the primary figure, {PRIMARY_NAME} "
+        f"({_ci_text(split[PRIMARY])})"
     )
+    found = []
     if split["losses"]:
-        text += f", narrowed overall ({'; '.join(split['losses'])})"
+        found.append(f"narrowed overall ({'; '.join(split['losses'])})")
     regressed = weighed_regressions(split)
     if regressed:
-        text += ", regressed on " + "; ".join(map(slice_text, regressed))
-    return text
+        found.append("regressed on " + "; ".join(map(slice_text, regressed)))
+    return text + (f"; Holm-corrected: {', '.join(found)}" if found else "")

@@ -97,6 +97,57 @@ def below_zero(ci: Mapping) -> bool:
     return ci["ci_high"] < -ZERO_NOISE
 
 
+# --------------------------------------------------------------------------- tests and their correction
+
+
+def bootstrap_p(distribution) -> float:
+    """Two-sided bootstrap p-value of "the statistic is 0": twice the smaller share of the
+    resampled statistics on either side of 0 (a draw within ZERO_NOISE of 0 counts on both
+    sides), with the +1 that keeps it above 0 (Davison & Hinkley 1997, eq. 4.11).
+
+    >>> bootstrap_p([1e-17] * 9), bootstrap_p([0.5] * 9), bootstrap_p([-1, 1, 2, 3])
+    (1.0, 0.2, 0.8)
+    """
+    import numpy as np
+
+    draws = np.asarray(distribution, dtype=float)
+    low = int(np.sum(draws <= ZERO_NOISE)) + 1
+    high = int(np.sum(draws >= -ZERO_NOISE)) + 1
+    return min(1.0, 2 * min(low, high) / (len(draws) + 1))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979), in the order given: a figure is
+    significant at level alpha when its adjusted p is <= alpha, and the family's chance of any
+    false claim stays <= alpha. (statsmodels has it; it is not pinned for ten lines.)
+
+    >>> holm([0.01, 0.04, 0.03, 0.5])
+    [0.04, 0.09, 0.09, 0.5]
+    """
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [1.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = round(running, 12)  # (3 x 0.03 is 0.09000000000000001 in floats)
+    return adjusted
+
+
+def holm_decide(figures: Sequence[dict], alpha: float) -> None:
+    """Holm over a family of figures (each with `value` and `p_value`): sets each one's
+    `p_holm` and `holm` ("above 0", "below 0" or "holds 0"), in place.
+
+    >>> family = [{"value": 0.2, "p_value": 0.001}, {"value": -0.1, "p_value": 0.04}]
+    >>> holm_decide(family, 0.05); [(d["p_holm"], d["holm"]) for d in family]
+    [(0.002, 'above 0'), (0.04, 'below 0')]
+    """
+    for figure, adjusted in zip(figures, holm([d["p_value"] for d in figures])):
+        significant = adjusted <= alpha and abs(figure["value"]) > ZERO_NOISE
+        figure["p_holm"] = adjusted
+        figure["holm"] = (
+            ("above 0" if figure["value"] > 0 else "below 0") if significant else "holds 0"
+        )
+
+
 # --------------------------------------------------------------------------- paired comparison
 
 
@@ -106,8 +157,10 @@ def paired_ci(
     """Mean of per-prompt deltas with a bootstrap CI over prompts (scipy.stats.bootstrap, BCa;
     the percentile interval where BCa is undefined, as on a few rows that barely vary).
 
+    `p_value`: bootstrap_p of the resampled means, for a Holm correction (holm_decide).
+
     >>> paired_ci([0.0] * 5), paired_ci([-1.0] * 9 + [0.0] * 7, n_resamples=2000)["ci_high"] < 0
-    ({'value': 0.0, 'ci_low': 0.0, 'ci_high': 0.0}, True)
+    ({'value': 0.0, 'ci_low': 0.0, 'ci_high': 0.0, 'p_value': 1.0}, True)
     """
     # here, not at the top: scipy.stats takes ~0.8 s to import, and metric_keys imports this
     # module, so every stage and check would pay it (measured 2026-12-04, 2 cores)
@@ -117,21 +170,34 @@ def paired_ci(
     values = np.asarray(deltas, dtype=float)
     mean = float(values.mean()) if len(values) else math.nan
     if len(values) < 2 or np.all(values == values[0]):
-        return {"value": mean, "ci_low": mean, "ci_high": mean}
+        return _constant(mean, len(values), n_resamples)
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # scipy warns, then returns NaN, where BCa fails
-            interval = bootstrap(
+            result = bootstrap(
                 (values,),
                 np.mean,
                 confidence_level=confidence,
                 n_resamples=n_resamples,
                 method=method,
                 random_state=np.random.default_rng(seed),
-            ).confidence_interval
+            )
+        interval = result.confidence_interval
         if math.isfinite(interval.low) and math.isfinite(interval.high):
             break
-    return {"value": mean, "ci_low": float(interval.low), "ci_high": float(interval.high)}
+    return {
+        "value": mean,
+        "ci_low": float(interval.low),
+        "ci_high": float(interval.high),
+        "p_value": bootstrap_p(result.bootstrap_distribution),
+    }
+
+
+def _constant(mean: float, cells: int, n_resamples: int) -> dict:
+    """A statistic every resample repeats: its interval is the point; its p-value is what
+    bootstrap_p gives a constant distribution (1 for one cell: no evidence at all)."""
+    p = 1.0 if cells < 2 or not math.isfinite(mean) else bootstrap_p([mean] * n_resamples)
+    return {"value": mean, "ci_low": mean, "ci_high": mean, "p_value": p}
 
 
 def seeds_and_prompts_ci(
@@ -150,7 +216,7 @@ def seeds_and_prompts_ci(
     are themselves a sample, so both levels are drawn.
 
     >>> seeds_and_prompts_ci([[0.0, 0.0], [0.0, 0.0]])
-    {'value': 0.0, 'ci_low': 0.0, 'ci_high': 0.0}
+    {'value': 0.0, 'ci_low': 0.0, 'ci_high': 0.0, 'p_value': 1.0}
     >>> ci = seeds_and_prompts_ci([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]], n_resamples=2000)
     >>> ci["value"], ci["ci_low"] < 0.375 < ci["ci_high"]
     (0.375, True)
@@ -161,7 +227,7 @@ def seeds_and_prompts_ci(
     table = np.asarray(deltas, dtype=float)
     mean = float(table.mean()) if table.size else math.nan
     if table.ndim != 2 or table.size < 2 or np.all(table == table.flat[0]):
-        return {"value": mean, "ci_low": mean, "ci_high": mean}
+        return _constant(mean, table.size, n_resamples)
     seeds, prompts = table.shape
 
     if seeds == 1:
@@ -171,7 +237,7 @@ def seeds_and_prompts_ci(
         per_prompt = table[s].mean(axis=-2)  # each resample's seeds, averaged per prompt
         return np.take_along_axis(per_prompt, p, axis=-1).mean(axis=-1)
 
-    interval = bootstrap(
+    result = bootstrap(
         (np.arange(seeds), np.arange(prompts)),
         statistic,
         paired=False,
@@ -181,8 +247,14 @@ def seeds_and_prompts_ci(
         method="percentile",
         batch=1000,
         random_state=np.random.default_rng(seed),
-    ).confidence_interval
-    return {"value": mean, "ci_low": float(interval.low), "ci_high": float(interval.high)}
+    )
+    interval = result.confidence_interval
+    return {
+        "value": mean,
+        "ci_low": float(interval.low),
+        "ci_high": float(interval.high),
+        "p_value": bootstrap_p(result.bootstrap_distribution),
+    }
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -25,7 +25,7 @@ from rlvr.audit.diagnosis import prompt_audit
 from rlvr.core.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS
 from rlvr.core.seeds import seed_folder
 from rlvr.report.render import Md, md_code, md_escape, md_image, md_table, md_value
-from rlvr.report.versus_baseline import baseline_headline, baseline_section
+from rlvr.report.versus_baseline import baseline_headline, baseline_section, holm_table
 
 
 def ci_text(d: dict) -> Md:
@@ -411,6 +411,7 @@ def recipe_section(r: ReportInputs) -> list[str]:
             ],
         )
         out.append("")
+        out += holm_table(pooled, pooled["slices"], r.confidence, "step 0 -> final, pooled")
     out += baseline_section(recipe, r.confidence)
     if "published_seed" in recipe:
         out += [

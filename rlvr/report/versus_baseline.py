@@ -5,9 +5,10 @@ md_escape."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from rlvr.audit.baseline import count_span, winner
+from rlvr.audit.slices import secondary_family, secondary_labels
 from rlvr.report.render import Md, md_escape, md_table
 
 
@@ -62,7 +63,8 @@ def baseline_section(recipe: Mapping | None, confidence: float) -> list[str]:
         "like the policy, on the same held-out rows with the same sampling seeds, over the same "
         f"RL seeds. GRPO - {md_escape(name)} is paired per prompt; its {confidence:.0%} interval "
         "draws both recipes' seeds and the prompts (rlvr/audit/baseline.py). A winner is named "
-        "only when the interval excludes 0.",
+        "on all rows' mean reward (the primary figure) only when its interval excludes 0, and on "
+        "a tag only on Holm's decision (the table after this one).",
         "",
         f"{md_escape(name)}'s own verdict over its seeds: {md_escape(comparison['verdict_line'])}.",
         "",
@@ -85,7 +87,7 @@ def baseline_section(recipe: Mapping | None, confidence: float) -> list[str]:
             f"P(GRPO > {name})",
             f"pass@1: step 0 / GRPO / {name}",
             f"pass@{n}: step 0 / GRPO / {name}",
-            "wins",
+            "wins (tags: Holm)",
         ],
         [
             [
@@ -104,4 +106,52 @@ def baseline_section(recipe: Mapping | None, confidence: float) -> list[str]:
             for label, mine, other, versus in rows
         ],
     )
-    return out + [""]
+    versus = comparison["grpo_minus_baseline"]
+    tags = [{"tag": tag, **entry} for tag, entry in comparison["tags"].items()]
+    return out + [""] + holm_table(versus, tags, confidence, f"GRPO - {name}")
+
+
+def holm_table(whole: Mapping, tags: Sequence[Mapping], confidence: float, what: str) -> list[str]:
+    """The secondary figures of one comparison (rlvr.audit.slices.secondary_family), each with its
+    nominal interval, its bootstrap p, its Holm-adjusted p and the decision at 1 - confidence.
+    Tags enter as md_table cells. Nothing for a summary written before Holm's correction.
+
+    >>> d = lambda v, p, h, call: {"value": v, "ci_low": v - 0.1, "ci_high": v + 0.1,
+    ...                            "p_value": p, "p_holm": h, "holm": call}
+    >>> whole = {"delta_pass@1": d(0.2, 0.001, 0.003, "above 0"),
+    ...          "delta_pass@4": d(-0.1, 0.04, 0.08, "holds 0")}
+    >>> tag = {"tag": "a|b", "delta_mean_reward": d(0.1, 0.2, 0.4, "holds 0"),
+    ...        "delta_pass@1": d(0.1, 0.3, 0.4, "holds 0"), "delta_pass@4": d(0, 1, 1, "holds 0")}
+    >>> print("\\n".join(holm_table(whole, [tag], 0.95, "GRPO - RFT")[2:5]))
+    | GRPO - RFT | delta \\[95% CI, nominal\\] | bootstrap p | Holm p | at 5% |
+    |---|---|---|---|---|
+    | pass@1 | +0.200 [+0.100, +0.300] | 0.0010 | 0.0030 | above 0 |
+    """
+    n = max(int(key.removeprefix("delta_pass@")) for key in whole if key.startswith("delta_pass@"))
+    try:
+        family = secondary_family(whole, tags, n)
+    except KeyError:  # a summary from before the correction: nothing to show
+        return []
+    if not all("p_holm" in d for d in family):
+        return []
+    labels = secondary_labels(tags, n)
+    alpha = 1 - confidence
+    return [
+        f"Secondary figures, Holm-corrected as one family of {len(family)} (docs/audit.md): each "
+        f"is decided at {alpha:.0%} after Holm's correction; its interval is nominal.",
+        "",
+        *md_table(
+            [
+                what,
+                f"delta [{confidence:.0%} CI, nominal]",
+                "bootstrap p",
+                "Holm p",
+                f"at {alpha:.0%}",
+            ],
+            [
+                [label, _ci(d), f"{d['p_value']:.4f}", f"{d['p_holm']:.4f}", d["holm"]]
+                for label, d in zip(labels, family)
+            ],
+        ),
+        "",
+    ]
