@@ -26,7 +26,15 @@ def test_parse_exp_show_and_the_comparison_table():
         return {
             "rev": rev,
             "params": {"params.yaml": {"data": {"seed": 0, "train": {"grpo": {"beta": beta}}}}},
-            "metrics": {"metrics/recipe.json": {"data": {"verdict": "improved", "seeds": [0, 1]}}},
+            "metrics": {
+                "metrics/recipe.json": {
+                    "data": {  # the test rows' verdict, then the validation rows'
+                        "verdict": "mixed",
+                        "seeds": [0, 1],
+                        "validation": {"verdict": "improved"},
+                    }
+                }
+            },
         }
 
     rows = [
@@ -48,7 +56,10 @@ def test_parse_exp_show_and_the_comparison_table():
     assert [e.name for e in experiments] == ["baseline (abcdef1)", "no-kl"]
     assert differing_params(experiments) == ["train.grpo.beta"]
     # read from git: the published seed's summaries, projected as metrics
-    experiments[1].eval_summary = {"heldout": {"kl_final_vs_step0": 0.2}}
+    experiments[1].eval_summary = {
+        "validation": {"kl_final_vs_step0": 0.2},
+        "heldout": {"kl_final_vs_step0": 0.9},  # the test rows: not what a comparison reads
+    }
     experiments[1].train, experiments[1].evaluation = (
         {"reward": 0.7, "kl": 0.1},
         {"greedy": 0.5, "reward": 0.6},
@@ -56,6 +67,8 @@ def test_parse_exp_show_and_the_comparison_table():
     header, table = comparison_rows(experiments)
     assert header[1] == "train.grpo.beta"
     assert table[1] == ["no-kl", 0.0, 0.7, 0.5, 0.6, 0.2, 0.1, "improved"]
+    experiments[1].split = "heldout"  # --test: the test rows' figures and verdict
+    assert comparison_rows(experiments)[1][1][5:] == [0.9, 0.1, "mixed"]
 
 
 def test_runs_queued_on_two_commits_group_by_what_they_change_from_their_own_baseline():
@@ -149,7 +162,7 @@ def _runs():
                 "passn": 0.7,
             },
             eval_summary={
-                "heldout": {
+                "validation": {
                     "slices": [
                         _slice("add", 28, 0.2, 0.4),
                         _slice("sub", 16, 0.15, sub_after, regressed),
@@ -243,11 +256,11 @@ def test_each_setting_meets_the_default_as_recipe_against_recipe_over_every_seed
     prompts = [rng.random() * 0.3 for _ in range(40)]
 
     def run(name, params, gain, spread, seeds=(0, 1)):
-        heldout = {
+        records = {
             f"{name} seed {s}": [
                 {
-                    "id": f"h{i}",
-                    "split": "heldout",
+                    "id": f"v{i}",
+                    "split": "validation",
                     "step0_reward": 0.2,
                     "final_reward": 0.2 + p + gain + offset,
                 }
@@ -255,7 +268,7 @@ def test_each_setting_meets_the_default_as_recipe_against_recipe_over_every_seed
             ]
             for s, offset in zip(seeds, (rng.gauss(0, spread) for _ in seeds))
         }
-        return Experiment(name, name, {"seed": 0, **params}, heldout=heldout)
+        return Experiment(name, name, {"seed": 0, **params}, records=records)
 
     base = {"train.beta": 0.05, "train.resample_unsolved": True}
     experiments = [
@@ -278,11 +291,23 @@ def test_each_setting_meets_the_default_as_recipe_against_recipe_over_every_seed
     assert 0.15 < low < value < high < 0.25 and better[4] == 1.0
     markdown = comparison_markdown(experiments, "x.png")
     assert "## Recipe against recipe" in markdown and "| train.beta=0.1 | 2 | 3 |" in markdown
-    # another held-out file: said, not compared
-    experiments[2].heldout = {k: v[:-1] for k, v in experiments[2].heldout.items()}
+    # another validation file: said, not compared
+    experiments[2].records = {k: v[:-1] for k, v in experiments[2].records.items()}
     assert [row for row in recipe_rows(experiments)[1] if row[0] == "train.beta=0.01"] == [
-        ["train.beta=0.01", 2, 3, "scored on other held-out rows", None, "not compared"]
+        ["train.beta=0.01", 2, 3, "scored on other rows", None, "not compared"]
     ]
+
+
+def test_experiments_md_ranks_on_validation_rows_and_shows_test_rows_only_when_asked():
+    experiments = _runs()
+    top = comparison_markdown(experiments, "x.png").splitlines()[2]
+    assert top.startswith("Every figure below is on the **validation rows** (`data.val_path`)")
+    assert "validation delta mean reward (mean)" in comparison_markdown(experiments, "x.png")
+    for e in experiments:
+        e.split = "heldout"
+    shown = comparison_markdown(experiments, "x.png", split="heldout")
+    assert "choosing a recipe on them biases them" in shown.splitlines()[2]
+    assert "test delta mean reward (mean)" in shown
 
 
 def test_the_experiments_figure_draws_one_line_per_setting_with_the_legend_off_the_curves():

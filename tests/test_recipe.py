@@ -124,6 +124,32 @@ def test_the_pooled_verdict_follows_step_9s_rules_and_counts_the_seeds_that_regr
     assert sub["delta_mean_reward"]["ci_high"] == 0 and kept["verdict"] == "improved"
 
 
+def test_the_recipe_scores_the_validation_rows_beside_the_test_rows_with_the_same_keys():
+    rng = random.Random(4)
+    evaluated = {}
+    for seed in (0, 1):
+        test = _seed(rng, 0)  # sub falls on the test rows ...
+        chosen_on = [  # ... and holds on the validation rows, which are other problems
+            {**r, "id": "v" + r["id"], "split": "validation"} for r in _seed(rng, 3)
+        ]
+        evaluated[seed] = _evaluated(test + chosen_on, 0.5, "mixed", ("sub",))
+        evaluated[seed]["summary"]["validation"] = {"slices": []}
+    recipe = recipe_audit([0, 1], evaluated, {}, SliceRule(min_rows=8), n_resamples=2000)
+    assert recipe["split"] == "heldout" and recipe["pooled"]["rows"] == 24
+    assert recipe["validation"]["pooled"]["rows"] == 24
+    metrics = recipe_metrics(recipe)
+    block = metrics["validation"]
+    test_keys = set(metrics) - {"seeds", "verdict", "validation"}
+    assert set(block) == test_keys | {"verdict"} and set(block["tags"]) == {"add", "sub"}
+    assert set(block["tags"]["sub"]) == set(metrics["tags"]["sub"])
+    assert metrics["tags"]["sub"]["regressed"] and not block["tags"]["sub"]["regressed"]
+    # records from before evaluate scored the validation rows: no block, no error
+    for e in evaluated.values():
+        e["records"] = [r for r in e["records"] if r["split"] == "heldout"]
+    old = recipe_audit([0, 1], evaluated, {}, SliceRule(min_rows=8), n_resamples=2000)
+    assert "validation" not in old and "validation" not in recipe_metrics(old)
+
+
 def test_the_published_seed_is_picked_on_validation_rows_never_the_test_rows():
     rng = random.Random(2)
     best_on_test = _evaluated(_seed(rng, 4), validation=0.3)  # the test rows' best ...

@@ -1,7 +1,9 @@
-"""One policy against the base, as params.yaml sets the audit: the training and held-out prompts,
-both policies sampled with evaluate.seed (so every policy audited against the base sees the same
-step-0 records: GRPO's seeds and the RFT baseline's pair prompt by prompt), evaluate.samples per
-prompt, the verdict's rules of `report`. Stages evaluate and rft call it."""
+"""One policy against the base, as params.yaml sets the audit: the training, validation and
+held-out (test) prompts, both policies sampled with evaluate.seed (so every policy audited against
+the base sees the same step-0 records: GRPO's seeds and the RFT baseline's pair prompt by prompt),
+evaluate.samples per prompt, the verdict's rules of `report`. Stages evaluate and rft call it.
+The verdict reads the held-out rows; comparisons and the registry choose on the validation rows
+(docs/audit.md)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from rlvr.rewards.registry import build_reward_funcs, normalized_weights
 def audit_against_base(params, final_model: str) -> tuple[dict, list[dict]]:
     """rlvr.audit.evaluation.audit of the base (step0) against the policy in `final_model`
     (final): the metrics and one record per prompt."""
-    splits = {
+    splits = {  # validation: the rows that choose (recipes, the registry); heldout: the audit's
         "train": read_rows(params.data.train_path),
+        "validation": read_rows(params.data.val_path),
         "heldout": read_rows(params.data.eval_path),
     }
     policies = {
@@ -43,7 +46,7 @@ def audit_lines(label: str, metrics: dict, confidence: float) -> list[str]:
     """The console's lines of an audit: per split, mean reward, greedy success, pass@1 and
     pass@n from step 0 to final, prompts lost and gained; then the verdict."""
     lines = []
-    for split in ("train", "heldout"):
+    for split in ("train", "validation", "heldout"):
         m = metrics[split]
         n = m["samples_per_prompt"]
         d = m["delta_mean_reward"]

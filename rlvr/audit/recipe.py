@@ -30,10 +30,12 @@ from rlvr.audit.slices import (
     audit_verdict,
     judge,
     verdict_line,
+    weighed_regressions,
 )
 from rlvr.core.stats import above_zero, below_zero, bootstrap_p, pass_at_k, seeds_and_prompts_ci
 
 MIN_SEEDS = 2  # a recipe verdict needs at least this many seeds that ran to the end
+VALIDATION = "validation"  # the split recipes are chosen on (per_prompt.jsonl's "split")
 NO_VERDICT = "no recipe verdict"
 
 
@@ -184,9 +186,24 @@ def recipe_metrics(recipe: Mapping) -> dict:
             "grpo_minus_baseline": _ci(versus["delta_mean_reward"]),
             "grpo_vs_baseline": versus["delta_mean_reward"]["verdict"],
         }
+    validation = recipe.get("validation")
+    if validation:  # the same figures on the rows that choose (docs/audit.md)
+        extra["validation"] = {
+            "verdict": validation["verdict"],
+            **_headline(validation["pooled"]),
+        }
     return {
         "seeds": list(recipe["seeds"]),
         "verdict": recipe["verdict"],
+        **_headline(pooled),
+        **extra,
+    }
+
+
+def _headline(pooled: Mapping) -> dict:
+    """One split's pooled figures as metrics/recipe.json names them."""
+    n = pooled["samples_per_prompt"]
+    return {
         "delta_mean_reward": _ci(pooled["delta_mean_reward"]),
         **{
             key: round(value, 3)
@@ -206,7 +223,6 @@ def recipe_metrics(recipe: Mapping) -> dict:
             }
             for s in pooled["slices"]
         },
-        **extra,
     }
 
 
@@ -274,13 +290,19 @@ def recipe_audit(
         seed_regressions={line["seed"]: line["regressed_tags"] for line in lines},
     )
     verdict = audit_verdict(pooled)
-    return {
-        **out,
-        "split": split,
-        "pooled": pooled,
-        "verdict": verdict,
-        "verdict_line": verdict_line(verdict, pooled),
-    }
+    out.update(split=split, pooled=pooled, verdict=verdict)
+    out["verdict_line"] = verdict_line(verdict, pooled)
+    chosen_on = split_runs({s: e["records"] for s, e in evaluated.items()}, VALIDATION)
+    if all(chosen_on.values()):  # records from before evaluate scored them have none
+        regressed = {  # each seed's own audit of the validation rows, as for the held-out ones
+            s: [t["tag"] for t in weighed_regressions(e["summary"][VALIDATION])]
+            for s, e in evaluated.items()
+        }
+        on_val = pooled_audit(
+            chosen_on, n, rule, confidence, n_resamples, seed_regressions=regressed
+        )
+        out["validation"] = {"pooled": on_val, "verdict": audit_verdict(on_val)}
+    return out
 
 
 # --------------------------------------------------------------------------- recipe against recipe

@@ -1,7 +1,8 @@
 """The comparison of DVC experiments (rlvr.orchestration.experiments queues and runs them): one table of every
-run (params that differ, final reward, held-out success, final KL, verdict), one row per setting
+run (params that differ, final reward, success, final KL, verdict), one row per setting
 over its seeds (the goal figures and the per-tag success), and the curves of each setting, from
-`dvc exp show --json` and each experiment's committed outputs.
+`dvc exp show --json` and each experiment's committed outputs. Every figure is on the validation
+rows, where recipes are chosen; the test rows only with `split="heldout"` (docs/audit.md).
 """
 
 from __future__ import annotations
@@ -28,6 +29,23 @@ from rlvr.report.render import md_escape, md_image, md_table, to_html
 # Where each run's results live (params.yaml `paths`; the defaults, unless compare is given others).
 DEFAULT_PATHS = PathsParams()
 
+# Which rows judge the runs (evaluate's split names): recipes are ranked and chosen on the
+# validation rows; the test rows audit the chosen one once (docs/audit.md).
+SPLIT_WORDS = {"validation": "validation", "heldout": "test"}
+SPLIT_LINES = {
+    "validation": "Every figure below is on the **validation rows** (`data.val_path`): recipes "
+    "are ranked and chosen on them. The test rows (`data.eval_path`) audit the chosen recipe "
+    "once (docs/audit.md); `--test` shows them here instead.",
+    "heldout": "Every figure below is on the **test rows** (`data.eval_path`), shown with "
+    "`--test`: choosing a recipe on them biases them, and the audit of the chosen one is then no "
+    "longer unbiased. Rank and choose on the validation rows (the default).",
+}
+
+
+def rows_name(experiments: Sequence[Experiment]) -> str:
+    """What the experiments are judged on, in words: 'validation' or 'test'."""
+    return SPLIT_WORDS[experiments[0].split if experiments else "validation"]
+
 
 BASELINE = "baseline ("  # how parse_exp_show names the commit's own run: "baseline (abc1234)"
 
@@ -48,10 +66,11 @@ class Experiment:
     train_summary: dict = field(default_factory=dict)  # the train stage's (selection included)
     recipe: dict = field(default_factory=dict)  # metrics/recipe.json: the verdict over its seeds
     stage_seconds: dict[str, float] = field(default_factory=dict)  # stages it ran (queue log)
-    # each RL seed's held-out per-prompt records ("<name> seed <n>" -> records): the recipe's
+    # each RL seed's per-prompt records of `split` ("<name> seed <n>" -> records): the recipe's
     # evidence, which recipe_rows compares setting against default
-    heldout: dict[str, list[dict]] = field(default_factory=dict)
+    records: dict[str, list[dict]] = field(default_factory=dict)
     commit: str = ""  # the baseline commit it was queued on (parse_exp_show)
+    split: str = "validation"  # the rows it is judged on (compare's `split`)
 
     @property
     def is_baseline(self) -> bool:
@@ -60,9 +79,9 @@ class Experiment:
 
     @property
     def delta(self) -> float | None:
-        """The test file's paired delta of mean reward, step 0 -> final: the evaluate stage's
+        """The paired delta of mean reward on its split, step 0 -> final: the evaluate stage's
         summary keeps it (metrics/eval.json only its CI, and reward0 and reward)."""
-        summary = self.eval_summary.get("heldout", {}).get("delta_mean_reward", {})
+        summary = self.eval_summary.get(self.split, {}).get("delta_mean_reward", {})
         if "value" in summary:
             return summary["value"]
         reward0, reward = self.evaluation.get("reward0"), self.evaluation.get("reward")
@@ -152,12 +171,13 @@ def read_json(rev: str, cwd: str | Path, path: str) -> dict:
 _STAGE_DONE = re.compile(r"^(\w+)(?:@\S+)?: done in ([0-9.]+) s$", re.MULTILINE)
 
 
-def read_heldout(
+def read_records(
     e: Experiment, cwd: str | Path, paths: PathsParams, recipe: dict
 ) -> dict[str, list[dict]]:
-    """Each seed's held-out per-prompt records committed in a run's revision, for the seeds its
-    recipe pooled ({} for a run without a recipe)."""
-    split = recipe.get("split", "heldout")
+    """Each seed's per-prompt records of the run's split committed in its revision, for the
+    seeds its recipe pooled ({} for a run without a recipe, or from before evaluate scored the
+    validation rows)."""
+    split = e.split
     out = {}
     for seed in recipe.get("evaluated") or []:
         text = _committed(e.rev, cwd, seed_paths(paths, seed).eval_per_prompt) or ""
@@ -200,11 +220,11 @@ def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[
         "experiment",
         *params,
         "final reward (last 10 steps)",
-        "held-out greedy success",
-        "held-out mean reward",
-        "KL final vs step 0 (held-out samples)",
+        f"{rows_name(experiments)} greedy success",
+        f"{rows_name(experiments)} mean reward",
+        f"KL final vs step 0 ({rows_name(experiments)} samples)",
         "training KL (last 10 steps)",
-        "verdict (the recipe's, over its seeds)",
+        f"verdict on the {rows_name(experiments)} rows (the recipe's, over its seeds)",
     ]
     rows = []
     for e in experiments:
@@ -215,12 +235,22 @@ def comparison_rows(experiments: Sequence[Experiment]) -> tuple[list[str], list[
                 e.train.get("reward"),
                 e.evaluation.get("greedy"),
                 e.evaluation.get("reward"),
-                e.eval_summary.get("heldout", {}).get("kl_final_vs_step0"),
+                e.eval_summary.get(e.split, {}).get("kl_final_vs_step0"),
                 e.train.get("kl"),
-                e.recipe.get("verdict") or e.evaluation.get("verdict"),
+                _recipe_verdict(e) or e.evaluation.get("verdict"),
             ]
         )
     return header, rows
+
+
+def _recipe_verdict(e: Experiment) -> str | None:
+    """The recipe's verdict over its seeds on the run's split (metrics/recipe.json: the test
+    rows' at its top, the validation rows' in its `validation` block)."""
+    return (
+        e.recipe.get("verdict")
+        if e.split == "heldout"
+        else (e.recipe.get("validation") or {}).get("verdict")
+    )
 
 
 def settings(experiments: Sequence[Experiment], over: str = "seed") -> dict[str, list[Experiment]]:
@@ -287,23 +317,23 @@ def _pair(group: Sequence[Experiment], before: str, after: str) -> str | None:
 
 
 def _slices(e: Experiment) -> list[dict]:
-    """The held-out per-tag slices of a run's evaluation (Step 9's audit)."""
-    return e.eval_summary.get("heldout", {}).get("slices", [])
+    """The per-tag slices of a run's evaluation on its split (Step 9's audit)."""
+    return e.eval_summary.get(e.split, {}).get("slices", [])
 
 
 def setting_rows(
     experiments: Sequence[Experiment], over: str = "seed", timed: str = "train"
 ) -> tuple[list[str], list[list[Any]]]:
     """One row per setting with more than one run (settings): the mean over its runs of the
-    test-file (held-out) mean-reward delta, each run's CI low and how many are above 0 (beyond
+    mean-reward delta on the runs' split, each run's CI low and how many are above 0 (beyond
     float noise: core.stats.above_zero), the tags
-    that regressed (the verdict's rule) and in how many runs, held-out pass@1 and pass@n step 0
+    that regressed (the verdict's rule) and in how many runs, pass@1 and pass@n step 0
     -> final, and the mean wall time of stage `timed` over the runs that ran it (not those DVC
     restored from its cache)."""
     header = [
         "setting",
         f"runs ({over})",
-        "held-out delta mean reward (mean)",
+        f"{rows_name(experiments)} delta mean reward (mean)",
         "CI low of each run",
         "runs with CI above 0",
         "tags regressed (runs)",
@@ -339,7 +369,7 @@ def setting_rows(
 def tag_rows(
     experiments: Sequence[Experiment], over: str = "seed"
 ) -> tuple[list[str], list[list[Any]]]:
-    """Per setting with more than one run: each held-out tag's sampled success (pass@1) at step 0
+    """Per setting with more than one run: each tag's sampled success (pass@1) at step 0
     -> final, the mean over the runs; the tags in the order the evaluation lists them."""
     grouped = {
         label: group for label, group in settings(experiments, over).items() if len(group) > 1
@@ -366,23 +396,23 @@ def recipe_rows(
     experiments: Sequence[Experiment], over: str = "seed"
 ) -> tuple[list[str], list[list[Any]]]:
     """Each setting's recipe against the default's, over every seed of their runs (rlvr.audit.recipe.
-    recipe_difference): the difference of their held-out mean-reward deltas with a 95% interval
+    recipe_difference): the difference of their mean-reward deltas (the runs' split) with a 95% interval
     over both recipes' seeds and the prompts, rliable's probability of improvement, and the call:
     better or worse only when the interval excludes 0, else a tie. The default is the setting
     that changes nothing (else the baseline commits' own runs); settings scored on other
-    held-out rows are said so, not compared."""
+    rows are said so, not compared."""
     groups = settings(experiments, over)
     reference = groups.get("default") or [e for e in experiments if e.is_baseline]
     pooled = {
-        label: {seed: records for e in group for seed, records in e.heldout.items()}
+        label: {seed: records for e in group for seed, records in e.records.items()}
         for label, group in groups.items()
     }
-    default = {seed: records for e in reference for seed, records in e.heldout.items()}
+    default = {seed: records for e in reference for seed, records in e.records.items()}
     header = [
         "setting",
         "seeds",
         "seeds of the default",
-        "held-out delta minus the default's [95% interval, seeds and prompts]",
+        f"{rows_name(experiments)} delta minus the default's [95% interval, seeds and prompts]",
         "P(setting > default)",
         "call",
     ]
@@ -398,7 +428,7 @@ def recipe_rows(
                     label,
                     len(runs),
                     len(default),
-                    "scored on other held-out rows",
+                    "scored on other rows",
                     None,
                     "not compared",
                 ]
@@ -422,11 +452,16 @@ def _section(title: str, text: str, header: list[str], rows: list[list[Any]]) ->
 
 
 def comparison_markdown(
-    experiments: Sequence[Experiment], image: str, failed: Sequence[str] = ()
+    experiments: Sequence[Experiment],
+    image: str,
+    failed: Sequence[str] = (),
+    split: str = "validation",
 ) -> str:
     header, rows = comparison_rows(experiments)
     lines = [
         "# Experiments",
+        "",
+        SPLIT_LINES[split],
         "",
         f"{len(experiments)} runs: the baseline commit(s) and their DVC experiments "
         "(`dvc exp show`). Columns between the name and the results are the params that "
@@ -445,22 +480,27 @@ def comparison_markdown(
         lines += _section(
             "Settings over seeds",
             "Runs that differ only by seed, one row per setting, named by what it changes from "
-            "its baseline commit: the test-file (held-out) mean-reward delta step 0 -> final, the "
-            "95% bootstrap CI low of each run, the tags that regressed (the verdict's rule), "
-            "held-out pass@1 and pass@n, and the train stage's wall time (`dvc queue logs`; runs "
+            f"its baseline commit: the {rows_name(experiments)} rows' mean-reward delta step 0 -> "
+            "final, the 95% bootstrap CI low of each run, the tags that regressed (the verdict's "
+            "rule), pass@1 and pass@n, and the train stage's wall time (`dvc queue logs`; runs "
             "whose training DVC restored from its cache are left out of that mean).",
             header,
             rows,
         )
         header, rows = tag_rows(experiments)
-        lines += ["", "Held-out success (pass@1) per tag, step 0 -> final, mean over the runs:", ""]
+        lines += [
+            "",
+            f"Success (pass@1) per tag on the {rows_name(experiments)} rows, step 0 -> final, "
+            "mean over the runs:",
+            "",
+        ]
         lines += md_table(header, rows)
     header, rows = recipe_rows(experiments)
     if rows:
         lines += _section(
             "Recipe against recipe",
             "Each setting against the default, every RL seed of their runs pooled: the difference "
-            "of their held-out mean-reward deltas, with a 95% bootstrap interval that draws both "
+            f"of their {rows_name(experiments)} mean-reward deltas, with a 95% bootstrap interval that draws both "
             "recipes' seeds and the prompts (paired: the same rows), and the probability that a "
             "seed of the setting beats a seed of the default on a prompt (rliable's probability "
             "of improvement). A setting is better or worse only when the interval excludes 0; "
@@ -494,11 +534,15 @@ def _validation(e: Experiment) -> list[dict]:
 
 
 def compare(
-    cwd: str | Path = ".", out_dir: str | Path = "reports", revs: Sequence[str] = ()
+    cwd: str | Path = ".",
+    out_dir: str | Path = "reports",
+    revs: Sequence[str] = (),
+    split: str = "validation",
 ) -> list[Experiment]:
     """Write reports/experiments.md, .html and the settings' curves of the experiments of HEAD
-    (or of the commits `revs`, e.g. a grid run over several commits); return the
-    experiments."""
+    (or of the commits `revs`, e.g. a grid run over several commits), judged on `split`: the
+    validation rows, or "heldout", the test rows (a recipe chosen on them biases them); return
+    the experiments."""
     paths = load_params(Path(cwd) / "params.yaml").paths
     shown = exp_show(cwd, revs)
     experiments = parse_exp_show(shown, paths)
@@ -506,19 +550,20 @@ def compare(
         # the run's figures are its published seed's (the recipe's verdict is in e.recipe)
         recipe = read_json(e.rev, cwd, paths.recipe_summary)
         seed = recipe.get("published_seed", 0)
-        e.heldout = read_heldout(e, cwd, paths, recipe)
+        e.split = split
+        e.records = read_records(e, cwd, paths, recipe)
         run = seed_paths(paths, seed)
         e.history = read_history(e.rev, cwd, run.train_history)
         e.eval_summary = read_json(e.rev, cwd, run.eval_summary)
         e.train_summary = read_json(e.rev, cwd, run.train_summary)
-        e.evaluation = eval_metrics(e.eval_summary) if e.eval_summary else {}
+        e.evaluation = eval_metrics(e.eval_summary, split) if split in e.eval_summary else {}
         e.train = train_metrics(e.train_summary) if e.train_summary else {}
         if not e.is_baseline:
             e.stage_seconds = stage_seconds(queue_log(e.name, cwd))
     out = Path(cwd) / out_dir
     plot_settings(setting_curves(experiments), out / "figures" / "experiments.png")
     figure = "figures/experiments.png"
-    markdown = comparison_markdown(experiments, figure, failed_experiments(shown))
+    markdown = comparison_markdown(experiments, figure, failed_experiments(shown), split)
     write_text_atomic(out / "experiments.md", markdown)
     write_text_atomic(
         out / "experiments.html", to_html(markdown, out, images=[figure], title="Experiments")

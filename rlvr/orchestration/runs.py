@@ -580,7 +580,7 @@ def _evaluate_artifacts(root: Path, where: str) -> list[Artifact]:
         ev = _json(root, seed_paths(paths, seed).eval_summary) or {}
         rows += [
             _split_row(str(seed), split, ev[split], ev.get("verdict"))
-            for split in ("train", "heldout")
+            for split in ("train", "validation", "heldout")
             if split in ev
         ]
     recipe = _json(root, paths.recipe_summary) or {}

@@ -11,6 +11,8 @@ detail, so the two cannot disagree.
 
 from __future__ import annotations
 
+from rlvr.audit.slices import audit_verdict
+
 
 def gate_metrics(verdict: dict) -> dict:
     """The reward-test gate's headline.
@@ -67,8 +69,8 @@ def train_metrics(summary: dict) -> dict:
     }
 
 
-def eval_metrics(summary: dict) -> dict:
-    """The audit's headline, on the split the verdict follows (held-out): the verdict first (a
+def eval_metrics(summary: dict, split_name: str | None = None) -> dict:
+    """The audit's headline, on the split the verdict follows (held-out; or `split_name`): the verdict first (a
     long value: the file's path heads its column), mean sampled reward and greedy success at step
     0 and final, the CI of the paired delta of mean reward (the delta itself is reward -
     reward0: the summary keeps it), and pass@1 and pass@n (n samples per prompt) at step 0 and
@@ -86,7 +88,7 @@ def eval_metrics(summary: dict) -> dict:
     >>> eval_metrics({"verdict": "mixed", "verdict_split": "heldout", "heldout": split})
     {'verdict': 'mixed', 'reward0': 0.4, 'reward': 0.6, 'ci_low': 0.1, 'ci_high': 0.3, 'greedy0': 0.3, 'greedy': 0.5, 'pass1_0': 0.2, 'pass1': 0.5, 'passn_0': 0.6, 'passn': 0.55}
     """  # noqa: E501 (one-line outputs and tables)
-    split = summary[summary["verdict_split"]]
+    split = summary[split_name or summary["verdict_split"]]
     delta = split["delta_mean_reward"]
     curves, n = split["pass_at_k"], str(split["samples_per_prompt"])
     shares = {
@@ -99,8 +101,9 @@ def eval_metrics(summary: dict) -> dict:
         "passn_0": curves["step0"][n],
         "passn": curves["final"][n],
     }
-    return {
-        "verdict": summary["verdict"],
+    own = split_name in (None, summary["verdict_split"])
+    return {  # another split's verdict by the same rules (rlvr.audit.slices)
+        "verdict": summary["verdict"] if own else audit_verdict(split),
         "reward0": split["step0"]["mean_reward"],
         "reward": split["final"]["mean_reward"],
         **{key: None if value is None else round(value, 3) for key, value in shares.items()},

@@ -255,7 +255,7 @@ def plot_per_prompt(per_prompt: Sequence[dict], path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
-SPLIT_NAMES = {"heldout": "held-out", "train": "train"}
+SPLIT_NAMES = {"heldout": "held-out (test)", "validation": "validation", "train": "train"}
 
 
 def plot_pass_at_k(evaluation: Mapping, path: str | Path) -> Path:

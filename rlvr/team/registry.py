@@ -2,9 +2,10 @@
 (`artifacts:`), versioned with GTO as git tags (`policy@v0.0.3` registers a version, `policy#prod#N`
 moves the `prod` stage), and a new model replaces `prod` only when it beats it.
 
-Champion against challenger: both models' held-out records (reports/eval/seed-<n>/per_prompt.jsonl,
+Champion against challenger: both models' validation records (reports/eval/seed-<n>/per_prompt.jsonl,
 read from the revision each was made at through DVC, so from the remote when the cache lacks them)
-on the rows they share, compared by rlvr.audit.recipe.recipe_difference: the seeds of each and the
+on the rows they share (choosing a model is a choice: it reads the validation rows, never the test
+rows that audit it, docs/audit.md), compared by rlvr.audit.recipe.recipe_difference: the seeds of each and the
 prompts, paired by prompt, with a bootstrap interval. Only an interval above zero promotes; the
 policy for everything else is in PROMOTION_POLICY.
 """
@@ -29,10 +30,10 @@ from rlvr.report.render import md_escape
 from rlvr.team.clones import git
 
 PROD = "prod"
-HELD_OUT = "heldout"  # the split the verdict reads (per_prompt.jsonl's "split")
+JUDGED = "validation"  # the split promotion reads (per_prompt.jsonl's "split")
 PROMOTION_POLICY = (
-    "the first model becomes prod; after that a model replaces prod only when its held-out mean "
-    "reward beats prod's with a 95% interval above zero (verdict improved); on no significant "
+    "the first model becomes prod; after that a model replaces prod only when its mean reward on "
+    "the validation rows beats prod's with a 95% interval above zero (verdict improved); on no significant "
     "change or a regression prod stays, so a change of recipe must prove itself"
 )
 
@@ -107,9 +108,10 @@ def model_md5(root: str | Path, rev: str | None, path: str) -> str | None:
     return None
 
 
-def held_out_runs(root: str | Path, rev: str | None = None) -> dict[int, list[dict]]:
-    """seed -> that seed's held-out records, at a git revision (None: the workspace), through
-    DVC: files the cache lacks come from the remote."""
+def judged_runs(root: str | Path, rev: str | None = None) -> dict[int, list[dict]]:
+    """seed -> that seed's validation records, at a git revision (None: the workspace), through
+    DVC: files the cache lacks come from the remote. A run evaluated before evaluate scored the
+    validation rows gives empty lists."""
     fs = DVCFileSystem(str(root), rev=rev)
     params = loads_yaml(fs.read_text("params.yaml")) or {}
     folder = (params.get("paths") or {}).get("eval_runs") or PathsParams().eval_runs
@@ -124,7 +126,7 @@ def held_out_runs(root: str | Path, rev: str | None = None) -> dict[int, list[di
                 "push that run's data (`dvc push` in its clone) or pull it from the remote"
             ) from None
         records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        runs[int(seed)] = [r for r in records if r.get("split") == HELD_OUT]
+        runs[int(seed)] = [r for r in records if r.get("split") == JUDGED]
     if not runs:
         raise RegistryError(f"{rev or 'the workspace'}: params.yaml audit.seeds is empty")
     return runs
@@ -147,14 +149,16 @@ def _shared(runs: dict[int, list[dict]], ids: set[str]) -> dict[int, list[dict]]
 def champion_vs_challenger(
     champion: dict[int, list[dict]], challenger: dict[int, list[dict]]
 ) -> dict:
-    """Both models on the held-out rows they share: each one's figures, and the challenger's
+    """Both models on the validation rows they share: each one's figures, and the challenger's
     mean reward minus the champion's with its interval over both models' seeds and the prompts
     (paired by prompt). `verdict`: improved, regressed or no significant change."""
     ids = set.intersection(
         *({r["id"] for r in rs} for rs in [*champion.values(), *challenger.values()])
     )
     if not ids:
-        raise RegistryError("the new model and prod share no held-out row: they cannot be compared")
+        raise RegistryError(
+            "the new model and prod share no validation row: they cannot be compared"
+        )
     champion, challenger = _shared(champion, ids), _shared(challenger, ids)
 
     def as_gain(runs):  # recipe_difference compares final - step0: step0 = 0 compares the models
@@ -197,7 +201,7 @@ def decide(comparison: dict | None) -> tuple[bool, str]:
         return True, "the first model in the registry becomes prod (no prod to compare with)"
     d, verdict = comparison["difference"], comparison["verdict"]
     figures = (
-        f"held-out mean reward {comparison['challenger']['mean_reward']:.3f} against prod's "
+        f"validation mean reward {comparison['challenger']['mean_reward']:.3f} against prod's "
         f"{comparison['champion']['mean_reward']:.3f}, difference {d['value']:+.3f} "
         f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over {comparison['rows']} rows, "
         f"{d['seeds_x']} and {d['seeds_y']} seeds"
@@ -228,11 +232,19 @@ def promote_after_run(root: str | Path, push: bool = False) -> Decision:
         )
     registered = register(root, name, "HEAD", push=push, stdout=False)
     version = registered.version if hasattr(registered, "version") else str(registered)
-    comparison = (
-        None
-        if before is None
-        else champion_vs_challenger(held_out_runs(root, before["commit"]), held_out_runs(root))
-    )
+    champion = None if before is None else judged_runs(root, before["commit"])
+    if champion is not None and not any(champion.values()):
+        return Decision(
+            False,
+            f"prod {before['version']} was evaluated before evaluate scored the validation rows, "
+            "so there is nothing to compare the new model with; prod stays (rerun prod's commit "
+            "with this code and register it to compare again)",
+            registered=version,
+            prod_before=before,
+            prod_after=before,
+            warnings=warnings,
+        )
+    comparison = None if champion is None else champion_vs_challenger(champion, judged_runs(root))
     promoted, reason = decide(comparison)
     if promoted:
         assign(root, name, PROD, version=version, push=push, stdout=False)
@@ -255,7 +267,7 @@ def promotion_markdown(decision: Decision) -> str:
         before = (decision.prod_before or {}).get("version", "?")
         d = c["difference"]
         lines += [
-            f"| held-out, {c['rows']} shared rows | prod {md_escape(before)} (champion) "
+            f"| validation, {c['rows']} shared rows | prod {md_escape(before)} (champion) "
             f"| new {md_escape(decision.registered)} (challenger) |",
             "|---|---|---|",
             *(

@@ -12,7 +12,7 @@ from rlvr.team.registry import (
     PROD,
     RegistryError,
     champion_vs_challenger,
-    held_out_runs,
+    judged_runs,
     promote_after_run,
     published_artifact,
 )
@@ -22,18 +22,26 @@ ROOT = Path(__file__).resolve().parents[2]
 ROWS = [f"h{i:02d}" for i in range(16)]
 
 
-def _records(rewards_by_seed: dict[int, list[float]]) -> dict[int, list[dict]]:
-    return {
-        seed: [
+def _records(
+    rewards_by_seed: dict[int, list[float]], splits: tuple[str, ...] = ("validation", "heldout")
+) -> dict[int, list[dict]]:
+    """Validation records with these rewards; the test rows (heldout) score the opposite, so a
+    decision that read them would go the other way."""
+
+    def rows(split: str, rewards: list[float]) -> list[dict]:
+        return [
             {
-                "id": i,
-                "split": "heldout",
-                "final_reward": r,
-                "final_correct": round(8 * r),
+                "id": f"{split[0]}{i}",
+                "split": split,
+                "final_reward": r if split == "validation" else 1 - r,
+                "final_correct": round(8 * (r if split == "validation" else 1 - r)),
                 "samples": 8,
             }
             for i, r in zip(ROWS, rewards, strict=True)
         ]
+
+    return {
+        seed: [r for split in splits for r in rows(split, rewards)]
         + [{"id": "t0", "split": "train", "final_reward": 1.0, "final_correct": 8, "samples": 8}]
         for seed, rewards in rewards_by_seed.items()
     }
@@ -110,7 +118,9 @@ def test_first_model_becomes_prod_then_only_a_better_one_replaces_it(repo):
     assert c["verdict"] == "improved" and c["rows"] == 16
     assert c["champion"]["seeds"] == [0, 1] and c["challenger"]["seeds"] == [0, 1, 2]
     assert c["challenger"]["mean_reward"] == pytest.approx(0.85)
-    assert c["difference"]["ci_low"] > 0 and "improved: held-out mean reward 0.850" in better.reason
+    assert (
+        c["difference"]["ci_low"] > 0 and "improved: validation mean reward 0.850" in better.reason
+    )
 
     # a worse one: registered, not promoted
     _run(repo, "d" * 32, _records({0: [0.1] * 16, 1: [0.2] * 16}), "night 5")
@@ -131,11 +141,25 @@ def test_a_hand_made_tag_is_one_line_and_ignored(repo):
     assert "git tag -d 'policy@vbad'" in line
 
 
-def test_models_with_no_common_held_out_row_are_not_compared():
-    a = _records({0: [0.5] * 16})
+def test_models_with_no_common_validation_row_are_not_compared():
+    a = {
+        s: [r for r in rs if r["split"] == "validation"]
+        for s, rs in _records({0: [0.5] * 16}).items()
+    }
     b = {0: [{**r, "id": r["id"] + "x"} for r in a[0]]}
-    with pytest.raises(RegistryError, match="share no held-out row"):
+    with pytest.raises(RegistryError, match="share no validation row"):
         champion_vs_challenger(a, b)
+
+
+def test_a_prod_evaluated_before_the_validation_rows_stays_with_one_line(repo):
+    _run(repo, "a" * 32, _records({0: [0.2] * 16, 1: [0.2] * 16}, ("heldout",)), "night 1")
+    assert promote_after_run(repo).promoted  # the first model: prod, whatever it holds
+    _run(repo, "c" * 32, _records({0: [0.9] * 16, 1: [0.9] * 16}), "night 2")
+    decision = promote_after_run(repo)
+    assert not decision.promoted and decision.registered == "v0.0.2"
+    assert decision.prod_after["version"] == "v0.0.1" and decision.comparison is None
+    assert "evaluated before evaluate scored the validation rows" in decision.line
+    assert "prod stays" in decision.line and "\n" not in decision.line
 
 
 def test_records_that_neither_the_cache_nor_the_remote_holds_are_one_line(repo):
@@ -150,11 +174,11 @@ def test_records_that_neither_the_cache_nor_the_remote_holds_are_one_line(repo):
     )
     commit_all(repo, "seed 1's records gone")
     with pytest.raises(RegistryError) as error:
-        held_out_runs(repo, "HEAD")
+        judged_runs(repo, "HEAD")
     line = str(error.value)
     assert "\n" not in line
     assert line.startswith("HEAD: cannot read reports/eval/seed-1/per_prompt.jsonl (")
     assert line.endswith(
         "push that run's data (`dvc push` in its clone) or pull it from the remote"
     )
-    assert set(held_out_runs(repo, commit)) == {0, 1}  # the commit that holds them reads
+    assert set(judged_runs(repo, commit)) == {0, 1}  # the commit that holds them reads
