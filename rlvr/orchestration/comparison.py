@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.audit.recipe import SeedsDisagree, recipe_difference
+from rlvr.audit.slices import audit_verdict
 from rlvr.core.files import write_text_atomic
 from rlvr.core.seeds import seed_paths
 from rlvr.core.stats import above_zero
@@ -557,6 +558,8 @@ def compare(
         e.eval_summary = read_json(e.rev, cwd, run.eval_summary)
         e.train_summary = read_json(e.rev, cwd, run.train_summary)
         e.evaluation = eval_metrics(e.eval_summary, split) if split in e.eval_summary else {}
+        if e.evaluation and split != e.eval_summary.get("verdict_split"):
+            e.evaluation["verdict"] = audit_verdict(e.eval_summary[split])  # the same rules
         e.train = train_metrics(e.train_summary) if e.train_summary else {}
         if not e.is_baseline:
             e.stage_seconds = stage_seconds(queue_log(e.name, cwd))

@@ -11,8 +11,6 @@ detail, so the two cannot disagree.
 
 from __future__ import annotations
 
-from rlvr.audit.slices import audit_verdict
-
 
 def gate_metrics(verdict: dict) -> dict:
     """The reward-test gate's headline.
@@ -70,7 +68,7 @@ def train_metrics(summary: dict) -> dict:
 
 
 def eval_metrics(summary: dict, split_name: str | None = None) -> dict:
-    """The audit's headline, on the split the verdict follows (held-out; or `split_name`): the verdict first (a
+    """The audit's headline, on the split the verdict follows (held-out; or `split_name`, whose verdict the caller sets): the verdict first (a
     long value: the file's path heads its column), mean sampled reward and greedy success at step
     0 and final, the CI of the paired delta of mean reward (the delta itself is reward -
     reward0: the summary keeps it), and pass@1 and pass@n (n samples per prompt) at step 0 and
@@ -101,9 +99,8 @@ def eval_metrics(summary: dict, split_name: str | None = None) -> dict:
         "passn_0": curves["step0"][n],
         "passn": curves["final"][n],
     }
-    own = split_name in (None, summary["verdict_split"])
-    return {  # another split's verdict by the same rules (rlvr.audit.slices)
-        "verdict": summary["verdict"] if own else audit_verdict(split),
+    return {
+        "verdict": summary["verdict"],
         "reward0": split["step0"]["mean_reward"],
         "reward": split["final"]["mean_reward"],
         **{key: None if value is None else round(value, 3) for key, value in shares.items()},

@@ -24,8 +24,8 @@ pathlib.Path("models/final/weights.txt").write_text(f"quality {q}\\n")
 for seed in (0, 1):
     folder = pathlib.Path(f"reports/eval/seed-{seed}")
     folder.mkdir(parents=True, exist_ok=True)
-    rows = [{"id": f"h{i:02d}", "split": "heldout", "final_reward": min(1.0, q + 0.01 * ((i + seed) % 3)),
-             "final_correct": round(8 * q), "samples": 8} for i in range(16)]
+    rows = [{"id": f"{split[0]}{i:02d}", "split": split, "final_reward": min(1.0, q + 0.01 * ((i + seed) % 3)),
+             "final_correct": round(8 * q), "samples": 8} for split in ("validation", "heldout") for i in range(16)]
     (folder / "per_prompt.jsonl").write_text("".join(json.dumps(r) + "\\n" for r in rows))
 pathlib.Path("metrics").mkdir(exist_ok=True)
 pathlib.Path("metrics/quality.json").write_text(json.dumps({"quality": q}))
