@@ -74,7 +74,11 @@ def forced_rerun(cold_run, tmp_path_factory):
         hook = clone.parent / "open-hook"
         hook.mkdir()
         (hook / "sitecustomize.py").write_text(OPEN_HOOK)
-        files = ["data/grpo_eval.jsonl", "data/grpo_val.jsonl", "data/grpo_train.jsonl"]
+        from rlvr.params.config import load_params
+
+        data = load_params(clone / "params.yaml").data
+        # the three files params.yaml names, and the earlier test file, which nothing may read
+        files = [data.eval_path, data.val_path, data.train_path, "data/grpo_eval.jsonl"]
         env = {
             **project_env(clone),
             "PYTHONPATH": f"{hook}{os.pathsep}{clone}",

@@ -79,8 +79,8 @@ BAD_VALUES = [
         "data.eval_path = 'data/grpo_train.jsonl': must differ from data.train_path",
     ),
     (
-        {"data": {"val_path": "data/grpo_eval.jsonl"}},
-        "data.val_path = 'data/grpo_eval.jsonl': must differ from data.train_path and "
+        {"data": {"val_path": "data/grpo_test.jsonl"}},
+        "data.val_path = 'data/grpo_test.jsonl': must differ from data.train_path and "
         "data.eval_path",
     ),
     ({"data": {"val_path": ""}}, "data.val_path = '': must not be empty"),

@@ -1,5 +1,5 @@
-"""The default dataset: generated deterministically, 64 train + 64 test + 64 validation rows, no
-problem shared across splits."""
+"""The default dataset: generated deterministically, 64 train + 64 validation + 64 sealed test rows
+dealt at random from one draw, no problem shared across splits nor with the earlier test file."""
 
 import json
 import subprocess
@@ -9,10 +9,15 @@ from pathlib import Path
 import pytest
 
 from rlvr.data.rows import DataError, read_lines, read_rows, to_hf_dataset
-from rlvr.data.tasks.countdown import CountdownSpec, generate_rows, generate_splits
+from rlvr.data.tasks.countdown import CountdownSpec, generate_rows, generate_splits, problem_key
+from rlvr.params.config import load_params
 from rlvr.rewards.verifiers import countdown_solution
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+SPLITS = ("grpo_train.jsonl", "grpo_val.jsonl", "grpo_test.jsonl")  # what make_countdown writes
+OLD_TEST = ROOT / "data" / "grpo_eval.jsonl"  # the earlier test file, read by nothing now
 
 
 def test_committed_files_are_what_the_generator_writes(tmp_path):
@@ -21,8 +26,43 @@ def test_committed_files_are_what_the_generator_writes(tmp_path):
         check=True,
         capture_output=True,
     )
-    for name in ("grpo_train.jsonl", "grpo_eval.jsonl", "grpo_val.jsonl"):
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SPLITS)  # no other file written
+    for name in SPLITS:
         assert (tmp_path / name).read_bytes() == (ROOT / "data" / name).read_bytes(), name
+    params = load_params(ROOT / "params.yaml").data
+    assert [params.train_path, params.val_path, params.eval_path] == [f"data/{n}" for n in SPLITS]
+
+
+def _keys(path):
+    return {problem_key(r.verifier["numbers"], r.verifier["target"]) for r in read_rows(path)}
+
+
+def test_the_sealed_test_split_shares_no_problem_with_any_other_file():
+    """The test rows are new: no problem of train, validation or the earlier test file (which
+    recipes were chosen on), and ids of their own, so nothing pairs them with other rows."""
+    keys = {name: _keys(ROOT / "data" / name) for name in SPLITS}
+    old = _keys(OLD_TEST)
+    assert all(len(k) == 64 for k in keys.values())
+    test = keys["grpo_test.jsonl"]
+    assert not test & (keys["grpo_train.jsonl"] | keys["grpo_val.jsonl"] | old)
+    assert not keys["grpo_val.jsonl"] & keys["grpo_train.jsonl"]
+    old_ids = {r.id for r in read_rows(OLD_TEST)}
+    for name in SPLITS:
+        ids = [r.id for r in read_rows(ROOT / "data" / name)]
+        assert all(i.startswith("cd16-") for i in ids) and not set(ids) & old_ids, name
+
+
+def test_the_splits_are_dealt_at_random_so_their_tag_mix_agrees():
+    """Every split is a sample of one distribution: each tag's share in a split is within 0.15
+    of its share over the three, and every tag has the rows to weigh in a verdict (>= 8)."""
+    from collections import Counter
+
+    counts = {n: Counter(t for r in read_rows(ROOT / "data" / n) for t in r.tags) for n in SPLITS}
+    pooled = sum(counts.values(), Counter())
+    for name, tags in counts.items():
+        for tag, total in pooled.items():
+            assert abs(tags[tag] / 64 - total / (64 * len(SPLITS))) <= 0.15, (name, tag, tags)
+            assert tags[tag] >= 8, (name, tag)
 
 
 def test_splits_share_no_problem_and_every_target_is_reachable():
@@ -36,7 +76,7 @@ def test_splits_share_no_problem_and_every_target_is_reachable():
         assert v["target"] not in v["numbers"]
 
 
-def test_the_validation_split_shares_no_problem_and_leaves_train_and_test_unchanged():
+def test_splits_drawn_in_order_leave_the_earlier_ones_unchanged():
     splits = generate_splits({"train": 64, "eval": 64, "val": 64}, CountdownSpec(), seed=0)
     assert [len(rows) for rows in splits.values()] == [64, 64, 64]
     key = lambda row: (tuple(sorted(row["verifier"]["numbers"])), row["verifier"]["target"])  # noqa: E731
@@ -53,7 +93,7 @@ def test_each_row_is_tagged_with_every_operator_that_makes_its_target():
         "sub": lambda a, b: [a - b, b - a],
         "mul": lambda a, b: [a * b],
     }
-    for name in ("grpo_train.jsonl", "grpo_eval.jsonl", "grpo_val.jsonl"):
+    for name in (*SPLITS, OLD_TEST.name):
         for line, row in zip(
             (ROOT / "data" / name).read_text().splitlines(), read_rows(ROOT / "data" / name)
         ):

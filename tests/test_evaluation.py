@@ -69,7 +69,7 @@ def test_policy_kl_is_zero_against_itself_and_positive_after_a_change(policies):
 
 def test_audit_has_the_documented_shape(policies):
     train = read_rows(ROOT / "data" / "grpo_train.jsonl")[:4]
-    held = read_rows(ROOT / "data" / "grpo_eval.jsonl")[:4]
+    held = read_rows(ROOT / "data" / "grpo_test.jsonl")[:4]
     metrics, per_prompt = audit(
         policies,
         {"train": train, "heldout": held},

@@ -100,7 +100,7 @@ def test_invalid_rows_fail_the_flow_naming_them(copy_run, prefect_harness):
     state = pipeline(root=str(project), return_state=True)
     assert state.is_failed()
     assert "stage validate failed" in state.message and "invalid rows:" in state.message
-    assert "row cd-train-007 (line 7): countdown target is unreachable" in state.message
+    assert "row cd16-train-007 (line 7): countdown target is unreachable" in state.message
     assert _mtime(project / "models/base/config.json") == base  # no stage after it ran
 
 

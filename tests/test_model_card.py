@@ -34,7 +34,7 @@ def _card(**changes):
         base_hub_id=None,
         base_md5="b" * 32,
         adapter=None,
-        data={"data/grpo_train.jsonl": "1" * 32, "data/grpo_eval.jsonl": "2" * 32},
+        data={"data/grpo_train.jsonl": "1" * 32, "data/grpo_test.jsonl": "2" * 32},
         params=[("seed", 0), ("rewards.format_pattern", r"^\s*\d+\s*$")],
         metrics=METRICS,
         verdict_line="mixed: improved overall (+0.208 [+0.131, +0.289]), regressed on sub",

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.params.config import load_params
+
 
 @pytest.mark.slow
 def test_only_validate_and_the_audits_open_the_test_file(forced_rerun):
@@ -18,9 +20,12 @@ def test_only_validate_and_the_audits_open_the_test_file(forced_rerun):
         entry = json.loads(line)
         name = Path(entry["file"]).relative_to(project).as_posix()
         opened.setdefault(name, set()).add(entry["by"])
+    data = load_params(project / "params.yaml").data
     # DVC itself hashes every dep (the `dvc` process); of the stages, only these read it
-    stages = {who for who in opened["data/grpo_eval.jsonl"] if who.startswith("stages.")}
+    stages = {who for who in opened[data.eval_path] if who.startswith("stages.")}
     assert stages == {"stages.validate", "stages.evaluate", "stages.rft"}
     # the hook sees the other stages' reads: training reads the train file, the contract all three
-    assert {"stages.smoke", "stages.train", "stages.validate"} <= opened["data/grpo_train.jsonl"]
-    assert "stages.validate" in opened["data/grpo_val.jsonl"]
+    assert {"stages.smoke", "stages.train", "stages.validate"} <= opened[data.train_path]
+    assert {"stages.validate", "stages.train", "stages.evaluate"} <= opened[data.val_path]
+    # the earlier test file, which recipes were chosen on, is read by nothing (docs/data.md)
+    assert "data/grpo_eval.jsonl" not in opened

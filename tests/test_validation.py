@@ -23,7 +23,7 @@ ROWS, MAX_PROMPT = 64, 200
 def files(tmp_path):
     train, held_out = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
     shutil.copy(DATA / "grpo_train.jsonl", train)
-    shutil.copy(DATA / "grpo_eval.jsonl", held_out)
+    shutil.copy(DATA / "grpo_test.jsonl", held_out)
     return train, held_out
 
 
@@ -135,120 +135,120 @@ CORRUPTIONS = {
     "missing_prompt": (
         _edit(lambda r: r.pop("prompt")),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "prompt_present",
     ),
-    "empty_prompt": (_edit(_set("prompt", "")), "train", "row cd-train-005", "prompt_not_blank"),
+    "empty_prompt": (_edit(_set("prompt", "")), "train", "row cd16-train-005", "prompt_not_blank"),
     "prompt_too_long": (
         _edit(_set("prompt", "x" * 201)),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "prompt_length",
     ),
-    "duplicate_id": (_duplicate_id, "train", "row cd-train-001 (line 5)", "id_unique"),
-    "duplicate_prompt": (_duplicate_prompt, "train", "row cd-train-005", "prompt_unique"),
+    "duplicate_id": (_duplicate_id, "train", "row cd16-train-001 (line 5)", "id_unique"),
+    "duplicate_prompt": (_duplicate_prompt, "train", "row cd16-train-005", "prompt_unique"),
     "prompt_also_in_eval": (
         _prompt_from_eval,
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "prompt_not_in_other_split",
     ),
     "unknown_verifier_type": (
         _edit(_set_verifier("type", "vibes")),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "verifier_type_known",
     ),
     "verifier_without_type": (
         _edit(_verifier_without_type),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "verifier_type_present",
     ),
     "verifier_not_an_object": (
         _edit(_verifier_not_object),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "verifier_fields",
     ),
     "countdown_number_not_int": (
         _edit(_set_verifier("numbers", [3, "5"])),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "verifier_fields",
     ),
     "countdown_bool_number": (
         _edit(_set_verifier("numbers", [True, 5])),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "verifier_fields",
     ),
     "countdown_without_target": (
         _edit(_countdown_without_target),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "verifier_fields",
     ),
     "countdown_unknown_field": (
         _edit(_set_verifier("hint", "3*5")),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "verifier_fields",
     ),
     "countdown_unreachable": (
         _edit(_set_verifier("target", 100_003)),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "countdown_solvable",
     ),
     "countdown_negative_number": (
         _edit(_set_verifier("numbers", [-3, 5])),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "verifier_fields",
     ),
     "regex_does_not_compile": (
         _edit(_regex_bad_pattern),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "regex_compiles",
     ),
     "exact_match_blank_target": (
         _edit(_exact_match_empty_target),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "verifier_fields",
     ),
     "exact_match_unanswerable": (
         _edit(_set("verifier", {"type": "exact_match", "target": "<answer>42</answer>"})),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "exact_match_answerable",
     ),
     "eval_duplicate_id": (
-        lambda t, e: _edit_row(e, 3, _set("id", "cd-eval-001")),
+        lambda t, e: _edit_row(e, 3, _set("id", "cd16-test-001")),
         "eval",
-        "row cd-eval-001 (line 4)",
+        "row cd16-test-001 (line 4)",
         "id_unique",
     ),
-    "tags_not_a_list": (_edit(_set("tags", "sub")), "train", "row cd-train-005", "tags"),
-    "tags_empty": (_edit(_set("tags", [])), "train", "row cd-train-005", "tags"),
+    "tags_not_a_list": (_edit(_set("tags", "sub")), "train", "row cd16-train-005", "tags"),
+    "tags_empty": (_edit(_set("tags", [])), "train", "row cd16-train-005", "tags"),
     "tags_too_many": (
         _edit(_set("tags", [f"t{i}" for i in range(9)])),
         "train",
-        "row cd-train-005",
+        "row cd16-train-005",
         "tags",
     ),
-    "tag_uppercase": (_edit(_set("tags", ["Sub"])), "train", "row cd-train-005", "tags"),
-    "tag_too_long": (_edit(_set("tags", ["x" * 33])), "train", "row cd-train-005", "tags"),
-    "tag_not_a_string": (_edit(_set("tags", [3])), "train", "row cd-train-005", "tags"),
+    "tag_uppercase": (_edit(_set("tags", ["Sub"])), "train", "row cd16-train-005", "tags"),
+    "tag_too_long": (_edit(_set("tags", ["x" * 33])), "train", "row cd16-train-005", "tags"),
+    "tag_not_a_string": (_edit(_set("tags", [3])), "train", "row cd16-train-005", "tags"),
     "tag_markup": (
         lambda t, e: _edit_row(e, 2, _set("tags", ["<b>x</b>"])),
         "eval",
-        "row cd-eval-003 (line 3)",
+        "row cd16-test-003 (line 3)",
         "tags",
     ),
-    "tag_repeated": (_edit(_set("tags", ["sub", "sub"])), "train", "row cd-train-005", "tags"),
+    "tag_repeated": (_edit(_set("tags", ["sub", "sub"])), "train", "row cd16-train-005", "tags"),
 }
 
 
@@ -285,7 +285,7 @@ def test_tags_are_optional_and_a_bad_one_is_named_with_its_rule(files, tmp_path)
     _edit_row(train, 4, _set("tags", ["sub", "Sub", 7]))
     (problem,) = _validate(*files)[0].problems
     assert problem == (
-        f"{train}: row cd-train-005 (line 5): tags are malformed (optional: a list "
+        f"{train}: row cd16-train-005 (line 5): tags are malformed (optional: a list "
         "of 1-8 distinct names): tag 'Sub' is not 1-32 characters of a-z 0-9 _ . -;"
         " tag 7 is not 1-32 characters of a-z 0-9 _ . - [tags]"
     )
@@ -307,10 +307,10 @@ def test_three_files_pass_and_a_prompt_in_two_of_them_is_named_in_both(files, tm
     )
     assert train_report.problems == []
     (in_val,) = val_report.problems
-    assert in_val.startswith(f"{val}: row cd-val-003 (line 3): prompt is in another split")
+    assert in_val.startswith(f"{val}: row cd16-val-003 (line 3): prompt is in another split")
     assert in_val.endswith(f"also in {held_out} [prompt_not_in_other_split]")
     (in_test,) = test_report.problems
-    assert in_test.startswith(f"{held_out}: row cd-eval-007 (line 7): ")
+    assert in_test.startswith(f"{held_out}: row cd16-test-007 (line 7): ")
     assert in_test.endswith(f"also in {val} [prompt_not_in_other_split]")
 
 
@@ -336,7 +336,7 @@ def test_negative_numbers_are_rejected_because_no_answer_could_use_them(files):
     minus, so -3+5, 5+(-3) and 5-3 all score 0. The row is rejected, saying why."""
     _edit_row(files[0], 4, _set("verifier", {"type": "countdown", "numbers": [-3, 5], "target": 2}))
     (problem,) = _validate(*files)[0].problems
-    assert "row cd-train-005" in problem and "non-negative integers" in problem
+    assert "row cd16-train-005" in problem and "non-negative integers" in problem
     assert "no unary minus" in problem and problem.endswith("[verifier_fields]")
 
 
@@ -366,13 +366,13 @@ def test_a_math_target_must_be_one_value(files):
     _edit_row(files[0], 6, _set("verifier", {"type": "math", "target": "1, 2", "sig_figs": 0}))
     problems = _validate(*files)[0].problems
     assert problems == [
-        f"{files[0]}: row cd-train-005 (line 5): verifier fields are missing or ill-typed: target "
+        f"{files[0]}: row cd16-train-005 (line 5): verifier fields are missing or ill-typed: target "
         "'three quarters' is not one value: a number, a fraction, a percentage or a closed form "
         "such as \\frac{\\sqrt{2}}{2} [verifier_fields]",
-        f"{files[0]}: row cd-train-006 (line 6): verifier fields are missing or ill-typed: target "
+        f"{files[0]}: row cd16-train-006 (line 6): verifier fields are missing or ill-typed: target "
         "'2 × 2 × 5 × 7 × 7' is arithmetic or a product, not one value written as one: write its "
         "value (a factorization or a list needs exact_match or regex) [verifier_fields]",
-        f"{files[0]}: row cd-train-007 (line 7): verifier fields are missing or ill-typed: "
+        f"{files[0]}: row cd16-train-007 (line 7): verifier fields are missing or ill-typed: "
         "sig_figs must be an integer from 1 to 30 [verifier_fields]",
     ]
 
@@ -396,7 +396,7 @@ def test_the_format_pattern_must_accept_each_rows_correct_answer(files):
         str(files[0]), str(files[1]), ROWS, MAX_PROMPT, format_pattern=COUNTDOWN_PATTERN
     )[0].problems
     assert problem == (
-        f"{files[0]}: row cd-train-005 (line 5): rewards.format_pattern rejects the row's correct "
+        f"{files[0]}: row cd16-train-005 (line 5): rewards.format_pattern rejects the row's correct "
         f"answer: set the pattern for your data (or drop 'format' from rewards.funcs): its "
         f"correct answer '142' does not match {COUNTDOWN_PATTERN!r}, bare or in <answer> tags, "
         f"so the format reward would punish it [format_accepts_answer]"
@@ -453,12 +453,12 @@ def test_text_the_tiny_tokenizer_cannot_encode_is_one_line_naming_row_and_charac
     )[0].problems
     assert len(problems) == 2 and all(p.endswith("[tokenizer_encodes]") for p in problems)
     assert problems[0] == (
-        f"{files[0]}: row cd-train-005 (line 5): prompt or correct answer holds characters the "
+        f"{files[0]}: row cd16-train-005 (line 5): prompt or correct answer holds characters the "
         "tiny model's tokenizer cannot encode (model.init tiny reads printable ASCII only: use "
         "model.init local_llm or a pretrained model, whose byte-level tokenizers encode any "
         "text): '出', '和', '用', '算' [tokenizer_encodes]"
     )
-    assert problems[1].startswith(f"{files[0]}: row cd-train-006 (line 6): ")
+    assert problems[1].startswith(f"{files[0]}: row cd16-train-006 (line 6): ")
     assert problems[1].endswith(": '😀' [tokenizer_encodes]")
     assert [r.problems for r in validate_files(str(files[0]), str(files[1]), ROWS, MAX_PROMPT)] == [
         [],
@@ -546,7 +546,7 @@ def _raw_line(index, data: bytes):
 
 
 def _row_with(verifier_json: bytes, prompt: bytes = b'"p"') -> bytes:
-    return b'{"id": "cd-eval-004", "prompt": ' + prompt + b', "verifier": ' + verifier_json + b"}"
+    return b'{"id": "cd16-test-004", "prompt": ' + prompt + b', "verifier": ' + verifier_json + b"}"
 
 
 def _countdown_target(target: bytes) -> bytes:
@@ -559,7 +559,7 @@ _LONG_LINE = _row_with(b"{}", prompt=b'"' + b"x" * MAX_LINE_BYTES + b'"')
 UNREADABLE_LINES = {
     "not_utf8": (
         _row_with(b"{}", prompt=b'"caf\xe9"'),
-        "{path}: line 4: is not UTF-8 text: byte 37 (0xe9): invalid continuation byte [line_text]",
+        "{path}: line 4: is not UTF-8 text: byte 39 (0xe9): invalid continuation byte [line_text]",
     ),
     "lone_surrogate_escape": (
         _row_with(b"{}", prompt=b'"a\\ud800b"'),
@@ -608,9 +608,9 @@ def test_an_unreadable_line_is_one_problem_naming_file_line_and_rule(kind, files
 
 
 def test_the_training_file_has_the_same_line_rules(files):
-    _raw_line(4, b'{"id": "cd-train-005", "prompt": "\xff"}')(files[0])
+    _raw_line(4, b'{"id": "cd16-train-005", "prompt": "\xff"}')(files[0])
     assert _validate(*files)[0].problems == [
-        f"{files[0]}: line 5: is not UTF-8 text: byte 35 (0xff): invalid start byte [line_text]",
+        f"{files[0]}: line 5: is not UTF-8 text: byte 37 (0xff): invalid start byte [line_text]",
         f"{files[0]}: has a wrong number of rows (params data.train_rows = 64): found 63 "
         "[row_count]",
     ]
@@ -618,7 +618,7 @@ def test_the_training_file_has_the_same_line_rules(files):
 
 # Row-level: the line is a row, so the problem names its id and line. (kind: the change to row 5
 # of the training file; the one problem line it must give.)
-_ROW = "{path}: row cd-train-005 (line 5): "
+_ROW = "{path}: row cd16-train-005 (line 5): "
 UNREADABLE_ROWS = {
     "countdown_target_too_large": (
         _set_verifier("target", 10**30),
@@ -716,7 +716,7 @@ def test_a_countdown_row_past_the_search_budget_is_a_problem_not_a_wait(files):
         ),
     )
     assert _validate(*files)[0].problems == [
-        f"{files[0]}: row cd-train-005 (line 5): countdown solvability search exceeded its budget "
+        f"{files[0]}: row cd16-train-005 (line 5): countdown solvability search exceeded its budget "
         f"of {COUNTDOWN_SEARCH_NODES:,} nodes (rlvr.rewards.verifiers.COUNTDOWN_SEARCH_NODES): use "
         "fewer numbers: 999999937 from [3, 7, 11, 13, 17, 19] with division "
         "[countdown_search_budget]"

@@ -93,17 +93,18 @@ class DataParams:
         "data/grpo_train.jsonl", description="JSONL file of training rows (id, prompt, verifier)."
     )
     eval_path: NonEmptyStr = Field(
-        "data/grpo_eval.jsonl",
-        description="JSONL file of held-out "
-        "test rows; must share no prompt with train or validation. Read "
-        "only by validate and the audits (evaluate, and rft's audit of the baseline after its "
-        "fine-tune): nothing that trains or selects ever sees it.",
+        "data/grpo_test.jsonl",
+        description="JSONL file of the sealed test rows; must share no prompt with train or "
+        "validation. Read only by validate and the audits (evaluate, and rft's audit of the "
+        "baseline after its fine-tune), whose verdict on the chosen recipe it is: nothing that "
+        "trains or chooses (selection, comparisons, the registry) reads its rows "
+        "(docs/audit.md).",
     )
     val_path: NonEmptyStr = Field(
         "data/grpo_val.jsonl",
-        description="JSONL file of validation "
-        "rows, scored during training (held-out curves, best-checkpoint "
-        "selection); shares no prompt with train or test.",
+        description="JSONL file of validation rows: scored during training (held-out curves, "
+        "best-checkpoint selection) and by evaluate; the comparisons, the registry and the "
+        "published seed choose on them (docs/audit.md); shares no prompt with train or test.",
     )
     train_rows: Int = Field(
         64, ge=1, description="Exact number of rows the training file must have."

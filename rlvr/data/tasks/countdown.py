@@ -129,19 +129,28 @@ def _draw(rng: random.Random, spec: CountdownSpec) -> tuple[list[int], int]:
             return numbers, value
 
 
+def problem_key(numbers: list[int], target: int) -> tuple:
+    """A problem as the splits compare them: numbers sorted, so '3 and 5 -> 15' and
+    '5 and 3 -> 15' are one problem."""
+    return (tuple(sorted(numbers)), target)
+
+
 def generate_splits(
     sizes: dict[str, int],
     spec: CountdownSpec = CountdownSpec(),
     seed: int = 0,
     id_prefix: str = "cd",
+    exclude: frozenset = frozenset(),
+    shuffle: bool = False,
 ) -> dict[str, list[dict]]:
-    """Rows for each named split (`{"train": 64, "eval": 64, "val": 64}`), drawn in that order,
-    with no (numbers, target) problem in two splits, each tagged with the operators that can
-    make its target (operator_tags); deterministic in seed. A split added at the end leaves the
-    earlier splits' rows unchanged.
+    """Rows for each named split (`{"train": 64, "val": 64, "test": 64}`), with no (numbers,
+    target) problem in two splits nor in `exclude` (problem_key), each tagged with the operators
+    that can make its target (operator_tags); deterministic in seed.
 
-    Problems are compared with their numbers sorted, so '3 and 5 -> 15' in train keeps
-    '5 and 3 -> 15' out of the other splits.
+    The problems are drawn one after another. Without `shuffle` the splits take them in order,
+    so a split added at the end leaves the earlier splits' rows unchanged, but when the draw
+    nearly exhausts the spec's problems the last split gets the rare ones; with `shuffle` they
+    are dealt to the splits at random, so every split is a sample of the same distribution.
 
     >>> splits = generate_splits({"train": 3, "val": 2}, seed=0)
     >>> [row["id"] for row in splits["val"]]
@@ -157,8 +166,8 @@ def generate_splits(
         if attempts > 1000 * total:
             raise ValueError(f"cannot draw {total} distinct problems from {spec}")
         numbers, target = _draw(rng, spec)
-        key = (tuple(sorted(numbers)), target)
-        if key in seen:
+        key = problem_key(numbers, target)
+        if key in seen or key in exclude:
             continue
         seen.add(key)
         # Reachable by construction, so the search ends at an answer: no budget needed.
@@ -172,6 +181,8 @@ def generate_splits(
             )
         )
 
+    if shuffle:
+        rng.shuffle(rows)
     splits, start = {}, 0
     for name, size in sizes.items():
         splits[name] = [
