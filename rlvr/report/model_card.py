@@ -32,6 +32,14 @@ from rlvr.report.provenance import (
 )
 from rlvr.report.render import md_code, md_escape, md_table
 
+# The protocol in one sentence (docs/audit.md holds it in full): the card and the report
+# (rlvr.report.retrospective) both print it.
+PROTOCOL = (
+    "the sealed test rows (`data.eval_path`) audit the recipe chosen on the validation rows "
+    "(`data.val_path`); the verdict rests on one primary figure, the held-out mean reward gain "
+    "over step 0, and every other figure is secondary, Holm-corrected"
+)
+
 CARD_FILE = "README.md"
 ADAPTER_CONFIG = "adapter_config.json"
 HEADLINE = (  # metrics/eval.json key (step 0), key (final), what it is
@@ -211,6 +219,8 @@ def model_card(
         "",
         "On the held-out test rows, step 0 (the base) against this model, the same seeded "
         "samples; the delta's interval is a paired bootstrap over prompts.",
+        "",
+        f"The protocol (docs/audit.md in the pipeline's repository): {PROTOCOL}.",
         "",
     ]
     out += md_table(

@@ -24,6 +24,7 @@ from ruamel.yaml.comments import CommentedMap
 from rlvr.audit.diagnosis import prompt_audit
 from rlvr.core.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS
 from rlvr.core.seeds import seed_folder
+from rlvr.report.model_card import PROTOCOL
 from rlvr.report.render import Md, md_code, md_escape, md_image, md_table, md_value
 from rlvr.report.versus_baseline import baseline_headline, baseline_section, holm_table
 
@@ -297,6 +298,11 @@ def per_prompt_path(r: ReportInputs) -> str:
     return f"{r.params['paths']['eval_runs']}/{seed_folder(seed)}/per_prompt.jsonl"
 
 
+# named, not linked: the page is self-contained, and it holds no link at all (no markup from the
+# data can make one: tests/test_report_escaping.py)
+PROTOCOL_LINE = f"The protocol (`docs/audit.md` in the repository): {PROTOCOL}."
+
+
 def recipe_section(r: ReportInputs) -> list[str]:
     """The recipe's verdict over the seeds, first: the pooled figures, each seed's line (its own
     verdict, one run's), the per-seed deltas against the pooled band, and per-tag agreement."""
@@ -323,6 +329,8 @@ def recipe_section(r: ReportInputs) -> list[str]:
             f"{r.confidence:.0%} two-level bootstrap, seeds then prompts, so it holds "
             "training noise and prompt noise (rlvr/audit/recipe.py). The verdict follows the same "
             "rules as one run's.",
+            "",
+            PROTOCOL_LINE,
             "",
         ]
         out += md_table(
