@@ -316,7 +316,7 @@ def measure_validation(bench: Bench) -> None:
             ROOT,
             {**os.environ, "PYTHONPATH": str(ROOT)},
         )
-        files[rows] = (str(out / "grpo_train.jsonl"), str(out / "grpo_eval.jsonl"))
+        files[rows] = (str(out / "grpo_train.jsonl"), str(out / "grpo_test.jsonl"))
     max_chars = bench.params.data.max_prompt_chars
 
     def validate(rows: int) -> tuple[float, int]:

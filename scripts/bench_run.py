@@ -104,7 +104,7 @@ SCALES = (
 )
 VALIDATION_ROWS = (64, 6400)
 # data/make_countdown.py arguments with enough distinct problems for 6,400 rows
-VALIDATION_DATA = ("--numbers", "3", "--high", "20", "--eval-rows", "64")
+VALIDATION_DATA = ("--numbers", "3", "--high", "20", "--test-rows", "64")
 
 
 class BenchError(Exception):

@@ -89,7 +89,7 @@ fi
 phase wheels 60 "$PY" scripts/gpu_check.py deps
 ROWS=16
 [ "$MODE" = cpu_full ] && ROWS=2
-phase data 60 "$PY" data/make_countdown.py --style instruct --train-rows $ROWS --eval-rows $ROWS \
+phase data 60 "$PY" data/make_countdown.py --style instruct --train-rows $ROWS --test-rows $ROWS \
   --val-rows $ROWS
 phase params 90 "$PY" scripts/gpu_check.py params "$MODE" "$BASE_PARAMS" params.yaml
 FIGURES=${OUT:+$OUT/gpu_check.json}

@@ -145,7 +145,7 @@ def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(copy_run, monk
         "passn",
     }
     per_prompt = (project / "reports/eval/seed-0/per_prompt.jsonl").read_text().splitlines()
-    assert len(per_prompt) == 128
+    assert len(per_prompt) == 3 * 64  # train, validation and test rows
     assert "evaluate@0: this seed's verdict on heldout:" in output
     # evaluate scored the trained adapter, not the base a second time
     assert max(summary[split]["kl_final_vs_step0"] for split in ("train", "heldout")) > 0

@@ -24,7 +24,7 @@ def test_each_seeds_baseline_pairs_with_its_policy_and_the_report_says_which_win
         run = seed_paths(params.paths, seed)
         policy = {(r["split"], r["id"]): r for r in read_jsonl(cold_run / run.eval_per_prompt)}
         baseline = {(r["split"], r["id"]): r for r in read_jsonl(cold_run / run.rft_per_prompt)}
-        assert policy.keys() == baseline.keys() and len(policy) == 128
+        assert policy.keys() == baseline.keys() and len(policy) == 3 * 64  # train, val, test
         for key, record in baseline.items():  # the same base, the same sampling seeds
             assert {k: record[k] for k in STEP0} == {k: policy[key][k] for k in STEP0}, key
         summary = json.loads((cold_run / run.rft_summary).read_text())

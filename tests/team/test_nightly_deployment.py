@@ -126,7 +126,7 @@ def test_three_nights_from_the_deployment_on_a_real_server_and_worker(
         decided = promotion["description"]
         assert re.match(
             r"registry: (promoted v0\.0\.2 to prod|prod unchanged): "
-            r"(improved|no significant change|regressed): held-out mean reward ",
+            r"(improved|no significant change|regressed): validation mean reward ",
             decided,
         ), decided
         assert (
