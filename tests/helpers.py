@@ -272,13 +272,14 @@ sys.addaudithook(_hook)
 
 def group_params(group_size: int, **train):
     """Params for scoring_trainer: groups of `group_size`, two prompts a batch, completions of
-    at most 6 tokens, and `train`'s other keys."""
+    at most 6 tokens, and `train`'s other keys (its `grpo` merged into those)."""
     from rlvr.params.config import parse_params
 
     grpo = {
         "num_generations": group_size,
         "per_device_train_batch_size": 2 * group_size,
         "max_completion_length": 6,
+        **train.pop("grpo", {}),
     }
     return parse_params({"train": {"grpo": grpo, **train}})
 

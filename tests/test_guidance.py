@@ -168,31 +168,72 @@ def test_fraction_guides_every_group_and_skips_a_row_without_a_usable_guide(
     assert _texts(trainer, output)[2:4] == [GUIDE, GUIDE]
 
 
-def test_the_loss_is_trls_on_the_sampled_answers_plus_the_guides_shaped_term(
-    tiny_policy_dir, rows, tmp_path
+def _logp_gradient(monkeypatch, loss):
+    """d loss / d (the policy's per-token log-probs), (B, T): TRL's forward pass returns a leaf
+    in their place, so the gradient stops there (the model's weights see it through the chain
+    rule alone)."""
+    leaves = []
+    forward = GRPOTrainer._get_per_token_logps_and_entropies
+
+    def leaf(self, *args, **kwargs):
+        logps, entropies, aux = forward(self, *args, **kwargs)
+        leaves.append(logps.detach().requires_grad_())
+        return leaves[-1], entropies, aux
+
+    with monkeypatch.context() as patch:
+        patch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", leaf)
+        loss().backward()
+    assert len(leaves) == 1  # one forward pass, the policy's
+    return leaves[0].grad, leaves[0].detach()
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_on_a_guides_tokens_the_gradient_is_the_shaped_terms_alone(
+    tiny_policy_dir, rows, tmp_path, monkeypatch, loss_type
 ):
-    """LUFFY Eq. 6 with TRL's dapo normalisation (Z: every token of the micro-batch, guides'
-    too): loss = TRL's loss with the guides' advantages at 0 + sum over the guides' tokens of
-    -A x p / (p + gamma) / Z."""
+    """LUFFY Eq. 6: on a guide's tokens d loss / d log p is the shaped term's alone,
+    -A x gamma p / (p + gamma)^2 / Z: no KL pull toward the reference (TRL's k3 term with
+    use_bias_correction_kl has gradient beta x log(pi / pi_ref) there) and no clip, with Z as the
+    loss type normalises (the guides' tokens counted); on the sampled answers' tokens it is TRL's
+    own. The policy is moved off the reference and off the sampling policy, as after some
+    steps, so that the KL and the clip act."""
+    gamma = 0.2
     trainer = _trainer(
         tiny_policy_dir,
         rows,
         tmp_path,
-        {"guidance": "unsolved", "guidance_gamma": 0.2},
+        {"guidance": "unsolved", "guidance_gamma": gamma, "grpo": {"loss_type": loss_type}},
         {r.id: [GUIDE] for r in rows},
     )
     output = trainer._generate_and_score_completions(_batch(rows))
     guided = output[GUIDED]
-    loss = trainer._compute_loss(trainer.model, output)
-    assert loss.requires_grad
-    zeroed = {**output, "advantages": output["advantages"].masked_fill(guided, 0.0)}
-    trls = GRPOTrainer._compute_loss(trainer, trainer.model, zeroed)
-    p = trainer._policy_token_logps(output, fresh=True).exp()
-    mask = output["completion_mask"]
-    term = -output["advantages"][:, None] * p / (p + 0.2) * mask
-    want = trls + term[guided].sum() / output["num_items_in_batch"]
-    assert loss.item() == pytest.approx(want.item(), rel=1e-4, abs=1e-6)
-    assert term[guided].sum().item() < 0  # a positive advantage lowers the loss
+    assert guided.any() and trainer.beta > 0 and trainer.loss_type == loss_type
+    fresh = trainer._policy_token_logps(output, fresh=True)
+    shift = torch.linspace(-1.5, 1.5, fresh.size(1))  # per token: both sides of the clip
+    output = {
+        **output,
+        "ref_per_token_logps": output["ref_per_token_logps"] - 1.0,
+        "old_per_token_logps": fresh + shift,
+    }
+    ours, logps = _logp_gradient(monkeypatch, lambda: trainer._compute_loss(trainer.model, output))
+    trls, _ = _logp_gradient(
+        monkeypatch, lambda: GRPOTrainer._compute_loss(trainer, trainer.model, output)
+    )
+    mask = output["completion_mask"].float()
+    on = ~guided
+    assert torch.allclose(ours[on], trls[on], atol=1e-7)
+    assert ours[on].abs().max() > 0
+    p = logps.exp()
+    advantage = output["advantages"][:, None]
+    shaped_grad = -advantage * gamma * p / (p + gamma) ** 2 * mask
+    if loss_type == "dapo":
+        shaped_grad = shaped_grad / output["num_items_in_batch"]
+    elif loss_type == "grpo":
+        shaped_grad = shaped_grad / mask.sum(-1, keepdim=True) / mask.size(0)
+    else:
+        shaped_grad = shaped_grad / (mask.size(0) * trainer.max_completion_length)
+    assert torch.allclose(ours[guided], shaped_grad[guided], rtol=1e-5, atol=1e-9)
+    assert (ours[guided] * mask[guided] < 0).sum() == mask[guided].sum()  # pushed up, every token
 
 
 def test_a_batch_without_a_guide_is_trls_own(tiny_policy_dir, rows, tmp_path):
@@ -238,6 +279,10 @@ def test_guidance_needs_guides(tiny_policy_dir, rows, tmp_path):
         (
             {"train": {"guidance": "unsolved", "grpo": {"loss_type": "cispo"}}},
             "train.guidance = 'unsolved': needs train.grpo.loss_type one of grpo, dr_grpo",
+        ),
+        (
+            {"train": {"guidance": "unsolved", "grpo": {"loss_type": "bnpo"}}},
+            "needs train.grpo.loss_type one of grpo, dr_grpo, dapo .*not 'bnpo'",
         ),
         (
             {"train": {"guidance": "fraction"}, "audit": {"baseline": "none"}},

@@ -11,7 +11,8 @@ numbers them (2), (4), (5)): a verified answer the policy did not sample joins a
   std(G_on u G_off)); TRL computes it when the guide replaces a completion before scoring.
 - Its loss, per token: -A x f(pi_theta(token)), f(x) = x / (x + gamma), gamma 0.1 (Eq. 6, policy
   shaping), with the off-policy importance weight pi_theta / pi_phi taken at pi_phi = 1 and no
-  clip (Sec. 3.1) (`guided_token_loss`); the on-policy rows keep TRL's clipped loss.
+  clip and no KL term (Sec. 3.1) (`guided_token_loss`); the on-policy rows keep TRL's clipped
+  loss and its KL term.
 
 Pure functions: the trainer (rlvr/grpo/trainer.py) wires them in.
 """

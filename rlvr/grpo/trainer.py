@@ -22,9 +22,9 @@ the installed libraries, and that every test named here exists.
 | evaluate (transformers): Trainer.log and callback_handler.on_evaluate called here, metric_for_best_model read by _determine_best_metric | override | test_validation_during_training.py::test_patience_stops_after_that_many_validations_without_a_new_best |
 | save_model (transformers): training_args.bin    | override            | test_grpo_run.py::test_no_group_norm_ablation_uses_one_running_mean_baseline |
 | _metrics["train"] (trl), a list per key         | read, appended to   | test_dynamic_sampling.py::test_a_run_with_dynamic_sampling_logs_it_and_stays_finite |
-| _get_per_token_logps_and_entropies (trl): returns (per-token log-probs, entropies, aux loss); _compute_loss calls it once, for the policy | called, override (returns kept) | test_guidance.py::test_the_loss_is_trls_on_the_sampled_answers_plus_the_guides_shaped_term |
+| _get_per_token_logps_and_entropies (trl): returns (per-token log-probs, entropies, aux loss); _compute_loss calls it once, for the policy | called, override (returns kept) | test_guidance.py::test_on_a_guides_tokens_the_gradient_is_the_shaped_terms_alone |
 | _generate (trl): returns (prompt_ids, completion_ids, tool_mask, completions, logprobs, ...), lists per completion, before TRL pads, scores and computes advantages | override | test_guidance.py::test_a_guide_replaces_the_last_answer_of_each_unsolved_group |
-| _compute_loss (trl) and its normalisers per loss_type (grpo, bnpo, dr_grpo, dapo: num_items_in_batch, current_gradient_accumulation_steps, steps_per_generation); _tokenizer, max_completion_length | override, copied, read | test_guidance.py::test_the_loss_is_trls_on_the_sampled_answers_plus_the_guides_shaped_term |
+| _compute_loss (trl): its loss mask (completion_mask x tool_mask; tool_mask not in the attention mask) and its normalisers per loss_type (grpo, dr_grpo, dapo: num_items_in_batch, current_gradient_accumulation_steps, steps_per_generation); _tokenizer, max_completion_length | override, copied, read | test_guidance.py::test_on_a_guides_tokens_the_gradient_is_the_shaped_terms_alone |
 | trl.models.utils.disable_gradient_checkpointing | called              | test_dynamic_sampling.py::test_measuring_the_first_batch_kl_leaves_training_unchanged |
 | trl.trainer.utils.RepeatSampler and its fields  | subclassed          | test_resume.py::test_epoch_replay_sampler_gives_pass_k_of_the_plain_sampler |
 | the scored batch's keys (prompt_ids, prompt_mask, completion_ids, completion_mask, advantages, num_items_in_batch, ref_per_token_logps, old_per_token_logps, tool_mask); ours added: guided | read, cut, merged | test_dynamic_sampling.py::test_merged_groups_are_padded_like_trl |
@@ -508,23 +508,28 @@ class PipelineGRPOTrainer(GRPOTrainer):
         return out
 
     def _compute_loss(self, model, inputs):
-        """TRL's loss; on a batch with guides (LUFFY Eq. 6), TRL's clipped loss on the sampled
-        answers (the guides' advantages set to 0 there; their tokens keep the KL term and count
-        in the normaliser: Z over on- and off-policy tokens) plus the guides' shaped term
-        -A x p / (p + gamma), importance weight at pi_phi = 1, no clip, normalised as TRL
-        normalises its loss type. The policy's log-probs are the ones TRL's forward pass
-        computed (one pass)."""
+        """TRL's loss; on a batch with guides (LUFFY Eq. 6), TRL's clipped loss and KL term on the
+        sampled answers' tokens alone (the guides' tokens left out of its loss mask, through
+        tool_mask, which TRL multiplies into the loss mask but not the attention mask) plus the
+        guides' shaped term -A x p / (p + gamma), importance weight at pi_phi = 1, no clip, no KL,
+        normalised as TRL normalises its loss type, the guides' tokens counted in Z (the loss types
+        guidance allows have normalisers that do not read the mask: grpo, dr_grpo, dapo). The
+        policy's log-probs are the ones TRL's forward pass computed (one pass)."""
         guided = inputs.get(GUIDED)
         if guided is None or not bool(guided.any()):
             return super()._compute_loss(model, inputs)
-        on_policy = {**inputs, "advantages": inputs["advantages"].masked_fill(guided, 0.0)}
+        mask = loss_mask(inputs)
+        on_policy = {
+            **inputs,
+            "advantages": inputs["advantages"].masked_fill(guided, 0.0),
+            "tool_mask": mask * (~guided).to(mask.dtype)[:, None],
+        }
         self._captured_logps = []
         try:
             loss = super()._compute_loss(model, on_policy)
             logps = self._captured_logps[0]
         finally:
             self._captured_logps = None
-        mask = loss_mask(inputs)
         term = (
             guided_token_loss(logps[guided], inputs["advantages"][guided], self.args.guidance_gamma)
             * mask[guided]
@@ -538,8 +543,6 @@ class PipelineGRPOTrainer(GRPOTrainer):
             if train:
                 normaliser = normaliser * accumulation / self.args.steps_per_generation
             shaped = term.sum() / normaliser
-        elif self.loss_type == "bnpo":
-            shaped = term.sum() / mask.sum().clamp(min=1.0) / accumulation
         elif self.loss_type == "dr_grpo":
             shaped = term.sum() / (mask.size(0) * self.max_completion_length) / accumulation
         else:  # grpo: each sequence's mean, averaged over the micro-batch

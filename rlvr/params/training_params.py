@@ -34,6 +34,9 @@ PIPELINE_GRPO_FIELDS = (
 # against the installed libraries).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 CLIPPED_LOSSES = ("grpo", "dr_grpo", "dapo", "bnpo")  # PPO's two-sided clip of the ratio
+# guidance: clipped losses whose normaliser does not read the loss mask, so the guides' tokens,
+# left out of TRL's mask (no KL, no clip there), still count in it (LUFFY's Z)
+GUIDED_LOSSES = ("grpo", "dr_grpo", "dapo")
 LR_SCHEDULERS = (
     "linear",
     "cosine",
@@ -440,7 +443,8 @@ class TrainParams:
         "sampled one in a group. unsolved: the last answer of each group with no correct one; "
         "fraction: the last ceil(guidance_fraction x G) answers of every group. The group's "
         "advantage covers the guide (Eq. 4); its tokens take the shaped loss "
-        "-A x p / (p + guidance_gamma), with no clip (Eq. 6; rlvr/grpo/guidance.py). Needs "
+        "-A x p / (p + guidance_gamma), with no clip and no KL (Eq. 6; rlvr/grpo/guidance.py). "
+        "Needs "
         "audit.baseline rft. off: none.",
     )
     guidance_fraction: Float = Field(
@@ -564,11 +568,11 @@ class TrainParams:
                 "carry no gradient, which only group baselines leave)",
             )
         require(
-            self.guidance == "off" or self.grpo.loss_type in CLIPPED_LOSSES,
+            self.guidance == "off" or self.grpo.loss_type in GUIDED_LOSSES,
             "train.guidance",
             self.guidance,
-            f"needs train.grpo.loss_type one of {', '.join(CLIPPED_LOSSES)} (the guides' "
-            f"shaped loss is normalised as those normalise theirs), not "
+            f"needs train.grpo.loss_type one of {', '.join(GUIDED_LOSSES)} (the guides' "
+            f"shaped loss is normalised as those normalise theirs, over every token), not "
             f"{self.grpo.loss_type!r}",
         )
         require(
