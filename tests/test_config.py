@@ -607,6 +607,7 @@ def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
         "guidance",
         "guidance_fraction",
         "guidance_gamma",
+        "guidance_std",
     }
     from_grpo = set(GRPOParams.__dataclass_fields__)  # train.grpo, field by field
     assert set(PIPELINE_GRPO_FIELDS) == {k.arg for k in call.keywords if k.arg} - knobs - from_grpo

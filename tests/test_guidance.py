@@ -12,15 +12,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trl import GRPOTrainer
 
-from rlvr.core.metric_keys import GUIDED_ADVANTAGE, GUIDED_SHARE, SAMPLED_COMPLETIONS
+from rlvr.core.metric_keys import (
+    GUIDE_REWARD,
+    GUIDED_ADVANTAGE,
+    GUIDED_SHARE,
+    ON_POLICY_REWARD,
+    SAMPLED_COMPLETIONS,
+)
 from rlvr.data.rows import read_rows
 from rlvr.grpo.guidance import (
     GAMMA,
     GUIDED,
+    guide_ordinals,
     guided_rows,
     guided_token_loss,
     local_rows,
-    pick_guide,
+    per_group_guides,
+    pick_guides,
+    rescale_guided_groups,
     shaped,
 )
 from rlvr.params.config import ParamsError, parse_params
@@ -69,13 +78,36 @@ def test_which_rows_take_a_guide():
         guided_rows(correct, 4, "always")
 
 
-def test_every_rank_picks_the_same_guide_for_a_prompt():
+def test_every_rank_picks_the_same_guides_for_a_prompt_distinct_within_a_group():
     answers = [f"a{i}" for i in range(10)]
-    picks = {pick_guide(answers, "cd-7", seed=0, step=s) for s in range(50)}
-    assert len(picks) > 3  # it varies with the step ...
-    assert pick_guide(answers, "cd-7", 0, 3) == pick_guide(
+    firsts = {pick_guides(answers, "cd-7", seed=0, step=s)[0] for s in range(50)}
+    assert len(firsts) > 3  # it varies with the step ...
+    assert pick_guides(answers, "cd-7", 0, 3) == pick_guides(
         list(answers), "cd-7", 0, 3
-    )  # ... not the rank
+    )  # not rank
+    assert sorted(pick_guides(answers, "cd-7", 0, 3)) == answers  # each answer once
+    # the k-th guided row of a group takes the k-th answer: distinct guides within a group
+    rows = guided_rows([False] * 16, 8, "fraction", 0.375)
+    assert rows == [5, 6, 7, 13, 14, 15]
+    assert [guide_ordinals(rows, 8)[r] for r in rows] == [0, 1, 2, 0, 1, 2]
+
+
+def test_fraction_keeps_an_on_policy_answer_in_every_group():
+    assert per_group_guides(0.125, 8) == 1 and per_group_guides(0.875, 8) == 7
+    assert per_group_guides(0.25, 4) == 1  # 0.25 x 4 is 1, not 2 by a float's last bit
+    with pytest.raises(ValueError, match=r"guides 8 of 8 rows: .*fraction x G < G"):
+        per_group_guides(0.9, 8)
+
+
+def test_the_guided_groups_can_drop_the_std_as_luffys_released_code():
+    """grpo_use_std=False: a lone correct guide among 3 wrong answers gets 1 - 1/4 = +0.75 (with
+    the std +1.5); a group without a guide keeps its advantages."""
+    totals = [0.0, 0.0, 0.0, 1.0] + [0.0, 1.0, 1.0, 1.0]
+    trls = group_advantages(totals, G)
+    flags = [False, False, False, True] + [False] * 4
+    out = rescale_guided_groups(trls, totals, flags, G, "none")
+    assert out[:4] == [-0.25, -0.25, -0.25, 0.75]
+    assert out[4:] == trls[4:] and trls[3] == pytest.approx(1.5, abs=1e-3)
 
 
 @given(
@@ -151,21 +183,52 @@ def test_a_guide_replaces_the_last_answer_of_each_unsolved_group(tiny_policy_dir
     assert trainer._metrics["train"][GUIDED_ADVANTAGE][-1] == pytest.approx(1.5, abs=1e-3)
 
 
-def test_fraction_guides_every_group_and_skips_a_row_without_a_usable_guide(
+def test_fraction_guides_every_group_with_distinct_answers_while_it_has_them(
     tiny_policy_dir, rows, tmp_path
 ):
-    guides = {rows[0].id: [GUIDE], rows[1].id: ["1234567890"]}  # too long for 6 tokens
+    """fraction 0.75 of 4: rows 1-3 of each group. The first prompt has two verified answers:
+    two rows take them, one each, and the third keeps its sample; the second prompt's only
+    answer is too long for 6 tokens: its group keeps every sample."""
+    other = "6*7"
+    guides = {rows[0].id: [GUIDE, other], rows[1].id: ["1234567890"]}
     trainer = _trainer(
         tiny_policy_dir,
         rows,
         tmp_path,
-        {"guidance": "fraction", "guidance_fraction": 0.5},
+        {"guidance": "fraction", "guidance_fraction": 0.75},
         guides,
         reward=lambda text, verifier, n: 1.0,  # every group solved: fraction guides anyway
     )
     output = trainer._generate_and_score_completions(_batch(rows))
-    assert output[GUIDED].tolist() == [False, False, True, True] + [False] * 4
-    assert _texts(trainer, output)[2:4] == [GUIDE, GUIDE]
+    assert output[GUIDED].tolist() == [False, True, True, False] + [False] * 4
+    assert sorted(_texts(trainer, output)[1:3]) == sorted([GUIDE, other])
+    assert trainer._metrics["train"][GUIDED_SHARE] == [2 / (2 * G)]
+
+
+def test_the_log_keeps_the_sampled_answers_reward_apart_from_the_guides(
+    tiny_policy_dir, rows, tmp_path
+):
+    trainer = _trainer(
+        tiny_policy_dir, rows, tmp_path, {"guidance": "unsolved"}, {r.id: [GUIDE] for r in rows}
+    )
+    trainer._generate_and_score_completions(_batch(rows))
+    metrics = trainer._metrics["train"]
+    assert metrics[ON_POLICY_REWARD] == [0.0] and metrics[GUIDE_REWARD] == [1.0]
+
+
+def test_without_the_std_a_guided_groups_advantages_are_the_mean_alone(
+    tiny_policy_dir, rows, tmp_path
+):
+    trainer = _trainer(
+        tiny_policy_dir,
+        rows,
+        tmp_path,
+        {"guidance": "unsolved", "guidance_std": False},
+        {r.id: [GUIDE] for r in rows},
+    )
+    output = trainer._generate_and_score_completions(_batch(rows))
+    assert output[GUIDED].tolist() == [False, False, False, True] * 2
+    assert output["advantages"].tolist() == pytest.approx([-0.25, -0.25, -0.25, 0.75] * 2)
 
 
 def _logp_gradient(monkeypatch, loss):
@@ -296,6 +359,14 @@ def test_guidance_needs_guides(tiny_policy_dir, rows, tmp_path):
             "train.guidance = 'unsolved': needs 'correctness' in rewards.funcs",
         ),
         ({"train": {"guidance": "fraction", "guidance_fraction": 0}}, "guidance_fraction"),
+        (
+            {"train": {"guidance": "fraction", "guidance_fraction": 0.95}},
+            r"train.guidance_fraction = 0.95: guides 8 of train.grpo.num_generations = 8 .*< G",
+        ),
+        (
+            {"train": {"guidance": "unsolved", "guidance_std": False, "advantage": "pass_at_k"}},
+            "train.guidance_std = False: .*needs train.advantage group, not 'pass_at_k'",
+        ),
     ],
 )
 def test_the_guidance_params_are_checked(raw, message):

@@ -134,7 +134,7 @@ def test_guidance_guides_each_unsolved_group_once_over_the_ranks(tiny_policy_dir
     guide, in its last row, the answer any rank picks for that prompt at that step, and both
     ranks log the same share (the pipeline's params keep groups within a rank; a group split
     between ranks, which TRL allows: tests/test_guidance.py)."""
-    from rlvr.grpo.guidance import pick_guide
+    from rlvr.grpo.guidance import pick_guides
     from tests.rank_probe import GUIDES
 
     ranks = _probe(tiny_policy_dir, tmp_path, "guided")
@@ -147,7 +147,7 @@ def test_guidance_guides_each_unsolved_group_once_over_the_ranks(tiny_policy_dir
         assert len(ids) == 16 and len(set(ids)) == 4
         assert guided == [False, False, False, True] * 4  # nothing sampled was correct
         for i in (3, 7, 11, 15):
-            assert texts[i] == pick_guide(GUIDES, ids[i], ranks[0]["seed"], mine["step"])
+            assert texts[i] == pick_guides(GUIDES, ids[i], ranks[0]["seed"], mine["step"])[0]
     assert ranks[0]["shares"] == ranks[1]["shares"] == [0.25] * 3
 
 

@@ -59,6 +59,8 @@ FIRST_BATCH_KL = "dynamic_sampling/kl_first_batch"
 SAMPLED_COMPLETIONS = "sampling/completions"
 GUIDED_SHARE = "guidance/guided_share"  # train.guidance: guides / completions, each round
 GUIDED_ADVANTAGE = "guidance/guide_advantage"  # the guides' mean advantage, each micro-batch
+GUIDE_REWARD = "guidance/guide_reward"  # the guides' mean reward, each sampling round
+ON_POLICY_REWARD = "guidance/on_policy_reward"  # the sampled answers' mean reward (no guide)
 
 # Keys that measure time or throughput: kept out of the metric files, which must be identical
 # between two runs with the same seed.

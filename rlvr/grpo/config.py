@@ -31,6 +31,7 @@ PIPELINE_KNOBS = (
     "guidance",
     "guidance_fraction",
     "guidance_gamma",
+    "guidance_std",
 )
 
 
@@ -67,6 +68,7 @@ class PipelineGRPOConfig(GRPOConfig):
     guidance: str = _knob("guidance")
     guidance_fraction: float = _knob("guidance_fraction")
     guidance_gamma: float = _knob("guidance_gamma")
+    guidance_std: bool = _knob("guidance_std")
 
     def __post_init__(self) -> None:
         try:
@@ -100,6 +102,7 @@ def knobs_as_params(config: PipelineGRPOConfig) -> TrainParams:
         guidance=config.guidance,
         guidance_fraction=config.guidance_fraction,
         guidance_gamma=config.guidance_gamma,
+        guidance_std=config.guidance_std,
         grpo=grpo,
     )
 
@@ -149,9 +152,14 @@ def grpo_config(
     sampled, sampling_rounds, resample_unsolved = sampling
     defaults = TrainParams.__pydantic_fields__
     guided = (
-        (train.guidance, train.guidance_fraction, train.guidance_gamma)
+        (train.guidance, train.guidance_fraction, train.guidance_gamma, train.guidance_std)
         if guidance
-        else ("off", defaults["guidance_fraction"].default, defaults["guidance_gamma"].default)
+        else (
+            "off",
+            defaults["guidance_fraction"].default,
+            defaults["guidance_gamma"].default,
+            defaults["guidance_std"].default,
+        )
     )
     known = set(GRPOConfig.__dataclass_fields__)  # TRL's own: the pipeline's knobs come from train
     unknown = sorted(set(grpo.extra) - known)
@@ -200,6 +208,7 @@ def grpo_config(
         guidance=guided[0],
         guidance_fraction=guided[1],
         guidance_gamma=guided[2],
+        guidance_std=guided[3],
         # train.grpo, field by field under TRL's names (params.yaml names each one)
         learning_rate=grpo.learning_rate,
         beta=grpo.beta,

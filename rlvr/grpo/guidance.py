@@ -5,10 +5,15 @@ numbers them (2), (4), (5)): a verified answer the policy did not sample joins a
 - Which rows take a guide (`guided_rows`): mode `unsolved`, the last row of each group that holds
   no correct answer; mode `fraction`, the last ceil(fraction x G) rows of every group (LUFFY: 1 of
   8, every group).
-- Which answer (`pick_guide`): one of the prompt's verified answers, chosen by a hash of (seed,
-  step, prompt id): every rank picks the same for the same prompt, whatever it holds.
+- Which answers (`pick_guides`, `guide_ordinals`): the k-th guided row of a group takes the k-th
+  of the prompt's verified answers in an order rotated by a hash of (seed, step, prompt id):
+  distinct answers within a group, and every rank picks the same for the same row, whatever it
+  holds. A group with more guided rows than the prompt has answers guides as many rows as it
+  has answers; the others keep their sampled answers.
 - Its advantage: the group's own, over the mixed group (Eq. 4: (r - mean(G_on u G_off)) /
   std(G_on u G_off)); TRL computes it when the guide replaces a completion before scoring.
+  `rescale_guided_groups` recomputes a guided group's advantages with another scaling:
+  LUFFY's released code (grpo_use_std=False) subtracts the mean only.
 - Its loss, per token: -A x f(pi_theta(token)), f(x) = x / (x + gamma), gamma 0.1 (Eq. 6, policy
   shaping), with the off-policy importance weight pi_theta / pi_phi taken at pi_phi = 1 and no
   clip and no KL term (Sec. 3.1) (`guided_token_loss`); the on-policy rows keep TRL's clipped
@@ -23,6 +28,8 @@ import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
+
+from rlvr.rewards.grpo_math import group_advantages
 
 GAMMA = 0.1  # LUFFY's gamma (its App. E.4: 0.05-0.5 tried, 0.1 best)
 MODES = ("off", "unsolved", "fraction")
@@ -67,7 +74,7 @@ def guided_rows(
         raise ValueError(f"{len(correct)} rows do not make groups of {group_size}")
     if mode == "off":
         return []
-    per_group = 1 if mode == "unsolved" else max(1, math.ceil(fraction * group_size))
+    per_group = 1 if mode == "unsolved" else per_group_guides(fraction, group_size)
     rows = []
     for start in range(0, len(correct), group_size):
         if mode == "unsolved" and any(correct[start : start + group_size]):
@@ -75,6 +82,38 @@ def guided_rows(
         end = start + group_size
         rows += list(range(end - per_group, end))
     return rows
+
+
+def per_group_guides(fraction: float, group_size: int) -> int:
+    """How many rows of each group mode `fraction` guides: ceil(fraction x G), at least 1 and
+    fewer than G (a group of guides alone has no on-policy answer to learn from).
+
+    >>> per_group_guides(0.125, 8), per_group_guides(0.3, 8)
+    (1, 3)
+    """
+    count = max(1, math.ceil(fraction * group_size - 1e-9))
+    if count >= group_size:
+        raise ValueError(
+            f"guidance_fraction {fraction} guides {count} of {group_size} rows: a group needs an "
+            "on-policy answer (fraction x G < G)"
+        )
+    return count
+
+
+def guide_ordinals(rows: Sequence[int], group_size: int) -> dict[int, int]:
+    """Each guided row's place among its group's guided rows (0, 1, ...): which of the prompt's
+    answers it takes.
+
+    >>> guide_ordinals([2, 3, 7], 4)
+    {2: 0, 3: 1, 7: 0}
+    """
+    seen: dict[int, int] = {}
+    ordinals = {}
+    for row in rows:
+        group = row // group_size
+        ordinals[row] = seen.get(group, 0)
+        seen[group] = ordinals[row] + 1
+    return ordinals
 
 
 def local_rows(rows: Sequence[int], local_size: int, rank: int) -> list[int]:
@@ -89,16 +128,40 @@ def local_rows(rows: Sequence[int], local_size: int, rank: int) -> list[int]:
     return [r - start for r in rows if start <= r < start + local_size]
 
 
-def pick_guide(answers: Sequence[str], prompt_id: str, seed: int, step: int) -> str | None:
-    """One of the prompt's verified answers, the same on every rank and every rerun (a hash of
-    seed, step and prompt id, never Python's salted hash()); None when it has none.
+def pick_guides(answers: Sequence[str], prompt_id: str, seed: int, step: int) -> list[str]:
+    """The prompt's verified answers in the order its guided rows take them: rotated by a hash
+    of seed, step and prompt id (never Python's salted hash()), the same on every rank and every
+    rerun; the k-th guided row of a group takes the k-th, so a group's guides are distinct.
 
-    >>> pick_guide(["3+5", "5+3"], "cd-1", 0, 7) == pick_guide(["3+5", "5+3"], "cd-1", 0, 7)
+    >>> pick_guides(["3+5", "5+3"], "cd-1", 0, 7) == pick_guides(["3+5", "5+3"], "cd-1", 0, 7)
     True
-    >>> pick_guide([], "cd-1", 0, 7) is None
-    True
+    >>> sorted(pick_guides(["3+5", "5+3"], "cd-1", 0, 7)), pick_guides([], "cd-1", 0, 7)
+    (['3+5', '5+3'], [])
     """
     if not answers:
-        return None
+        return []
     digest = hashlib.sha256(f"{seed}\0{step}\0{prompt_id}".encode()).digest()
-    return answers[int.from_bytes(digest[:8], "big") % len(answers)]
+    start = int.from_bytes(digest[:8], "big") % len(answers)
+    return [*answers[start:], *answers[:start]]
+
+
+def rescale_guided_groups(
+    advantages: Sequence[float],
+    totals: Sequence[float],
+    guided: Sequence[bool],
+    group_size: int,
+    scale: str,
+) -> list[float]:
+    """`advantages` (every row of the batch, groups of `group_size`), each group that holds a
+    guide recomputed from its rewards `totals` with `scale` (TRL's scale_rewards: group divides
+    by the group's std, none subtracts the mean only, LUFFY's released setting).
+
+    >>> rescale_guided_groups([-0.5, 1.5, 1.0, -1.0], [0, 1, 1, 0], [0, 1, 0, 0], 2, "none")
+    [-0.5, 0.5, 1.0, -1.0]
+    """
+    mixed = group_advantages(list(totals), group_size, scale)
+    out = list(advantages)
+    for start in range(0, len(out), group_size):
+        if any(guided[start : start + group_size]):
+            out[start : start + group_size] = mixed[start : start + group_size]
+    return out

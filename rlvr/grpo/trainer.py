@@ -58,10 +58,12 @@ from rlvr.core.metric_keys import (
     CORRECTNESS_REWARD,
     FAILURES_SUFFIX,
     FIRST_BATCH_KL,
+    GUIDE_REWARD,
     GUIDED_ADVANTAGE,
     GUIDED_SHARE,
     KEPT_SHARE,
     LOSS,
+    ON_POLICY_REWARD,
     OVERSAMPLING,
     RESAMPLED_UNSOLVED,
     RUNNING_MEAN_BASELINE,
@@ -79,7 +81,15 @@ from rlvr.grpo.callbacks import validation_entry
 from rlvr.grpo.checkpoints import RUNNING_MEAN_FILE, EpochReplaySampler
 from rlvr.grpo.config import PipelineGRPOConfig, as_trl_config
 from rlvr.grpo.dynamic_sampling import local_group_spread, loss_mask, merge_groups, select_groups
-from rlvr.grpo.guidance import GUIDED, guided_rows, guided_token_loss, local_rows, pick_guide
+from rlvr.grpo.guidance import (
+    GUIDED,
+    guide_ordinals,
+    guided_rows,
+    guided_token_loss,
+    local_rows,
+    pick_guides,
+    rescale_guided_groups,
+)
 from rlvr.rewards.grpo_math import group_advantages, k3_kl
 
 
@@ -390,6 +400,16 @@ class PipelineGRPOTrainer(GRPOTrainer):
             advantages = group_advantages(
                 self._signal_basis, self.num_generations, self.scale_rewards
             )
+        guided = None  # every rank's guide flags
+        if GUIDED in output:
+            guided = self.accelerator.gather(output[GUIDED].long()).bool()  # gloo: no bool
+        if guided is not None and not self.args.guidance_std and self.scale_rewards != "none":
+            # LUFFY's released setting: the guided groups' advantages without the std
+            if advantages is None:
+                advantages = self.accelerator.gather(output["advantages"]).tolist()
+            advantages = rescale_guided_groups(
+                advantages, self._signal_basis, guided.tolist(), self.num_generations, "none"
+            )
         if advantages is not None:
             n = len(inputs)
             local = advantages[
@@ -409,11 +429,14 @@ class PipelineGRPOTrainer(GRPOTrainer):
                 dtype=output["advantages"].dtype,
                 device=output["advantages"].device,
             )
-        if GUIDED in output:  # the guides' mean advantage, every rank's
-            flags = self.accelerator.gather(output[GUIDED].long()).bool()  # gloo: no bool
+        if guided is not None:  # the guides' mean advantage and reward apart from the sampled
             values = self.accelerator.gather(output["advantages"])
-            if flags.any():
-                self._metrics["train"][GUIDED_ADVANTAGE].append(values[flags].mean().item())
+            totals = self._reward_totals().to(guided.device)
+            metrics = self._metrics["train"]
+            metrics[ON_POLICY_REWARD].append(totals[~guided].nanmean().item())
+            if guided.any():
+                metrics[GUIDED_ADVANTAGE].append(values[guided].mean().item())
+                metrics[GUIDE_REWARD].append(totals[guided].nanmean().item())
         return output
 
     # ------------------------------------------------------------ off-policy guidance (LUFFY)
@@ -464,8 +487,10 @@ class PipelineGRPOTrainer(GRPOTrainer):
     def _place_guides(self, completions, completion_ids) -> dict[int, list[int]]:
         """Which of this rank's completions a guide replaces, and the guide's token ids (its
         text, then the end token; a guide longer than max_completion_length is not used). The
-        rows come from every rank's verdicts (a group may span two ranks); the guide from a hash
-        of the seed, the step and the row id: each rank the same for the same prompt."""
+        rows come from every rank's verdicts (a group may span two ranks); the k-th guided row of
+        a group takes the k-th of the prompt's answers in an order rotated by a hash of the seed,
+        the step and the row id: distinct within a group, each rank the same for the same row;
+        rows past the prompt's answers keep their sampled answers."""
         rows, n = self._scoring, len(completions)
         correct = [False] * n
         if self.args.guidance == "unsolved":
@@ -477,25 +502,25 @@ class PipelineGRPOTrainer(GRPOTrainer):
         every = self.accelerator.gather(
             torch.tensor(correct, dtype=torch.long, device=self.accelerator.device)
         ).tolist()
-        chosen = local_rows(
-            guided_rows(
-                [bool(c) for c in every],
-                self.num_generations,
-                self.args.guidance,
-                self.args.guidance_fraction,
-            ),
-            n,
-            self.accelerator.process_index,
+        every_guided = guided_rows(
+            [bool(c) for c in every],
+            self.num_generations,
+            self.args.guidance,
+            self.args.guidance_fraction,
         )
+        ordinals = guide_ordinals(every_guided, self.num_generations)
+        start = self.accelerator.process_index * n
         guides = {}
-        for i in chosen:
+        for i in local_rows(every_guided, n, self.accelerator.process_index):
             row_id = str(rows[i]["id"])
-            guide = pick_guide(
+            answers = pick_guides(
                 self.guides.get(row_id, []), row_id, self.args.seed, self.state.global_step
             )
-            if guide is None:
+            if ordinals[start + i] >= len(answers):  # fewer answers than guided rows: sampled
                 continue
-            ids = self._tokenizer(guide, add_special_tokens=False)["input_ids"]
+            ids = self._tokenizer(answers[ordinals[start + i]], add_special_tokens=False)[
+                "input_ids"
+            ]
             ids = [*ids, self._tokenizer.eos_token_id]
             if len(ids) <= self.max_completion_length:
                 guides[i] = ids

@@ -5,6 +5,7 @@ with the other sections into Params."""
 
 from __future__ import annotations
 
+import math
 import string
 from typing import Literal
 
@@ -460,6 +461,13 @@ class TrainParams:
         description="guidance: gamma of the policy shaping f(p) = p / (p + gamma) on the "
         "guides' tokens (LUFFY Eq. 6: 0.1; smaller weighs rare tokens more).",
     )
+    guidance_std: Bool = Field(
+        True,
+        description="guidance: the groups a guide joined divide their advantages by the "
+        "group's std as train.grpo.scale_rewards says (LUFFY Eq. 4), or, false, subtract the "
+        "mean only (LUFFY's released code, grpo_use_std=False); the other groups keep "
+        "train.grpo.scale_rewards. Needs train.advantage group when false.",
+    )
     running_mean_momentum: Float = Field(
         0.9,
         ge=0,
@@ -574,6 +582,22 @@ class TrainParams:
             f"needs train.grpo.loss_type one of {', '.join(GUIDED_LOSSES)} (the guides' "
             f"shaped loss is normalised as those normalise theirs, over every token), not "
             f"{self.grpo.loss_type!r}",
+        )
+        if self.guidance == "fraction":
+            guided = math.ceil(self.guidance_fraction * self.grpo.num_generations - 1e-9)
+            require(
+                guided < self.grpo.num_generations,
+                "train.guidance_fraction",
+                self.guidance_fraction,
+                f"guides {guided} of train.grpo.num_generations = {self.grpo.num_generations} "
+                "answers of each group: a group needs an on-policy answer (fraction x G < G)",
+            )
+        require(
+            self.guidance == "off" or self.guidance_std or self.advantage == "group",
+            "train.guidance_std",
+            self.guidance_std,
+            f"false rescales the guided groups' group advantages: needs train.advantage "
+            f"group, not {self.advantage!r}",
         )
         require(
             self.unlikeliness == 0 or self.advantage != "pass_at_k",

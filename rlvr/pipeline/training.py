@@ -19,6 +19,7 @@ from rlvr.core.metric_keys import (
     BETA,
     CORRECTNESS,
     LOSS,
+    ON_POLICY_REWARD,
     REWARD,
     SAMPLED_COMPLETIONS,
     TRAIN_RUNTIME,
@@ -92,6 +93,11 @@ def run_metrics(history: list[dict], window: int = 10) -> dict:
     only on the steps that generate)."""
     last = history[-1] if history else {}
     final = {"kl": drift_kl(last), "beta": last.get(BETA)}
+    guided = {  # train.guidance: the logged reward counts the guides; the sampled answers' alone
+        f"{part}{window}_mean_on_policy_reward": finite_mean(e.get(ON_POLICY_REWARD) for e in steps)
+        for part, steps in (("first", history[:window]), ("last", history[-window:]))
+        if any(ON_POLICY_REWARD in e for e in history)
+    }
     return {
         "steps": len(history),
         "final": {key: value for key, value in final.items() if value is not None},
@@ -104,6 +110,7 @@ def run_metrics(history: list[dict], window: int = 10) -> dict:
         f"last{window}_mean_kl": finite_mean(drift_kl(e) for e in history[-window:]),
         "max_kl": max((drift_kl(e) for e in history if drift_kl(e) is not None), default=None),
         "kl_over": kl_source(history),
+        **guided,
     }
 
 
