@@ -106,6 +106,10 @@ def test_guidance_trains_with_the_bases_verified_answers(copy_run):
     ]
     assert len(shares) == len(history) and max(shares) > 0
     assert any(entry.get("guidance/guide_advantage", 0) > 0 for entry in history)
+    # the sampled answers' reward, apart from the guides': every step, and in the summary
+    assert all("guidance/on_policy_reward" in entry for entry in history)
+    train = json.loads((project / run.train_summary).read_text())
+    assert 0 <= train["last10_mean_on_policy_reward"] <= train["last10_mean_reward"] + 1e-9
 
 
 def test_rft_then_grpo_starts_each_seed_from_its_rft_model_and_follows_it(copy_run):
