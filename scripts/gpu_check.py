@@ -215,7 +215,7 @@ def throughput(history: list[dict], completions_per_step: int) -> dict:
 
 
 # one per RL seed in dvc.yaml (rlvr.pipeline.stage.run_stage)
-SEEDED_STAGES = ("train", "evaluate", "rft")
+SEEDED_STAGES = ("verified", "train", "evaluate", "rft")
 
 
 def run_stage(name: str, mode: str, report: str | None) -> int:

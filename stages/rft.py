@@ -4,9 +4,9 @@ policy, so the recipe can say whether GRPO beats the cheap alternative.
     dvc repro rft                   (every seed of audit.seeds: rft@0, rft@1, ...)
     python -m stages.rft SEED       (one seed)
 
-audit.baseline rft: samples models/base on the training prompts as many times in all as the GRPO
-run samples completions (with its rollout settings and the RL seed SEED), keeps each prompt's
-distinct correct answers, fine-tunes the base on them with TRL's SFTTrainer (audit.rft) and saves
+audit.baseline rft: fine-tunes models/base with TRL's SFTTrainer (audit.rft) on the distinct
+correct answers stage verified kept for the RL seed SEED (the base sampled as many times in all as
+the GRPO run samples completions: reports/verified/seed-SEED/answers.json) and saves
 models/rft/seed-SEED/; then audits it against the base exactly as stage evaluate audits the
 policy (the same prompts and sampling seeds: paired prompt by prompt). Writes reports/rft/seed-SEED/
 summary.json (the budget, what was kept per row and tag, the fine-tune, the audit) and
@@ -17,8 +17,8 @@ from rlvr.audit.against_base import audit_against_base, audit_lines
 from rlvr.baseline.rft import train_rft, write_off_marker
 from rlvr.core.files import write_json, write_jsonl
 from rlvr.core.seeds import seed_paths
-from rlvr.core.timing import PARTS
 from rlvr.pipeline.stage import ParamsView, run_stage
+from rlvr.policy.verified import read_verified
 
 
 def main(params: ParamsView) -> int:
@@ -29,7 +29,8 @@ def main(params: ParamsView) -> int:
         write_jsonl(run.rft_per_prompt, [])
         print(f"{label}: audit.baseline is none: no baseline")
         return 0
-    summary = train_rft(params, params.seed, run.rft_model)
+    verified = read_verified(run.verified_answers, params.seed)
+    summary = train_rft(params, params.seed, run.rft_model, verified)
     budget, fit = summary["budget"], summary["fine_tune"]
     tuned = (
         f"fine-tuned {fit['steps']} steps"
@@ -37,9 +38,8 @@ def main(params: ParamsView) -> int:
         else "nothing to fine-tune on: the baseline is the base itself"
     )
     print(
-        f"{label}: sampled {budget['sampled']:,} completions ({budget['samples_per_prompt']} per "
-        f"prompt: GRPO's one round a step, {budget['grpo_completions']:,}) in "
-        f"{PARTS['rft_sampling']:.0f} s; kept {summary['kept']} distinct correct answers "
+        f"{label}: verified@{params.seed} sampled {budget['sampled']:,} completions "
+        f"({budget['samples_per_prompt']} per prompt); kept {summary['kept']} distinct correct answers "
         f"on {summary['rows_with_kept']} of {len(summary['rows'])} prompts; {tuned} -> "
         f"{run.rft_model}"
     )

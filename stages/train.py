@@ -9,35 +9,33 @@ checkpointing every train.save_steps into models/checkpoints/seed-SEED/; if a ru
 next one resumes from the last checkpoint by itself. Writes models/trained/seed-SEED/ and
 reports/train/seed-SEED/: summary.json (the run's figures and selection), history.jsonl (every
 step), curves.png and the DVCLive curves in live/ (folders from params.yaml `paths`,
-rlvr/core/seeds.py). With train.guidance on, first samples the base as stage rft does (the same
-call and seed: the same answers) and hands each prompt's verified answers to the trainer as
-guides (rlvr/grpo/guidance.py).
+rlvr/core/seeds.py). With train.guidance on, hands each prompt's verified answers, the ones stage
+verified sampled for SEED and rft@SEED fine-tunes on (reports/verified/seed-SEED/answers.json), to
+the trainer as guides (rlvr/grpo/guidance.py); their sampling counts in the run's sampled
+completions.
 """
-
-import time
 
 from rlvr.core.files import write_json
 from rlvr.core.seeds import seed_paths
-from rlvr.grpo.distributed import from_main_process, is_main_process
+from rlvr.grpo.distributed import is_main_process
 from rlvr.pipeline.stage import ParamsView, run_stage
 from rlvr.pipeline.training import require_smoke, train_run
-from rlvr.policy.verified import verified_answers
+from rlvr.policy.verified import guides_of, read_verified
 
 
 def main(params: ParamsView) -> int:
     run = seed_paths(params.paths, params.seed)
-    guides = None
-    if params.train.guidance != "off":  # sampled once, every rank gets the same guides
-        require_smoke(params.paths.smoke_checks)  # before the sampling: a closed gate stops here
-        started = time.perf_counter()
-        guides = from_main_process(lambda: verified_answers(params, params.seed))
+    guides, guides_sampled = None, 0
+    if params.train.guidance != "off":  # a file every rank reads: no rank waits on another
+        require_smoke(params.paths.smoke_checks)  # before the reading: a closed gate stops here
+        verified = read_verified(run.verified_answers, params.seed)
+        guides, guides_sampled = guides_of(verified), verified["budget"]["sampled"]
         if is_main_process():
             print(
-                f"train@{params.seed}: guidance {params.train.guidance}: the base's sampling "
-                f"(rft@{params.seed}'s) gave verified answers on {len(guides)} prompts in "
-                f"{time.perf_counter() - started:.0f} s"
+                f"train@{params.seed}: guidance {params.train.guidance}: verified@{params.seed}'s "
+                f"answers on {len(guides)} prompts ({guides_sampled:,} completions sampled)"
             )
-    result = train_run(params, params.paths, run, guides)
+    result = train_run(params, params.paths, run, guides, guides_sampled)
     if result is None:  # a rank other than the main one: the main process writes
         return 0
     write_json(run.train_summary, result["summary"])

@@ -272,7 +272,8 @@ sys.addaudithook(_hook)
 
 def group_params(group_size: int, **train):
     """Params for scoring_trainer: groups of `group_size`, two prompts a batch, completions of
-    at most 6 tokens, and `train`'s other keys (its `grpo` merged into those)."""
+    at most 6 tokens, and `train`'s other keys (its `grpo` merged into those; with guidance on,
+    train.guides the answers' folder, as check_params asks)."""
     from rlvr.params.config import parse_params
 
     grpo = {
@@ -281,6 +282,8 @@ def group_params(group_size: int, **train):
         "max_completion_length": 6,
         **train.pop("grpo", {}),
     }
+    if train.get("guidance", "off") != "off":  # train's dep on the answers' folder
+        train.setdefault("guides", "reports/verified")
     return parse_params({"train": {"grpo": grpo, **train}})
 
 

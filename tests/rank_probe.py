@@ -170,7 +170,15 @@ def main_guided(out: str, policy: str) -> None:
     of 4. Records each scored batch in the order it was generated: row ids, which rows hold a
     guide, the completions' text."""
     start_rank("probe", use_cpu=True)
-    params = parse_params({"train": {"grpo": PARAMS["train"]["grpo"], "guidance": "unsolved"}})
+    params = parse_params(
+        {
+            "train": {
+                "grpo": PARAMS["train"]["grpo"],
+                "guidance": "unsolved",
+                "guides": "reports/verified",
+            }
+        }
+    )
     params.rewards.weights = [1.0]
     rows = read_rows(ROOT / "data" / "grpo_train.jsonl")[:16]
     batches = []

@@ -283,7 +283,7 @@ def test_each_seed_stage_writes_where_rlvr_seeds_says_it_does():
         }
     seeds = load_params(ROOT / "params.yaml").audit.seeds
     assert {name for name in outs if "@" in name} == {
-        f"{stage}@{seed}" for stage in ("train", "evaluate", "rft") for seed in seeds
+        f"{stage}@{seed}" for stage in ("verified", "train", "evaluate", "rft") for seed in seeds
     }
     for seed in seeds:
         run = seed_paths(paths, seed)
@@ -296,6 +296,7 @@ def test_each_seed_stage_writes_where_rlvr_seeds_says_it_does():
         }
         assert outs[f"evaluate@{seed}"] == {run.eval_summary, run.eval_per_prompt}
         assert outs[f"rft@{seed}"] == {run.rft_model, run.rft_summary, run.rft_per_prompt}
+        assert outs[f"verified@{seed}"] == {run.verified_answers}
 
 
 def test_checkpoints_are_a_resume_cache_not_an_output():

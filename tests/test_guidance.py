@@ -364,6 +364,15 @@ def test_guidance_needs_guides(tiny_policy_dir, rows, tmp_path):
             r"train.guidance_fraction = 0.95: guides 8 of train.grpo.num_generations = 8 .*< G",
         ),
         (
+            {"train": {"guidance": "unsolved"}},
+            r"train.guides = 'models/base': must be reports/verified with train.guidance "
+            r"'unsolved' \(paths.verified when guidance is on",
+        ),
+        (
+            {"train": {"guides": "reports/verified"}},
+            "train.guides = 'reports/verified': must be models/base with train.guidance 'off'",
+        ),
+        (
             {"train": {"guidance": "unsolved", "guidance_std": False, "advantage": "pass_at_k"}},
             "train.guidance_std = False: .*needs train.advantage group, not 'pass_at_k'",
         ),

@@ -32,6 +32,7 @@ def test_stage_order_is_dvc_yamls():
         "validate",
         "prepare_model",
         "smoke",
+        "verified",
         "train",
         "evaluate",
         "rft",
@@ -40,7 +41,7 @@ def test_stage_order_is_dvc_yamls():
         "publish",
     ]
     # one stage per RL seed before the one that pools them (the flow keeps going past a seed)
-    assert seeded_stages(ROOT / "dvc.yaml") == {"train", "evaluate", "rft"}
+    assert seeded_stages(ROOT / "dvc.yaml") == {"verified", "train", "evaluate", "rft"}
     assert RECIPE_STAGE in dvc_stages(ROOT / "dvc.yaml")
 
 

@@ -13,7 +13,7 @@ from rlvr.audit.slices import SliceRule
 from rlvr.baseline.rft import OFF_MARKER, train_rft, write_off_marker
 from rlvr.params.config import load_params, parse_params
 from rlvr.policy.sampling import ScoredRow
-from rlvr.policy.verified import completions_budget, kept_examples
+from rlvr.policy.verified import completions_budget, kept_examples, sample_verified
 from tests.helpers import ROOT
 from tests.test_recipe import N, _record
 from tests.test_report_escaping import figures  # noqa: F401 (a fixture)
@@ -120,7 +120,7 @@ def test_it_fine_tunes_the_base_on_what_it_kept_and_saves_it_whole(
     )
     out = tmp_path / "models" / "rft" / "seed-0"
     assert not (tmp_path / params.data.eval_path).exists()  # the fine-tune never sees the test file
-    summary = train_rft(params, 0, out)
+    summary = train_rft(params, 0, out, sample_verified(params, 0))
     budget = summary["budget"]
     assert budget["grpo_completions"] == 4 * 8 and budget["samples_per_prompt"] == 8
     assert [line["sampled"] for line in summary["rows"]] == [8] * 4
@@ -168,7 +168,7 @@ def test_a_base_that_answers_nothing_is_its_own_baseline(tmp_path, tiny_policy_d
         tmp_path, tiny_policy_dir, {"type": "exact_match", "target": "no such"}, monkeypatch
     )
     out = tmp_path / "models" / "rft" / "seed-0"
-    summary = train_rft(params, 0, out)
+    summary = train_rft(params, 0, out, sample_verified(params, 0))
     assert summary["kept"] == summary["rows_with_kept"] == 0
     assert summary["fine_tune"]["steps"] == 0
     base, _ = load_policy(tiny_policy_dir)
@@ -395,7 +395,7 @@ def test_with_lora_the_baseline_is_an_adapter_the_audit_loads(
     )
     params.model.lora.enabled = True
     out = tmp_path / "models" / "rft" / "seed-0"
-    summary = train_rft(params, 0, out)
+    summary = train_rft(params, 0, out, sample_verified(params, 0))
     assert summary["fine_tune"]["steps"] > 0
     assert (out / "adapter_config.json").exists() and not (out / "config.json").exists()
     model, tokenizer = load_policy(out)
@@ -423,24 +423,39 @@ def test_an_interval_end_within_float_noise_of_0_holds_0():
 
 
 def test_the_guides_are_the_answers_rft_keeps(tmp_path, tiny_policy_dir, monkeypatch):
-    """train.guidance's guides (rlvr.policy.verified.verified_answers): the base's sampling as RFT
-    samples it, so each row's guides are the distinct correct answers rft@seed keeps, each one
-    verified; a row with none has no entry."""
+    """Stage verified's record, written and read back as a file (rlvr.policy.verified): the
+    guides are the distinct correct answers rft@seed fine-tunes on, each one verified; a row
+    with none has no entry; the file of another seed, a marker or no file stops with what to
+    run."""
     import re
 
-    from rlvr.policy.verified import verified_answers
+    from rlvr.core.files import write_json
+    from rlvr.policy.verified import VerifiedMissing, guides_of, read_verified
 
     params = _params(tmp_path, tiny_policy_dir, {"type": "regex", "pattern": "^[0-9]"}, monkeypatch)
-    guides = verified_answers(params, 0)
-    summary = train_rft(params, 0, tmp_path / "models" / "rft" / "seed-0")
+    path = tmp_path / "reports" / "verified" / "seed-0" / "answers.json"
+    write_json(path, sample_verified(params, 0))
+    record = read_verified(str(path), 0)
+    guides = guides_of(record)
+    summary = train_rft(params, 0, tmp_path / "models" / "rft" / "seed-0", record)
     kept = {line["id"]: line["kept"] for line in summary["rows"]}
     assert {row: len(answers) for row, answers in guides.items()} == {
         row: n for row, n in kept.items() if n
     }
     assert guides and sum(kept.values()) < 4 * 8  # some answers kept, not every sample
+    assert summary["budget"] == record["budget"] and record["budget"]["sampled"] == 4 * 8
     for answers in guides.values():
         assert all(re.match("^[0-9]", a.strip()) for a in answers)
         assert len({"".join(a.split()) for a in answers}) == len(answers)
+    with pytest.raises(VerifiedMissing, match=r"holds no sampled answers of seed 1"):
+        read_verified(str(path), 1)
+    write_json(path, {"baseline": "none"})
+    with pytest.raises(
+        VerifiedMissing, match="set audit.baseline rft and run `dvc repro verified@0`"
+    ):
+        read_verified(str(path), 0)
+    with pytest.raises(VerifiedMissing, match=r"missing: run `dvc repro verified@2` first"):
+        read_verified(str(tmp_path / "none.json"), 2)
 
 
 def test_a_tag_with_one_row_gets_an_interval_over_the_seeds():

@@ -58,9 +58,10 @@ def test_each_seeds_baseline_pairs_with_its_policy_and_the_report_says_which_win
     log = (cold_run.parent / "repro.log").read_text()
     for seed in seeds:
         assert (
-            f"rft@{seed}: sampled 384 completions (6 per prompt: GRPO's one round a step, 384) in "
-            in log
+            f"verified@{seed}: sampled 384 completions (6 per prompt: GRPO's one round a step, "
+            "384) in " in log
         )
+        assert f"rft@{seed}: verified@{seed} sampled 384 completions (6 per prompt); kept " in log
         assert f"rft@{seed}: this seed's verdict on heldout: " in log
     assert f"recipe: {baseline['sentence']}" in log
 
@@ -72,13 +73,21 @@ def test_baseline_none_reruns_only_the_baseline_and_what_reads_it(copy_run):
     seeds = load_params(project / "params.yaml").audit.seeds
     ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
     # check_params follows every value, but its verdict is the same bytes: nothing else reruns
-    assert ran == {"check_params", *(f"rft@{s}" for s in seeds), "recipe", "report", "publish"}
+    assert ran == {
+        "check_params",
+        *(f"{stage}@{s}" for s in seeds for stage in ("verified", "rft")),
+        "recipe",
+        "report",
+        "publish",
+    }
     params = load_params(project / "params.yaml")
     for seed in seeds:
         run = seed_paths(params.paths, seed)
         assert [p.name for p in (project / run.rft_model).iterdir()] == ["baseline.json"]
         assert read_jsonl(project / run.rft_per_prompt) == []
         assert f"rft@{seed}: audit.baseline is none: no baseline" in log
+        assert f"verified@{seed}: audit.baseline is none: nothing reads the base's answers" in log
+        assert json.loads((project / run.verified_answers).read_text()) == {"baseline": "none"}
     recipe = json.loads((project / params.paths.recipe_summary).read_text())
     assert "baseline" not in recipe
     assert "baseline" not in json.loads((project / params.paths.recipe_metrics).read_text())
@@ -86,11 +95,12 @@ def test_baseline_none_reruns_only_the_baseline_and_what_reads_it(copy_run):
 
 
 def test_guidance_trains_with_the_bases_verified_answers(copy_run):
-    """train.guidance unsolved: train@0 samples the base as rft@0 did (the same prompts get
-    verified answers), the trainer replaces answers in unsolved groups and logs it; rft@0, which
-    reads no guidance param, is not rerun."""
+    """train.guidance unsolved: train@0 reads the answers stage verified sampled for seed 0 (the
+    ones rft@0 fine-tuned on), the trainer replaces answers in unsolved groups and logs it, and
+    their sampling counts in the run's; neither verified@0 nor rft@0, which read no guidance
+    param, is rerun."""
     project = copy_run("guidance")
-    set_params(project, {"train": {"guidance": "unsolved"}})
+    set_params(project, {"train": {"guidance": "unsolved", "guides": "reports/verified"}})
     log = dvc(project, "repro", "train@0")
     ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
     assert ran == {"check_params", "train@0"}
@@ -98,8 +108,11 @@ def test_guidance_trains_with_the_bases_verified_answers(copy_run):
     run = seed_paths(params.paths, 0)
     summary = json.loads((project / run.rft_summary).read_text())
     solved = sum(line["kept"] > 0 for line in summary["rows"])
-    assert "train@0: guidance unsolved: the base's sampling (rft@0's) gave verified " in log
-    assert f"verified answers on {solved} prompts in " in log
+    sampled = summary["budget"]["sampled"]
+    assert (
+        f"train@0: guidance unsolved: verified@0's answers on {solved} prompts ({sampled:,} "
+        "completions sampled)" in log
+    )
     history = read_jsonl(project / run.train_history)
     shares = [
         entry["guidance/guided_share"] for entry in history if "guidance/guided_share" in entry
@@ -110,6 +123,8 @@ def test_guidance_trains_with_the_bases_verified_answers(copy_run):
     assert all("guidance/on_policy_reward" in entry for entry in history)
     train = json.loads((project / run.train_summary).read_text())
     assert 0 <= train["last10_mean_on_policy_reward"] <= train["last10_mean_reward"] + 1e-9
+    grpo = [e["sampling/completions"] for e in history if "sampling/completions" in e][-1]
+    assert train["sampled_completions"] == grpo + sampled
 
 
 def test_rft_then_grpo_starts_each_seed_from_its_rft_model_and_follows_it(copy_run):

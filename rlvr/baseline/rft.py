@@ -6,7 +6,8 @@ The budget rule (docs/pipeline.md#the-rft-baseline):
 
 - samples: the GRPO run's sampled completions, spread evenly over the training prompts
   (`completions_budget`); GRPO with dynamic sampling may sample more (its extra rounds are not
-  known before it runs), never fewer;
+  known before it runs), never fewer; stage verified samples them (rlvr/policy/verified.py) and
+  writes what it kept, which RFT and train.guidance read;
 - kept: each prompt's completions the row's verifier scores 1, one per distinct answer (its
   answer without whitespace: `3+5` once however often or however spaced it was sampled; `5+3` is
   another);
@@ -20,15 +21,12 @@ import json
 import math
 import shutil
 import tempfile
-import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from rlvr.core.files import share_with_umask
-from rlvr.core.timing import record_timing
-from rlvr.policy.models import save_policy, supervised_fine_tune
-from rlvr.policy.verified import kept_digest, kept_examples, sample_base
+from rlvr.policy.models import load_policy, policy_path, save_policy, supervised_fine_tune
+from rlvr.policy.verified import kept_digest
 
 OFF_MARKER = "baseline.json"  # what models/rft/seed-<n>/ holds when audit.baseline is none
 
@@ -81,20 +79,17 @@ def write_off_marker(out_dir: str | Path) -> dict:
     return summary
 
 
-def train_rft(params, seed: int, out_dir: str | Path) -> dict:
-    """The RFT baseline of one RL seed: sample the base (models/base) as the budget says with
-    GRPO's rollout settings and `seed`, keep the distinct correct answers, fine-tune the base on
-    them, save it to out_dir (whole or not at all). The seconds sampling took go to the stage's
-    timing file (rlvr.core.timing), never into the summary, an output DVC records. A base that
-    answered nothing correctly gives nothing to fine-tune on: the baseline is then the base
-    itself (0 steps), and the audit says what that is worth. Returns the summary: budget, what
-    was kept (per row and per tag), the fine-tune."""
+def train_rft(params, seed: int, out_dir: str | Path, verified: dict) -> dict:
+    """The RFT baseline of one RL seed: fine-tune the base (models/base) on the distinct correct
+    answers stage verified kept for `seed` (`verified`, rlvr.policy.verified.read_verified),
+    save it to out_dir (whole or not at all). A base that answered nothing correctly gives
+    nothing to fine-tune on: the baseline is then the base itself (0 steps), and the audit says
+    what that is worth. Returns the summary: budget, what was kept (per row and per tag), the
+    fine-tune."""
     from rlvr.grpo.config import peft_config  # peft: only where a baseline trains
 
-    started = time.perf_counter()
-    budget, (model, tokenizer), scored = sample_base(params, seed)
-    record_timing(rft_sampling=time.perf_counter() - started)
-    examples, lines = kept_examples(scored)
+    model, tokenizer = load_policy(policy_path(params.paths.base_model))
+    examples, lines = verified["examples"], verified["rows"]
     grpo, rft = params.train.grpo, params.audit.rft
     steps = sft_steps(len(examples), rft.epochs, rft.batch_size) if examples else 0
     out_dir = Path(out_dir)
@@ -127,7 +122,7 @@ def train_rft(params, seed: int, out_dir: str | Path) -> dict:
     return {
         "baseline": "rft",
         "seed": seed,
-        "budget": {**asdict(budget), "sampled": budget.sampled},
+        "budget": verified["budget"],
         "kept": len(examples),
         "rows_with_kept": sum(line["kept"] > 0 for line in lines),
         "kept_digest": kept_digest(lines),  # the same on two seeds: they kept the same answers

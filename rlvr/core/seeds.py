@@ -20,9 +20,9 @@ def seed_folder(seed: int) -> str:
 
 @dataclass(frozen=True)
 class SeedPaths:
-    """One seed's outputs (train, evaluate and rft write them; recipe, report and publish read),
-    under params.yaml `paths` (trained_models, checkpoints, train_runs, eval_runs, rft_models,
-    rft_runs). Each path reads
+    """One seed's outputs (verified, train, evaluate and rft write them; recipe, report and
+    publish read), under params.yaml `paths` (verified, trained_models, checkpoints, train_runs,
+    eval_runs, rft_models, rft_runs). Each path reads
     only its own folder param: a stage declares just the ones it uses (rlvr.pipeline.stage).
 
     >>> from rlvr.params.config import PathsParams
@@ -67,6 +67,10 @@ class SeedPaths:
     @property
     def eval_per_prompt(self) -> str:
         return self._in(self.paths.eval_runs, "per_prompt.jsonl")
+
+    @property
+    def verified_answers(self) -> str:
+        return self._in(self.paths.verified, "answers.json")
 
     @property
     def rft_model(self) -> str:

@@ -47,6 +47,7 @@ STAGES = (
     "validate",
     "prepare_model",
     "smoke",
+    "verified",
     "train",
     "evaluate",
     "rft",
@@ -661,6 +662,12 @@ class PathsParams:
         "seed's own verdict) and per_prompt.jsonl (one record per "
         "prompt).",
     )
+    verified: RepoPath = Field(
+        "reports/verified",
+        description="The base's verified answers of each RL seed in seed-<n>/answers.json "
+        "(stage verified: the budget, one line per training prompt, the distinct correct "
+        "answers), which stage rft fine-tunes on and train.guidance puts in GRPO's groups.",
+    )
     rft_models: RepoPath = Field(
         "models/rft",
         description="The RFT baseline's fine-tuned policies, one folder per RL seed (seed-<n>/; "
@@ -796,7 +803,18 @@ class Params:
             train.guidance == "off" or self.audit.baseline == "rft",
             "train.guidance",
             train.guidance,
-            "takes its guides from stage rft's sampling: needs audit.baseline rft",
+            "takes its guides from stage verified, which samples with audit.baseline rft: "
+            "needs audit.baseline rft",
+        )
+        # DVC has no conditional deps: train depends on ${train.guides}, the answers' folder
+        # when guidance is on, else the base, which it reads anyway
+        guides = self.paths.verified if train.guidance != "off" else self.paths.base_model
+        require(
+            train.guides == guides,
+            "train.guides",
+            train.guides,
+            f"must be {guides} with train.guidance {train.guidance!r} (paths.verified when "
+            f"guidance is on, paths.base_model when off: the path train's stage depends on)",
         )
         return self
 

@@ -440,13 +440,20 @@ class TrainParams:
     guidance: Literal["off", "unsolved", "fraction"] = Field(
         "off",
         description="Off-policy guidance (LUFFY, Yan et al. 2025, arXiv 2504.14945): a "
-        "verified answer of the base, from stage rft's sampling of the same seed, replaces a "
+        "verified answer of the base, from stage verified's sampling of the same seed (the "
+        "answers RFT fine-tunes on; set train.guides to paths.verified), replaces a "
         "sampled one in a group. unsolved: the last answer of each group with no correct one; "
         "fraction: the last ceil(guidance_fraction x G) answers of every group. The group's "
         "advantage covers the guide (Eq. 4); its tokens take the shaped loss "
         "-A x p / (p + guidance_gamma), with no clip and no KL (Eq. 6; rlvr/grpo/guidance.py). "
         "Needs "
         "audit.baseline rft. off: none.",
+    )
+    guides: Str = Field(
+        "models/base",
+        description="What train's stage depends on for train.guidance's answers (DVC has no "
+        "conditional deps): paths.verified (stage verified's answers of each seed) when "
+        "guidance is on, paths.base_model (the base, read anyway) when off.",
     )
     guidance_fraction: Float = Field(
         0.125,

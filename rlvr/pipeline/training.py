@@ -200,11 +200,13 @@ def train_run(
     paths: PathsParams,
     run: SeedPaths,
     guides: Mapping[str, Sequence[str]] | None = None,
+    guides_sampled: int = 0,
 ) -> dict | None:
     """The full run: resume from a checkpoint of this very run if there is one, train, then
     write the final model, the history, the curves; return the metrics and the lines to print
     (None on a rank other than the main one, which alone writes). guides: train.guidance's
-    verified answers per row id (None: no guidance)."""
+    verified answers per row id (None: no guidance); guides_sampled: the completions sampled to
+    find them (stage verified's), counted in the run's sampled completions."""
     require_smoke(paths.smoke_checks)
     rows = read_rows(params.data.train_path)
     val_path = params.data.val_path  # read whatever eval_steps says: a stage's reads never
@@ -228,6 +230,7 @@ def train_run(
             "versions": library_versions(TRAINING_LIBRARIES),
             "numerics": numerics_in_force(),
             "code": train_code_md5s(),
+            **({"guides": guides} if guides is not None else {}),  # train.guidance's answers
         },
         Path(params.data.train_path),
         *([Path(val_path)] if val_rows else []),
@@ -289,7 +292,7 @@ def train_run(
     )
     summary = {
         **run_metrics(history),
-        "sampled_completions": sampled_completions(history),
+        "sampled_completions": sampled_completions(history) + guides_sampled,
         "start_model": str(start),
         "selection": selection,
         "numerics": numerics_in_force(),

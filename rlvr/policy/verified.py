@@ -1,7 +1,9 @@
 """The base's verified answers: the base policy sampled on the training rows as GRPO's one-round
 budget allows (GRPO's rollout settings, one seed), each row's distinct correct completions kept.
-RFT fine-tunes on them (rlvr/baseline/rft.py); train.guidance puts them in GRPO's unsolved groups
-(the same call, so the same answers)."""
+Stage verified samples them once per seed and writes them to a file (`sample_verified`,
+`read_verified`); RFT fine-tunes on them (rlvr/baseline/rft.py) and train.guidance puts them in
+GRPO's groups (`guides_of`): the same answers, sampled once.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
+from rlvr.core.errors import PipelineError
 from rlvr.data.rows import read_rows
 from rlvr.policy.models import load_policy, policy_path
 from rlvr.policy.sampling import ScoredRow, prompt_template, rollout_settings, score_rows
@@ -101,11 +105,10 @@ def kept_digest(lines: Sequence[dict]) -> str:
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()
 
 
-def sample_base(params, seed: int) -> tuple[Budget, tuple, list[ScoredRow]]:
+def sample_base(params, seed: int) -> tuple[Budget, list[ScoredRow]]:
     """The base (models/base) sampled on the training rows as the budget says, with GRPO's
-    rollout settings and `seed`, each completion scored: RFT's samples, and train.guidance's
-    guides (the same call, so the same answers). Returns the budget, (model, tokenizer), the
-    scored rows."""
+    rollout settings and `seed`, each completion scored: stage verified's samples. Returns the
+    budget and the scored rows."""
     rows = read_rows(params.data.train_path)
     train, grpo = params.train, params.train.grpo
     budget = completions_budget(
@@ -128,15 +131,55 @@ def sample_base(params, seed: int) -> tuple[Budget, tuple, list[ScoredRow]]:
         settings,
         prompt_template(params.model),
     )
-    return budget, (model, tokenizer), scored
+    return budget, scored
 
 
-def verified_answers(params, seed: int) -> dict[str, list[str]]:
-    """train.guidance's guides: each training row's distinct correct completions from the base's
-    sampling, as RFT keeps them (`sample_base`, `kept_examples`: the very answers rft@seed
-    fine-tunes on). Rows with none are left out."""
-    examples, _ = kept_examples(sample_base(params, seed)[2])
+def sample_verified(params, seed: int) -> dict:
+    """Stage verified's record for `seed`: the budget, one line per training row (sampled,
+    correct, kept, the kept answers) and the examples to fine-tune on (id, prompt, completion:
+    each row's distinct correct completions, the first sampled of each answer)."""
+    budget, scored = sample_base(params, seed)
+    examples, lines = kept_examples(scored)
+    return {
+        "seed": seed,
+        "budget": {**asdict(budget), "sampled": budget.sampled},
+        "rows": lines,
+        "examples": examples,
+    }
+
+
+class VerifiedMissing(PipelineError):
+    """Stage verified's file is missing or is not a record of the seed asked for."""
+
+
+def read_verified(path: str, seed: int) -> dict:
+    """The record stage verified wrote for `seed` at `path`; a missing file, a marker (no
+    sampling: audit.baseline none) or another seed's record stops with what to run."""
+    file = Path(path)
+    if not file.exists():
+        raise VerifiedMissing(f"{path} is missing: run `dvc repro verified@{seed}` first")
+    try:
+        record = json.loads(file.read_text())
+    except ValueError as error:
+        raise VerifiedMissing(f"{path} is not JSON ({error}): run `dvc repro verified@{seed}`")
+    if not isinstance(record, dict) or record.get("seed") != seed or "examples" not in record:
+        raise VerifiedMissing(
+            f"{path} holds no sampled answers of seed {seed} (audit.baseline none writes a "
+            f"marker): set audit.baseline rft and run `dvc repro verified@{seed}`"
+        )
+    return record
+
+
+def guides_of(record: dict) -> dict[str, list[str]]:
+    """train.guidance's guides from stage verified's record: each training row's distinct correct
+    completions, the very answers RFT fine-tunes on, in the order they were sampled; rows with
+    none are left out.
+
+    >>> guides_of({"examples": [{"id": "r1", "prompt": "p", "completion": "3+5"},
+    ...                         {"id": "r1", "prompt": "p", "completion": "5+3"}]})
+    {'r1': ['3+5', '5+3']}
+    """
     guides: dict[str, list[str]] = {}
-    for example in examples:
+    for example in record["examples"]:
         guides.setdefault(example["id"], []).append(example["completion"])
     return guides

@@ -8,7 +8,7 @@ experiment's commit to the git remote, its data to the DVC remote). The flow tha
 runs waits for them, `dvc exp pull`s them and compares them:
 
 - the default's seeds (seed_runs): one run per RL seed of `audit.seeds`, its targets that seed's
-  `train@k`, `evaluate@k` and `rft@k`, no params changed. adopt() takes each seed's dvc.lock entries and
+  `verified@k`, `train@k`, `evaluate@k` and `rft@k`, no params changed. adopt() takes each seed's dvc.lock entries and
   outputs into the workspace (DVC then finds those stages up to date: same deps, same params), and
   the pipeline runs the recipe over every seed, as one machine would have. (Not DVC's run cache:
   DVC saves none for a stage with an uncached output that is not a metric or plot, as train's
@@ -83,8 +83,8 @@ class Run:
 
 
 def seed_runs(root: str | Path) -> list[Run]:
-    """The default's seeds: one run per RL seed of audit.seeds, its per-seed stages (train,
-    evaluate, rft) in dvc.yaml's order."""
+    """The default's seeds: one run per RL seed of audit.seeds, its per-seed stages (verified,
+    train, evaluate, rft) in dvc.yaml's order."""
     seeds = load_params(Path(root) / "params.yaml").audit.seeds
     dvc_yaml = Path(root) / "dvc.yaml"
     seeded = seeded_stages(dvc_yaml)

@@ -156,7 +156,8 @@ def test_the_runs_of_the_default_seeds_and_of_the_grids():
     seeds = load_params(ROOT / "params.yaml").audit.seeds
     assert len(seeds) >= 2
     assert [(r.name, r.overrides, r.targets) for r in spread.seed_runs(ROOT)] == [
-        (f"seed-{k}", [], [f"train@{k}", f"evaluate@{k}", f"rft@{k}"]) for k in seeds
+        (f"seed-{k}", [], [f"verified@{k}", f"train@{k}", f"evaluate@{k}", f"rft@{k}"])
+        for k in seeds
     ]
     runs = {r.name: r.overrides for r in spread.grid_runs(ROOT)}
     assert runs["no-kl"] == ["train.grpo.beta=0"]
