@@ -45,7 +45,9 @@ LOCAL_LLM_RUN = {
     "runtime": {"torch_threads": 1, "reproducible": False},
 }
 # The stages as DVC runs them: one train, evaluate and rft, seed 0's.
-RUN = [f"{stage}@0" if stage in ("train", "evaluate", "rft") else stage for stage in STAGES]
+RUN = [
+    f"{stage}@0" if stage in ("verified", "train", "evaluate", "rft") else stage for stage in STAGES
+]
 
 
 def _numbers(value, where=""):
