@@ -157,6 +157,11 @@ def test_declared_params_come_from_params_and_interpolations():
     assert {"train.advantage", "train.grpo", "paths.base_model", "data.train_path"} <= smoke
     assert "train.max_steps" not in smoke
     assert "" in declared_params("report", ROOT / "dvc.yaml")  # "" = the whole file
+    # the paths train's code compares train.start_model and train.guides with, and reads
+    train = declared_params("train", ROOT / "dvc.yaml")
+    assert {"paths.base_model", "paths.rft_models", "paths.verified", "train"} <= train
+    for stage in ("verified", "rft"):  # the answers' file: one writes it, the other reads it
+        assert "paths.verified" in declared_params(stage, ROOT / "dvc.yaml")
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -1,21 +1,40 @@
 """DVC experiments: the commands that queue and run the ablations, the sweep and the grids. The
 params.yaml each of those runs gets, and its check, is rlvr.params.experiments; their comparison
 is rlvr.orchestration.comparison.
+
+Arms against the default, measured in chunks: each arm x seed trains and is evaluated on its
+own, its per-prompt records written to a file of its own (committed as it finishes), and a rerun
+skips what is recorded, so the table fills in piece by piece whenever the machine is free.
+
+- `pending`: the arm-seeds without a records file, in order.
+- `run_chunk`: one arm-seed in a work clone of the commit: params.yaml with the arm's overrides
+  and `audit.seeds` that seed alone (DVC's `-S` code, rlvr.params.profiles.apply_overrides), then
+  `dvc repro evaluate@<seed>` (what is cached is reused: the base, its verified answers), then the
+  seed's per-prompt records written whole.
+- `arms_table`: each arm against the default on the validation rows, where recipes are chosen
+  (docs/audit.md): the difference of mean-reward deltas with an interval over both arms' seeds
+  and the prompts (rlvr.audit.recipe.recipe_difference), Holm over the arms (one test each).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from rlvr.audit.recipe import recipe_difference, split_runs
+from rlvr.core.files import read_jsonl, write_jsonl
+from rlvr.core.seeds import seed_paths
+from rlvr.core.stats import holm
 from rlvr.orchestration.runs import tool_env
-from rlvr.params.config import GRID_SETTINGS, OrchestrationParams
+from rlvr.params.config import GRID_SETTINGS, OrchestrationParams, load_params
 from rlvr.params.experiments import grid_settings, override_value
+from rlvr.params.profiles import apply_overrides
 
 
 def queue_commands(orchestration: OrchestrationParams) -> list[list[str]]:
@@ -155,3 +174,103 @@ def run_queue_to_end(
         failed = re.search(r"\sFailed\s*$", dvc_run("queue", "status").stdout, re.MULTILINE)
         code = 1 if failed else 0
     return subprocess.CompletedProcess(process.args, code, output, "")
+
+
+# ------------------------------------------------------------------ arms measured in chunks
+
+JUDGED = "validation"  # the split arms are compared on (docs/audit.md: choices are made there)
+
+
+def chunk_file(folder: str | Path, arm: str, seed: int) -> Path:
+    """Where one arm-seed's per-prompt records live.
+
+    >>> chunk_file("reports/arms", "unsolved", 2).as_posix()
+    'reports/arms/unsolved-seed-2.jsonl'
+    """
+    return Path(folder) / f"{arm}-seed-{seed}.jsonl"
+
+
+def pending(folder: str | Path, arms: Sequence[str], seeds: Sequence[int]) -> list[tuple]:
+    """The arm-seeds with no records file yet, arm by arm, seed by seed."""
+    return [(a, s) for a in arms for s in seeds if not chunk_file(folder, a, s).exists()]
+
+
+def run_chunk(
+    work: str | Path, overrides: Sequence[str], seed: int, out: str | Path, dvc: str = "dvc"
+) -> int:
+    """One arm-seed in the work clone `work` (its params.yaml restored from git first): the
+    overrides and `audit.seeds=[seed]` applied, `dvc repro evaluate@<seed>` run, the seed's
+    per-prompt records written to `out` (whole, only when the stage succeeded). Returns the
+    records' count; CalledProcessError when DVC fails (nothing written)."""
+    work = Path(work)
+    subprocess.run(["git", "checkout", "--", "params.yaml"], cwd=work, check=True)
+    apply_overrides(work / "params.yaml", [*overrides, f"audit.seeds=[{seed}]"], f"arm seed {seed}")
+    subprocess.run([dvc, "repro", f"evaluate@{seed}"], cwd=work, check=True)
+    params = load_params(work / "params.yaml")
+    records = read_jsonl(work / seed_paths(params.paths, seed).eval_per_prompt)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out, records)
+    return len(records)
+
+
+def arms_table(
+    folder: str | Path,
+    arms: Sequence[str],
+    seeds: Sequence[int],
+    default: Mapping[int, Sequence[Mapping]],
+    n_resamples: int = 10000,
+) -> list[dict]:
+    """Each arm whose every seed is recorded, against the default's records (seed -> per-prompt
+    records) on the validation rows: recipe_difference's figures, then the Holm-adjusted p over
+    the arms compared and the verdict it allows (better or worse only at Holm p <= 0.05 with
+    the interval on the same side; else a tie). An arm still missing seeds gets a line saying
+    which."""
+    rows, compared = [], []
+    for arm in arms:
+        missing = [s for s in seeds if not chunk_file(folder, arm, s).exists()]
+        if missing:
+            rows.append({"arm": arm, "missing_seeds": missing})
+            continue
+        runs = {s: read_jsonl(chunk_file(folder, arm, s)) for s in seeds}
+        d = recipe_difference(
+            split_runs(runs, JUDGED), split_runs(default, JUDGED), n_resamples=n_resamples
+        )
+        rows.append({"arm": arm, **d})
+        compared.append(rows[-1])
+    for row, adjusted in zip(compared, holm([r["p_value"] for r in compared]), strict=True):
+        row["holm_p"] = adjusted
+        row["holm_verdict"] = row["verdict"] if adjusted <= 0.05 else "tie"
+    return rows
+
+
+def default_records(root: str | Path, seeds: Sequence[int]) -> dict[int, list[dict]]:
+    """The default run's per-prompt records of `seeds`, as the committed evaluate stages wrote
+    them."""
+    params = load_params(Path(root) / "params.yaml")
+    return {s: read_jsonl(Path(root) / seed_paths(params.paths, s).eval_per_prompt) for s in seeds}
+
+
+def make_work_clone(root: str | Path, work: str | Path) -> None:
+    """A clone of `root`'s HEAD for the chunks to run in, sharing its .venv, with its DVC cache
+    linked file by file (the cache's files are read-only: links cost no space); kept between
+    runs, moved to `root`'s HEAD each time."""
+    root, work = Path(root).resolve(), Path(work)
+    if not work.exists():
+        subprocess.run(["git", "clone", "-q", str(root), str(work)], check=True)
+        (work / ".venv").symlink_to(root / ".venv")
+        if (root / ".dvc" / "cache").exists():
+            shutil.copytree(
+                root / ".dvc" / "cache", work / ".dvc" / "cache", copy_function=_link_or_copy
+            )
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    subprocess.run(["git", "fetch", "-q", str(root), head], cwd=work, check=True)
+    subprocess.run(["git", "checkout", "-q", "--force", head], cwd=work, check=True)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        Path(dst).hardlink_to(src)
+    except OSError:
+        shutil.copy2(src, dst)
