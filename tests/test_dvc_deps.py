@@ -162,6 +162,10 @@ def test_declared_params_come_from_params_and_interpolations():
     assert {"paths.base_model", "paths.rft_models", "paths.verified", "train"} <= train
     for stage in ("verified", "rft"):  # the answers' file: one writes it, the other reads it
         assert "paths.verified" in declared_params(stage, ROOT / "dvc.yaml")
+    # rft's audit samples with GRPO's rollout settings, as evaluate does
+    rollout = {"train.grpo.temperature", "train.grpo.top_p", "train.grpo.max_completion_length"}
+    assert rollout <= declared_params("rft", ROOT / "dvc.yaml")
+    assert rollout <= declared_params("evaluate", ROOT / "dvc.yaml")
 
 
 @pytest.mark.parametrize("stage", STAGES)
