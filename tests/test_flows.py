@@ -14,6 +14,7 @@ STAGE_KEYS = {
     "validate": ["data-validation"],
     "prepare_model": [],
     "smoke": ["smoke-checks"],
+    "verified": [],  # the base's answers: rft and guidance read them, the report does not
     "train": ["training-summary"],
     "evaluate": [],
     "rft": [],  # the baseline's figures go to the evaluation-audit artifact, after recipe
