@@ -4,6 +4,7 @@ a busy process beside it (Step 27): measurements for docs/reliability.md, printe
     ./dev run python scripts/numerics_bench.py bits [--commit eb889f1]   # bits of each setting
     ./dev run python scripts/numerics_bench.py cost [--reps 2]           # seconds, interleaved
     ./dev run python scripts/numerics_bench.py load [--steps 60]         # train beside a busy process
+    ./dev run python scripts/numerics_bench.py alone [--steps 150]       # 2 wait policies, quiet
     ./dev run python scripts/numerics_bench.py sgemm                     # MKL's branches alone
 
 Everything runs in a work clone (../numerics-work: the commit's code, its outputs checked out of
@@ -21,6 +22,8 @@ in the process's environment instead (what `runtime.reproducible` would set, or 
   matmuls on `--neighbour-threads` threads, libgomp's default wait), under each OpenMP wait
   policy (torch's wheel ships GNU libgomp; `--only` picks some): seconds, and the trained
   model's md5 (a wait policy must not change the bits).
+- `alone`: train@0 for `--steps` steps on a quiet machine, libgomp's default against
+  `GOMP_SPINCOUNT=1000`, interleaved (A B B A A B): seconds and md5 of each run.
 - `sgemm`: the tiny model's four matmul shapes (a batch of 2,560 rows), 300 rounds, under each
   setting and 1 or 2 threads, each in a fresh process: seconds (MKL's branch alone, no stage).
 """
@@ -212,6 +215,22 @@ def load(steps: int, only: list[str] | None, neighbour_threads: int) -> None:
         )
 
 
+def alone(steps: int) -> None:
+    head = sh("git", "rev-parse", "HEAD", cwd=ROOT).strip()
+    work_clone(head)
+    set_params(**{"train.max_steps": steps, "runtime.reproducible": True})
+    for name in (
+        "libgomp's default",
+        "GOMP_SPINCOUNT=1000",
+        "GOMP_SPINCOUNT=1000",
+        "libgomp's default",
+        "libgomp's default",
+        "GOMP_SPINCOUNT=1000",
+    ):
+        seconds, digest = train_once(WAIT_POLICIES[name], steps)
+        print(f"| {name} | {seconds:.1f} s | {digest} |", flush=True)
+
+
 SGEMM = """
 import time, torch
 torch.manual_seed(0)
@@ -252,12 +271,15 @@ def main() -> None:
     loaded.add_argument("--steps", type=int, default=60)
     loaded.add_argument("--neighbour-threads", type=int, default=1)
     loaded.add_argument("--only", nargs="+", choices=list(WAIT_POLICIES), help="these policies")
+    sub.add_parser("alone").add_argument("--steps", type=int, default=150)
     sub.add_parser("sgemm")
     args = parser.parse_args()
     if args.what == "bits":
         bits(args.commit)
     elif args.what == "cost":
         cost(args.reps)
+    elif args.what == "alone":
+        alone(args.steps)
     elif args.what == "load":
         load(args.steps, args.only, args.neighbour_threads)
     else:

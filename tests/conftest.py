@@ -22,6 +22,11 @@ from tests.helpers import (  # noqa: E402
 # set before anything imports prefect.
 os.environ["PREFECT_HOME"] = __import__("tempfile").mkdtemp(prefix="prefect-home-")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+# The tests run two workers on 2 cores, and the stages they start run 2 OpenMP threads each: a
+# thread that spins at a barrier (libgomp: 300,000 rounds) holds the core the other worker's
+# stage needs. 1,000 rounds trained 2.6x faster beside a 2-thread job, the same bits
+# (docs/reliability.md#a-busy-machine); a quiet `./dev repro` keeps libgomp's default.
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 
 @pytest.fixture

@@ -36,15 +36,6 @@ REPRODUCIBLE_DEFAULT = True
 # values are x86's).
 PINNED_ISA = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"}
 X86_64 = ("x86_64", "amd64")
-# How OpenMP's idle threads wait (torch's wheel ships GNU libgomp): no numerics (a run writes the
-# same bits under each policy), but the cores' share (docs/reliability.md#a-busy-machine). libgomp
-# spins 300,000 rounds at a barrier before it sleeps; beside another busy process the spinning
-# thread holds a core the other needs: train took 2.7x as long beside a 1-thread torch job and 4.0x
-# beside a 2-thread one; with 1,000 rounds 1.5x and 1.7x, as fast as never spinning
-# (OMP_WAIT_POLICY=PASSIVE), which is slower alone.
-# An environment that names a policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT) keeps it.
-WAIT_POLICY = {"GOMP_SPINCOUNT": "1000"}
-WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
 def numerics_env(threads: int, reproducible: bool, machine: str | None = None) -> dict[str, str]:
@@ -67,9 +58,8 @@ def numerics_env(threads: int, reproducible: bool, machine: str | None = None) -
 
 
 def pin(threads: int, reproducible: bool) -> dict[str, str]:
-    """Set numerics_env in this process (children inherit it), and WAIT_POLICY where the
-    environment names none; returns what is in force. Must run before torch is imported: ATen,
-    MKL, oneDNN and OpenMP read these once, when they start."""
+    """Set numerics_env in this process (children inherit it); returns what it set. Must run
+    before torch is imported: ATen, MKL and oneDNN read these once, when they start."""
     if "torch" in sys.modules:
         raise RuntimeError(
             "rlvr.core.numerics.pin: torch is already imported, so its numerics are "
@@ -77,9 +67,7 @@ def pin(threads: int, reproducible: bool) -> dict[str, str]:
         )
     env = numerics_env(threads, reproducible)
     os.environ.update(env)
-    if not any(name in os.environ for name in WAIT_VARIABLES):
-        os.environ.update(WAIT_POLICY)
-    return env | {name: os.environ[name] for name in WAIT_VARIABLES if name in os.environ}
+    return env
 
 
 def runtime_settings(raw: Mapping | None) -> tuple[int, bool]:
