@@ -43,6 +43,8 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from rlvr.core.numerics import PINNED_ISA
+
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT.parent / "numerics-work"
 NUMERICS_VARS = (
@@ -53,10 +55,10 @@ NUMERICS_VARS = (
     "OMP_WAIT_POLICY",
     "GOMP_SPINCOUNT",
 )
-AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+AVX2 = {k: v for k, v in PINNED_ISA.items() if k != "MKL_CBWR"}  # ATen's and oneDNN's caps
 SETTINGS = {
     "unpinned": {},
-    "compatible (the default)": {**AVX2, "MKL_CBWR": "COMPATIBLE"},
+    "compatible (the default)": dict(PINNED_ISA),
     "avx2 + MKL_CBWR=AVX2": {**AVX2, "MKL_CBWR": "AVX2"},
     "avx2, MKL free": dict(AVX2),
     "avx2 + MKL_ENABLE_INSTRUCTIONS=AVX2": {**AVX2, "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
@@ -86,12 +88,15 @@ def sh(*cmd: str, cwd: Path = WORK, env: dict | None = None) -> str:
     return subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
-def work_clone(commit: str) -> None:
+def work_clone(commit: str | None = None) -> str:
+    """The work clone at `commit` (HEAD's by default) with its outputs; the commit's short hash."""
     from rlvr.orchestration.experiments import make_work_clone
 
+    commit = commit or sh("git", "rev-parse", "HEAD", cwd=ROOT).strip()
     make_work_clone(ROOT, WORK)
     sh("git", "checkout", "-q", "--force", commit)
     dvc_checkout()
+    return commit[:7]
 
 
 def dvc_checkout() -> None:
@@ -148,21 +153,18 @@ def bits(commit: str) -> None:
         print(f"| {name} | {ws['first_loss']!r} | {ws['last_loss']!r} | {digest} |", flush=True)
 
 
-def train_once(env: dict[str, str], steps: int) -> tuple[float, str]:
+def train_once(env: dict[str, str]) -> tuple[float, str]:
     paths = YAML(typ="safe").load((WORK / "params.yaml").read_text())["paths"]
     out = WORK / paths["trained_models"] / "seed-0"
-    for folder in (
-        out,
-        WORK / paths["checkpoints"] / "seed-0",
-    ):  # never resume another setting's checkpoint
+    # never resume another setting's checkpoint
+    for folder in (out, WORK / paths["checkpoints"] / "seed-0"):
         shutil.rmtree(folder, ignore_errors=True)
     seconds = stage(["stages.train", "0"], env)
     return seconds, md5(out / "model.safetensors")
 
 
 def cost(reps: int) -> None:
-    head = sh("git", "rev-parse", "HEAD", cwd=ROOT).strip()
-    work_clone(head)
+    head = work_clone()
     times: dict[tuple[str, str], list[float]] = {}
     for rep in range(reps):
         order = list(COST_SETTINGS) if rep % 2 == 0 else list(reversed(COST_SETTINGS))
@@ -172,10 +174,10 @@ def cost(reps: int) -> None:
             times.setdefault((name, "prepare_model"), []).append(t)
             dvc_checkout()  # the committed base back for train
             set_params(**{"train.max_steps": 60})
-            t, _ = train_once(SETTINGS[name], 60)
+            t, _ = train_once(SETTINGS[name])
             times.setdefault((name, "train"), []).append(t)
             print(f"numerics_bench: round {rep + 1}: {name}: done", file=sys.stderr, flush=True)
-    print(f"cost at {head[:7]} ({reps} rounds, interleaved; median wall seconds)\n")
+    print(f"cost at {head} ({reps} rounds, interleaved; median wall seconds)\n")
     print("| setting | prepare_model s | ratio | train s | ratio |\n|---|---|---|---|---|")
     base = {s: statistics.median(times[("unpinned", s)]) for s in ("prepare_model", "train")}
     for name in COST_SETTINGS:
@@ -187,11 +189,10 @@ def cost(reps: int) -> None:
 
 
 def load(steps: int, only: list[str] | None, neighbour_threads: int) -> None:
-    head = sh("git", "rev-parse", "HEAD", cwd=ROOT).strip()
-    work_clone(head)
+    head = work_clone()
     set_params(**{"train.max_steps": steps, "runtime.reproducible": True})
     print(
-        f"train@0, {steps} steps at {head[:7]}, pinned (the default), 2 torch threads; the "
+        f"train@0, {steps} steps at {head}, pinned (the default), 2 torch threads; the "
         f"neighbour: {neighbour_threads}-thread torch matmuls\n"
     )
     print("| wait policy | alone s | md5 | beside a busy process s | md5 | slowdown |")
@@ -199,12 +200,12 @@ def load(steps: int, only: list[str] | None, neighbour_threads: int) -> None:
     for name, env in WAIT_POLICIES.items():
         if only and name not in only:
             continue
-        quiet, quiet_md5 = train_once(env, steps)
+        quiet, quiet_md5 = train_once(env)
         python = str(ROOT / ".venv" / "bin" / "python")
         neighbour = subprocess.Popen([python, "-c", NEIGHBOUR, str(neighbour_threads)])
         try:
             time.sleep(3)
-            busy, busy_md5 = train_once(env, steps)
+            busy, busy_md5 = train_once(env)
         finally:
             neighbour.kill()
             neighbour.wait()
@@ -216,18 +217,11 @@ def load(steps: int, only: list[str] | None, neighbour_threads: int) -> None:
 
 
 def alone(steps: int) -> None:
-    head = sh("git", "rev-parse", "HEAD", cwd=ROOT).strip()
-    work_clone(head)
+    work_clone()
     set_params(**{"train.max_steps": steps, "runtime.reproducible": True})
-    for name in (
-        "libgomp's default",
-        "GOMP_SPINCOUNT=1000",
-        "GOMP_SPINCOUNT=1000",
-        "libgomp's default",
-        "libgomp's default",
-        "GOMP_SPINCOUNT=1000",
-    ):
-        seconds, digest = train_once(WAIT_POLICIES[name], steps)
+    a, b = "libgomp's default", "GOMP_SPINCOUNT=1000"
+    for name in (a, b, b, a, a, b):
+        seconds, digest = train_once(WAIT_POLICIES[name])
         print(f"| {name} | {seconds:.1f} s | {digest} |", flush=True)
 
 
