@@ -9,11 +9,18 @@ import warnings
 import pytest
 
 from rlvr.params.config import Params, ParamsError
-from rlvr.pipeline.stage import KNOWN_LIBRARY_WARNINGS, quiet_library_noise, run_stage
+from rlvr.pipeline.stage import (
+    KNOWN_LIBRARY_WARNINGS,
+    failure_line,
+    quiet_library_noise,
+    run_stage,
+)
 
 
-def _run(monkeypatch, main, capsys) -> tuple[int, str]:
-    monkeypatch.setattr("rlvr.pipeline.stage.load_params", Params)
+def _run(monkeypatch, main, capsys, tmp_path) -> tuple[int, str]:
+    params = Params()
+    params.paths.timing = str(tmp_path / "timing")  # a failure's record, not the checkout's
+    monkeypatch.setattr("rlvr.pipeline.stage.load_params", lambda: params)
     previous = signal.getsignal(signal.SIGTERM)  # run_stage sets its own
     try:
         with pytest.raises(SystemExit) as exited:
@@ -23,14 +30,14 @@ def _run(monkeypatch, main, capsys) -> tuple[int, str]:
     return exited.value.code, capsys.readouterr().err
 
 
-def test_sigterm_is_one_line_and_the_exit_code_a_shell_gives_it(monkeypatch, capsys):
+def test_sigterm_is_one_line_and_the_exit_code_a_shell_gives_it(monkeypatch, capsys, tmp_path):
     def main(params):
         os.kill(os.getpid(), signal.SIGTERM)
         for _ in range(10**8):  # the handler raises in here, at the next bytecode
             pass
         return 0
 
-    code, err = _run(monkeypatch, main, capsys)
+    code, err = _run(monkeypatch, main, capsys, tmp_path)
     assert (code, err) == (143, "smoke: stopped by SIGTERM\n")
 
 
@@ -44,7 +51,7 @@ def test_a_full_disk_is_one_line_naming_the_folder_not_a_bug(monkeypatch, capsys
         monkeypatch.setattr("os.fdopen", full)
         write_json(tmp_path / "out" / "summary.json", {"a": 1})
 
-    code, err = _run(monkeypatch, main, capsys)
+    code, err = _run(monkeypatch, main, capsys, tmp_path)
     assert code == 1
     assert err.startswith(f"smoke: the disk is full: writing in {tmp_path / 'out'} failed (")
     assert err.endswith(
@@ -54,30 +61,34 @@ def test_a_full_disk_is_one_line_naming_the_folder_not_a_bug(monkeypatch, capsys
     assert not list((tmp_path / "out").iterdir())  # nothing half-written
 
 
-def test_a_write_failure_that_names_no_cause_on_a_disk_with_room_is_a_bug(monkeypatch, capsys):
+def test_a_write_failure_that_names_no_cause_on_a_disk_with_room_is_a_bug(
+    monkeypatch, capsys, tmp_path
+):
     def main(params):  # torch.save's message, but this disk has room: not a full disk
         raise RuntimeError(
             "[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0: file write failed"
         )
 
-    code, err = _run(monkeypatch, main, capsys)
+    code, err = _run(monkeypatch, main, capsys, tmp_path)
     assert code == 1 and "Traceback (most recent call last)" in err and "this is a bug" in err
 
 
-def test_a_pipeline_error_is_one_line(monkeypatch, capsys):
+def test_a_pipeline_error_is_one_line(monkeypatch, capsys, tmp_path):
     def main(params):
         raise ParamsError("params.yaml: smoke.max_steps = 0: must be >= 1")
 
-    code, err = _run(monkeypatch, main, capsys)
+    code, err = _run(monkeypatch, main, capsys, tmp_path)
     assert code == 1
     assert err == "smoke: params.yaml: smoke.max_steps = 0: must be >= 1\n"
+    # the line is left where the timing goes, for stage recipe to name a seed's failure
+    assert failure_line(tmp_path / "timing", "smoke") == err.strip()
 
 
-def test_a_bug_prints_its_traceback_then_one_line_that_says_so(monkeypatch, capsys):
+def test_a_bug_prints_its_traceback_then_one_line_that_says_so(monkeypatch, capsys, tmp_path):
     def main(params):
         return {}["no such key"]
 
-    code, err = _run(monkeypatch, main, capsys)
+    code, err = _run(monkeypatch, main, capsys, tmp_path)
     lines = err.strip().splitlines()
     assert code == 1
     assert lines[0] == "Traceback (most recent call last):" and "KeyError: 'no such key'" in err

@@ -11,7 +11,7 @@ import pytest
 from rlvr.core.errors import PipelineError
 from rlvr.data.rows import MAX_LINE_BYTES, DataError
 from rlvr.data.validation import summary, validate_files
-from rlvr.params.config import load_params
+from rlvr.params.config import Params, load_params
 from rlvr.rewards.verifiers import COUNTDOWN_SEARCH_NODES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -528,6 +528,9 @@ def test_the_validate_stage_prints_one_line_and_exits_1(files, tmp_path, monkeyp
         model=SimpleNamespace(init="tiny"),
     )
     monkeypatch.chdir(ROOT)
+    recorded = Params()  # where run_stage leaves the failure's line: not the checkout's timing
+    recorded.paths.timing = str(tmp_path / "timing")
+    monkeypatch.setattr("rlvr.pipeline.stage.load_params", lambda: recorded)
     with pytest.raises(SystemExit) as exited:
         run_stage("validate", lambda view: stages.validate.main(params), gated=False)
     assert exited.value.code == 1
