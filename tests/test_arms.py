@@ -1,4 +1,4 @@
-"""Arms measured in chunks (rlvr/orchestration/experiments.py, scripts/guided_arms.py): a rerun skips
+"""Arms measured in chunks (rlvr/orchestration/experiments.py, scripts/arms.py): a rerun skips
 what is recorded, one chunk runs in a work clone with the arm's params and writes its seed's
 records whole, and the table compares each arm with the default on the validation rows with
 Holm over the arms."""
