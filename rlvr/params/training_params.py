@@ -383,7 +383,7 @@ class BetaScheduleParams:
 
 @section("train")
 class TrainParams:
-    max_steps: Int = Field(400, ge=1, description="GRPO optimizer steps of the full run.")
+    max_steps: Int = Field(300, ge=1, description="GRPO optimizer steps of the full run.")
     advantage: Literal["group", "running_mean", "pass_at_k"] = Field(
         "group",
         description="group: GRPO's per-group baseline (TRL's own computation); "
