@@ -130,11 +130,16 @@ class SSHServer:
         """An environment whose HOME trusts this server's host key."""
         return {**(base if base is not None else os.environ), "HOME": str(self.home)}
 
-    def add_remote(self, repo: Path, name: str = "team", env: dict | None = None) -> None:
+    def add_remote(
+        self, repo: Path, name: str = "team", env: dict | None = None, folder: str = ""
+    ) -> None:
         """`dvc remote add -d <name> ssh://...` with this server's port, user and key: the url in
-        .dvc/config (committed), the key in .dvc/config.local (never committed)."""
+        .dvc/config (committed), the key in .dvc/config.local (never committed). folder: a storage
+        of the test's own under the server's (the server serves a whole xdist worker's session:
+        a test that needs an empty remote must not see what another test pushed)."""
+        url = f"{self.url}/{folder}" if folder else self.url
         for args in (
-            ["remote", "add", "-f", "-d", name, self.url],
+            ["remote", "add", "-f", "-d", name, url],
             ["remote", "modify", name, "user", self.user],
             ["remote", "modify", "--local", name, "keyfile", str(self.client_key)],
         ):

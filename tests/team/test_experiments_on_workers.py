@@ -63,7 +63,7 @@ def test_the_default_seeds_spread_over_workers_and_a_killed_worker_loses_nothing
 ):
     project = copy_run("spread")
     set_params(project, {"audit": {"seeds": SEEDS}})
-    ssh_server.add_remote(project)
+    ssh_server.add_remote(project, folder="spread")  # empty, whatever ran before
     commit_all(project, "the team's DVC remote; three seeds")
     _git(project, "branch", "-M", "main")
     shared = tmp_path / "shared.git"

@@ -45,7 +45,7 @@ def test_three_nights_from_the_deployment_on_a_real_server_and_worker(
     # The team's setup: the shared cold run's project with the sshd as its DVC remote, pushed to
     # a git remote; the DVC remote is empty, so the first night trains everything.
     project = copy_run("deployed")
-    ssh_server.add_remote(project)
+    ssh_server.add_remote(project, folder="deployed")  # empty, whatever ran before
     commit_all(project, "the team's DVC remote")
     _git(project, "branch", "-M", "main")
     shared = tmp_path / "shared.git"
