@@ -105,6 +105,7 @@ def project_env(project: Path) -> dict:
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(project)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on a user's machine: __pycache__ gets written
+    env.setdefault("HYPOTHESIS_PROFILE", "stage-runs")  # the gate's examples (tests/environment.py)
     return env
 
 
@@ -180,17 +181,22 @@ def patch(Trainer):
 """)
 
 
-def kill_train_after(project: Path, step: int) -> str:
-    """Train seed 0 from scratch under `dvc repro` (checkpoints removed first) and kill -9 the
-    whole run right after checkpoint-<step> is saved. Returns the run's output."""
+def kill_train_after(project: Path, step: int, resume: bool = False) -> str:
+    """Train seed 0 under `dvc repro`, from scratch (checkpoints removed first) or, with `resume`,
+    from the checkpoints an earlier kill left, and kill -9 the whole run right after
+    checkpoint-<step> is saved. Returns the run's output."""
     import signal
 
-    shutil.rmtree(project / "models/checkpoints", ignore_errors=True)
+    if not resume:
+        shutil.rmtree(project / "models/checkpoints", ignore_errors=True)
     hook = project.parent / f"{project.name}-kill-hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(KILL_HOOK)
     env = project_env(project)
-    env.update(PYTHONPATH=f"{hook}:{project}", KILL_AFTER_CHECKPOINT=str(step))
+    # unbuffered: what the stage printed before the kill (its resume line) reaches the output
+    env.update(
+        PYTHONPATH=f"{hook}:{project}", KILL_AFTER_CHECKPOINT=str(step), PYTHONUNBUFFERED="1"
+    )
     run = subprocess.run(
         ["dvc", "repro", "--force", "--single-item", "train@0"],
         cwd=project,

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 
 from rlvr.orchestration.comparison import (
     Experiment,
@@ -348,6 +349,12 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     # the shared cold run; two experiments at a time: the flow's parallel path (orchestration.jobs)
     project = copy_run("exps")
     set_params(project, {"orchestration": {"jobs": 2}})
+    # three runs: one ablation (no-group-norm: the one that changes more than a value) and the
+    # sweep's two betas; a second ablation would be the same path again
+    yaml = YAML()
+    params = yaml.load(project / "params.yaml")
+    del params["orchestration"]["ablations"]["no-kl"]
+    yaml.dump(params, project / "params.yaml")
     env = dvc_env(project)
 
     def run(*command):
@@ -360,14 +367,14 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
 
     rows = experiments(root=str(project))  # orchestration.ablations + orchestration.sweep
 
-    assert len(rows) == 5  # baseline, no-kl, no-group-norm, beta 0.01 and 0.1
+    assert len(rows) == 4  # baseline, no-group-norm, beta 0.01 and 0.1
     table = (project / "reports" / "experiments.md").read_text()
-    assert "| no-kl |" in table and "| no-group-norm |" in table
+    assert "| no-group-norm |" in table and "| no-kl |" not in table
     assert table.count("| baseline (") == 1
     assert "train.advantage" in table and "train.grpo.beta" in table
     # each setting's seeds against the default's, with the call the interval allows
     recipe = table[table.index("## Recipe against recipe") :]
-    assert "| no-kl |" not in recipe and re.search(
+    assert "| no-group-norm |" not in recipe and re.search(
         r"\| train\.grpo\.beta=0\.01 \| 2 \| 2 \| [+-]\d\.\d{3} \\\[[+-]\d\.\d{3}, "
         r"[+-]\d\.\d{3}\\\] \| [01]\.\d+ \| (better|worse|tie) \|",
         recipe,
@@ -380,7 +387,7 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     from rlvr.orchestration.comparison import compare
 
     timed = {e.name: e.stage_seconds for e in compare(project)}  # from each run's queue log
-    assert len(timed) == 5 and all(
+    assert len(timed) == 4 and all(
         seconds.get("train", 0) > 1
         for name, seconds in timed.items()
         if not name.startswith("baseline (")
@@ -389,7 +396,7 @@ def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     assert "no-group-norm" in str(artifact.data) and "git " in artifact.description
 
     # The sweep's rows in `dvc exp show` (its width, whatever the values: the test below)
-    run("dvc", "exp", "remove", "no-kl", "no-group-norm")
+    run("dvc", "exp", "remove", "no-group-norm")
     shown = json.loads(
         subprocess.run(
             ["dvc", "exp", "show", "--json"],

@@ -29,44 +29,6 @@ def _mtime(path):
 
 
 @pytest.mark.slow
-def test_pipeline_flow_runs_every_stage_and_versions_its_artifacts(
-    small_budget, copy_run, prefect_harness, artifact_versions
-):
-    from flows.pipeline import pipeline
-
-    project = copy_run("flow")  # its gate and base model hold; a new budget from train on
-    set_params(project, small_budget)
-    result = pipeline(root=str(project))
-    assert result["artifacts"] == STAGE_KEYS
-    # what DVC ran: the new budget's train and what follows; not the gate (its input, the
-    # params check's verdict, is the same bytes for every valid params.yaml)
-    assert {"train@0", "train@1", "evaluate@0", "recipe", "publish"} <= set(result["ran"])
-    assert "reward_tests" not in result["ran"]
-    # the recipe's verdict over its seeds comes back with the artifact keys
-    verdict = json.loads((project / "metrics/recipe.json").read_text())["verdict"]
-    assert result["verdict"] == verdict
-    assert verdict in ("improved", "no significant change", "regressed", "mixed")
-    timing = project / "reports/timing/train@0.json"
-    first_train = _mtime(timing)
-    # DVC: nothing changed, nothing reruns
-    assert pipeline(root=str(project)) == {"artifacts": STAGE_KEYS, "verdict": verdict, "ran": []}
-    assert _mtime(timing) == first_train
-    for key in [k for keys in STAGE_KEYS.values() for k in keys]:
-        versions = artifact_versions(key)
-        assert len(versions) >= 2, key
-        assert "dvc.lock: " in versions[0].description and "git " in versions[0].description
-    # this run's: the server lists versions by id, not by time, and the worker's other flow tests
-    # (other projects, other verdicts) share it
-    audit = max(artifact_versions("evaluation-audit"), key=lambda a: a.created)
-    assert "heldout" in json.dumps(audit.data) and "pooled over 2" in json.dumps(audit.data)
-    recipe = json.loads((project / "reports/recipe/summary.json").read_text())
-    assert recipe["verdict_line"] in audit.description
-    # GRPO against the RFT baseline: its sentence, and the baseline pooled over its seeds
-    assert recipe["baseline"]["sentence"] in audit.description
-    assert "RFT baseline, pooled over 2" in json.dumps(audit.data)
-
-
-@pytest.mark.slow
 def test_a_failing_reward_test_fails_the_flow_at_once_naming_it(
     small_budget, project_copy, prefect_harness
 ):
@@ -106,12 +68,15 @@ def test_invalid_rows_fail_the_flow_naming_them(copy_run, prefect_harness):
 
 
 @pytest.mark.slow
-def test_a_stage_failing_midway_keeps_earlier_outputs_and_a_rerun_skips_them(
-    small_budget, copy_run, prefect_harness
+def test_a_stage_failing_midway_keeps_earlier_outputs_then_the_flow_runs_every_stage(
+    small_budget, copy_run, prefect_harness, artifact_versions
 ):
+    """One project (a small budget costs a run): train fails, what ran before it stays; the
+    cause fixed, a rerun skips that, runs every stage after, versions its artifacts, and a third
+    run with nothing changed runs nothing."""
     from flows.pipeline import pipeline
 
-    project = copy_run("midway")  # stages before train hold; train and after rerun
+    project = copy_run("midway")  # its gate and base model hold; a new budget from train on
     set_params(project, {**small_budget, "orchestration": {"retries": 0}})
     script = project / "stages/train.py"
     original = script.read_text()
@@ -139,7 +104,34 @@ def test_a_stage_failing_midway_keeps_earlier_outputs_and_a_rerun_skips_them(
 
     script.write_text(original)  # the cause is fixed
     time.sleep(0.01)
-    assert pipeline(root=str(project))["artifacts"] == STAGE_KEYS
+    result = pipeline(root=str(project))
+    assert result["artifacts"] == STAGE_KEYS
     assert {p: _mtime(project / p) for p in kept} == kept  # DVC skipped what it had
     assert (project / "models/trained/seed-1").is_dir()
     assert (project / "models/final/README.md").is_file()
+    # what DVC ran: the new budget's train and what follows; not the gate (its input, the
+    # params check's verdict, is the same bytes for every valid params.yaml)
+    assert {"train@0", "train@1", "evaluate@0", "recipe", "publish"} <= set(result["ran"])
+    assert "reward_tests" not in result["ran"]
+    # the recipe's verdict over its seeds comes back with the artifact keys
+    verdict = json.loads((project / "metrics/recipe.json").read_text())["verdict"]
+    assert result["verdict"] == verdict
+    assert verdict in ("improved", "no significant change", "regressed", "mixed")
+    timing = project / "reports/timing/train@0.json"
+    first_train = _mtime(timing)
+    # DVC: nothing changed, nothing reruns
+    assert pipeline(root=str(project)) == {"artifacts": STAGE_KEYS, "verdict": verdict, "ran": []}
+    assert _mtime(timing) == first_train
+    for key in [k for keys in STAGE_KEYS.values() for k in keys]:
+        versions = artifact_versions(key)
+        assert len(versions) >= 2, key
+        assert "dvc.lock: " in versions[0].description and "git " in versions[0].description
+    # this run's: the server lists versions by id, not by time, and the worker's other flow tests
+    # (other projects, other verdicts) share it
+    audit = max(artifact_versions("evaluation-audit"), key=lambda a: a.created)
+    assert "heldout" in json.dumps(audit.data) and "pooled over 2" in json.dumps(audit.data)
+    recipe = json.loads((project / "reports/recipe/summary.json").read_text())
+    assert recipe["verdict_line"] in audit.description
+    # GRPO against the RFT baseline: its sentence, and the baseline pooled over its seeds
+    assert recipe["baseline"]["sentence"] in audit.description
+    assert "RFT baseline, pooled over 2" in json.dumps(audit.data)

@@ -235,17 +235,24 @@ def test_a_nan_on_one_rank_stops_every_rank_with_the_usual_line(two_process_run,
     assert not (project / f"{CHECKPOINTS}/checkpoint-8").exists()
 
 
-@pytest.mark.parametrize("step", [8, 20])
-def test_kill_9_of_the_whole_run_resumes_to_the_uninterrupted_end(step, two_process_run, tmp_path):
+def test_kill_9_of_the_whole_run_resumes_to_the_uninterrupted_end(two_process_run, tmp_path):
+    """Killed after checkpoint-8, resumed and killed again after checkpoint-20, resumed to the
+    end: each kill leaves no rank behind and both ranks' state saved."""
     reference = two_process_run[0]
-    project = Path(shutil.copytree(reference, tmp_path / f"killed-at-{step}", symlinks=True))
-    kill_train_after(project, step)
-    left = _none_left_in(project)
-    assert not left, f"processes outlived the kill: {[p.cmdline() for p in left]}"
-    checkpoint = project / CHECKPOINTS / f"checkpoint-{step}"
-    assert {p.name for p in checkpoint.glob("rng_state*")} == {"rng_state_0.pth", "rng_state_1.pth"}
-    assert not (project / CHECKPOINTS / f"checkpoint-{step + 4}").exists()
+    project = Path(shutil.copytree(reference, tmp_path / "killed", symlinks=True))
+    for step in (8, 20):
+        output = kill_train_after(project, step, resume=step != 8)
+        if step != 8:
+            assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-8" in output
+        left = _none_left_in(project)
+        assert not left, f"processes outlived the kill: {[p.cmdline() for p in left]}"
+        checkpoint = project / CHECKPOINTS / f"checkpoint-{step}"
+        assert {p.name for p in checkpoint.glob("rng_state*")} == {
+            "rng_state_0.pth",
+            "rng_state_1.pth",
+        }
+        assert not (project / CHECKPOINTS / f"checkpoint-{step + 4}").exists()
     output = dvc(project, "repro")
-    assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-{step}" in output
+    assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-20" in output
     assert _results(project) == _results(reference)
     assert _git_status(project) == ""

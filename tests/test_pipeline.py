@@ -42,21 +42,27 @@ def _git_status(project) -> str:
 
 
 # 16 steps make one pass over the 64 prompts: inside the first pass, at its end, inside the second.
-@pytest.mark.parametrize("step", [8, 16, 20])
-def test_a_run_killed_at_any_checkpoint_resumes_to_the_same_end(step, copy_run, cold_run):
-    project = copy_run(f"killed-at-{step}")
-    kill_train_after(project, step)
-    checkpoints = sorted(p.name for p in (project / CHECKPOINTS).glob("checkpoint-*"))
-    # the Trainer keeps the newest two, and the best by validation if that one is older
-    state = json.loads(
-        (project / CHECKPOINTS / f"checkpoint-{step}" / "trainer_state.json").read_text()
-    )
-    best = Path(state["best_model_checkpoint"] or f"checkpoint-{step}").name
-    earlier = best if best != f"checkpoint-{step}" else f"checkpoint-{step - 4}"
-    assert checkpoints == sorted([earlier, f"checkpoint-{step}"])  # nothing later
-    assert not (project / "models/trained/seed-0").exists()  # DVC removed it at the start
+# One run killed at each in turn, each kill in the run resumed from the one before: every resume
+# point's divergence would reach the end.
+def test_a_run_killed_at_each_checkpoint_in_turn_resumes_to_the_same_end(copy_run, cold_run):
+    project = copy_run("killed")
+    resumed_from = None
+    for step in (8, 16, 20):
+        output = kill_train_after(project, step, resume=resumed_from is not None)
+        if resumed_from is not None:
+            assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-{resumed_from}" in output
+        checkpoints = sorted(p.name for p in (project / CHECKPOINTS).glob("checkpoint-*"))
+        # the Trainer keeps the newest two, and the best by validation if that one is older
+        state = json.loads(
+            (project / CHECKPOINTS / f"checkpoint-{step}" / "trainer_state.json").read_text()
+        )
+        best = Path(state["best_model_checkpoint"] or f"checkpoint-{step}").name
+        earlier = best if best != f"checkpoint-{step}" else f"checkpoint-{step - 4}"
+        assert checkpoints == sorted([earlier, f"checkpoint-{step}"]), step  # nothing later
+        assert not (project / "models/trained/seed-0").exists()  # DVC removed it at the start
+        resumed_from = step
     output = dvc(project, "repro")
-    assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-{step}" in output
+    assert f"train@0: resuming from {CHECKPOINTS}/checkpoint-20" in output
     assert "Stage 'prepare_model' didn't change, skipping" in output
     assert _results(project) == _results(cold_run)
     assert _git_status(project) == ""  # every tracked report and dvc.lock as committed
