@@ -29,9 +29,6 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-# The reward gate's stage runs in the end-to-end tests' project copies (tests.helpers.project_env):
-# they prove the pipeline around the gate, while the fast suite runs these same tests at 300.
-settings.register_profile("stage-runs", settings.get_profile("default"), max_examples=25)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 

@@ -105,7 +105,6 @@ def project_env(project: Path) -> dict:
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(project)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on a user's machine: __pycache__ gets written
-    env.setdefault("HYPOTHESIS_PROFILE", "stage-runs")  # the gate's examples (tests/environment.py)
     return env
 
 
