@@ -29,40 +29,6 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 
-# The slow suite's longest files first (their wall time in a slow run of 2026-12-06, 2 cores), so
-# pytest-xdist's loadfile hands them out first and none starts last (./dev passes
-# --no-loadscope-reorder: xdist would order files by their count of tests). Second and fourth, two
-# that need no cold run: the second worker's first files while the first builds it. The rest
-# follow by their count of tests, as xdist orders them.
-LONGEST_FIRST = [
-    "tests/team/test_experiments_on_workers.py",  # 396 s
-    "tests/test_numerics.py",  # 110 s, no cold run
-    "tests/test_flow_failures.py",  # 468 s
-    "tests/test_gate.py",  # 99 s, no cold run
-    "tests/test_audit.py",  # 461 s
-    "tests/test_multiprocess.py",  # 423 s
-    "tests/test_own_data.py",  # 365 s
-    "tests/test_flows.py",  # 320 s
-    "tests/team/test_nightly_deployment.py",  # 302 s
-    "tests/test_experiments.py",  # 282 s
-    "tests/test_pipeline.py",  # 155 s
-    "tests/test_recipe.py",  # 152 s
-    "tests/test_rft_pipeline.py",  # 140 s
-    "tests/test_local_llm_pipeline.py",  # 114 s
-]
-
-
-def pytest_collection_modifyitems(items):
-    files = [item.nodeid.split("::")[0] for item in items]
-    count = {file: files.count(file) for file in set(files)}
-    rank = {file: i for i, file in enumerate(LONGEST_FIRST)}
-    order = {
-        id(item): (rank.get(file, len(rank)), -count[file], file)
-        for item, file in zip(items, files)
-    }
-    items.sort(key=lambda item: order[id(item)])
-
-
 @pytest.fixture
 def project_copy(tmp_path):
     """A function that copies the project into a fresh git repository (see make_project_copy)

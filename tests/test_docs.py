@@ -194,10 +194,7 @@ def test_dev_test_runs_on_both_cores_with_one_torch_thread_each():
     """The README: `./dev test` runs the tests on up to 2 cores (pytest-xdist), one torch thread
     each."""
     dev = (ROOT / "dev").read_text()
-    assert (
-        'exec python -m pytest -n auto --maxprocesses=2 --dist loadfile --no-loadscope-reorder "$@"'
-        in dev
-    )
+    assert 'exec python -m pytest -n auto --maxprocesses=2 --dist loadfile "$@"' in dev
     environment = (ROOT / "tests/environment.py").read_text()
     assert environment.index('os.environ.setdefault("OMP_NUM_THREADS", "1")') < environment.index(
         "import torch"
