@@ -15,7 +15,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlvr.core.console import use_console_progress
 from rlvr.core.files import share_with_umask
 from rlvr.data.tasks.countdown import well_formed_expressions
 from rlvr.params.config import ParamsError
@@ -171,6 +170,8 @@ def supervised_fine_tune(
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
+
+    from rlvr.core.console import use_console_progress  # imports transformers' Trainer (and peft)
 
     args = SFTConfig(
         output_dir=str(output_dir),
