@@ -89,16 +89,18 @@ def test_ci_prints_each_phases_wall_time_even_when_one_fails():
     assert re.fullmatch(r"== phase times: fast suite 0 s; total 0 s\n", run.stdout), run.stdout
 
 
-def test_ci_installs_the_pinned_sshd_and_lets_no_server_test_skip():
-    """The README's ".ci/run installs it": the pinned openssh-server, installed when sshd is
-    missing, and RLVR_REQUIRE_SERVERS (which turns the team tests' skip into a failure) set before
-    any test runs."""
+def test_ci_installs_sshd_and_chromium_and_lets_no_server_test_skip():
+    """The README's ".ci/run installs both": the pinned openssh-server, installed when sshd is
+    missing, Chromium when it is missing (its version printed), and RLVR_REQUIRE_SERVERS (which
+    turns the team and browser tests' skip into a failure) set before any test runs."""
     ci = (ROOT / ".ci/run").read_text()
     pinned = re.search(r"^SSHD_VERSION=(\S+)$", ci, flags=re.M)
     assert pinned and re.fullmatch(r"\d+:[\w.+~-]+", pinned.group(1)), "openssh-server unpinned"
     assert '"openssh-server=$SSHD_VERSION"' in ci and "if [ ! -x /usr/sbin/sshd ]" in ci
+    assert "if ! command -v chromium" in ci and "apt_install chromium" in ci
+    assert "chromium --version" in ci
     required = ci.index("export RLVR_REQUIRE_SERVERS=1\n")
-    assert required < ci.index("\n./dev test\n")
+    assert ci.index("apt_install chromium") < required < ci.index("\n./dev test\n")
     # the skip-or-fail itself: tests/team/test_without_sshd.py runs it both ways
 
 
