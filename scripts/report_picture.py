@@ -29,7 +29,9 @@ def report_top(markdown: str) -> tuple[str, str, list[list[str]], str]:
     """(title, verdict line, headline table rows, path of the curves figure) of a retrospective."""
     lines = markdown.splitlines()
     title = next(line[2:] for line in lines if line.startswith("# "))
-    verdict = next(line for line in lines[1:] if line.strip() and not line.startswith("#"))
+    if '<div id="answer" markdown="1">' in lines:  # the answer box, then the recipe's line
+        lines = lines[lines.index("</div>") + 1 :]
+    verdict = next(line for line in lines[1:] if line.strip() and not line.startswith(("#", "![")))
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     table = []
     for line in lines[start:]:

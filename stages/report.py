@@ -24,7 +24,7 @@ from rlvr.core.seeds import seed_paths
 from rlvr.params.config import PARAMS_FILE, data_files, test_file_reader
 from rlvr.pipeline.stage import ParamsView, run_stage
 from rlvr.policy.models import policy_path
-from rlvr.report.plots import plot_pass_at_k, plot_per_prompt
+from rlvr.report.plots import plot_answer, plot_pass_at_k, plot_per_prompt
 from rlvr.report.provenance import provenance
 from rlvr.report.render import to_html
 from rlvr.report.retrospective import build_report, hyperparameter_table
@@ -51,6 +51,7 @@ def main(params: ParamsView) -> int:
     evaluation = _json(run.eval_summary)
     plot_per_prompt(per_prompt, paths.per_prompt_figure)
     plot_pass_at_k(evaluation, paths.pass_at_k_figure)
+    plot_answer(recipe, paths.answer_figure, params.evaluate.confidence)
     base = Path(policy_path(paths.base_model))
     config = json.loads((base / "config.json").read_text()) if base.is_dir() else {}
     cost = ppo_cost(
@@ -64,6 +65,7 @@ def main(params: ParamsView) -> int:
     images = {
         name: os.path.relpath(path, report_dir)
         for name, path in (
+            ("answer", paths.answer_figure),
             ("curves", run.train_curves),
             ("per_prompt", paths.per_prompt_figure),
             ("seeds", paths.seeds_figure),

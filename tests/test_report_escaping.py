@@ -118,7 +118,7 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
             "evaluated": [0],
             "failed": {7: evil("y2")},
             "seed_lines": [line],
-            "pooled": {**pooled, "slices": slices, "step0": shares, "final": shares},
+            "pooled": {**pooled, "rows": 2, "slices": slices, "step0": shares, "final": shares},
             "verdict": "mixed",
             "verdict_line": "mixed: " + evil("y4"),
             "published_seed": 0,
@@ -238,10 +238,10 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
 
 @pytest.fixture
 def figures(tmp_path):
-    """The report's own four figures, in a folder where nope.png does not exist."""
+    """The report's own five figures, in a folder where nope.png does not exist."""
     from PIL import Image
 
-    names = ("curves", "per_prompt", "pass_at_k", "seeds")
+    names = ("answer", "curves", "per_prompt", "pass_at_k", "seeds")
     for name in names:
         Image.new("RGB", (4, 4), "red").save(tmp_path / f"{name}.png")
     return {name: f"{name}.png" for name in names}
@@ -260,7 +260,7 @@ def test_markup_from_data_params_and_outputs_is_shown_as_text(tmp_path, figures)
 
     assert "<script" not in page.lower()
     images = re.findall(r"<img\b[^>]*>", page)  # the report's own figures, nothing else
-    assert len(images) == 4 and all('src="data:image/png;base64,' in i for i in images)
+    assert len(images) == len(figures) and all('src="data:image/png;base64,' in i for i in images)
     assert "<a " not in page and "href=" not in page
     assert not re.search(r"<(em|li|ul|ol|blockquote|hr)\b", page)
     assert "<strong>strong</strong>" not in page and "<code>code</code>" not in page
@@ -340,7 +340,12 @@ def test_the_report_opens_with_the_recipe_verdict_then_labels_the_seeds_own_as_o
     )
     lines = [line for line in build_report(**inputs).splitlines() if line]
     assert lines[0] == "# GRPO run: retrospective"
-    assert lines[1] == (
+    # the answer in words first (rlvr/report/answer.py), its chart, then the recipe's line
+    assert lines[1] == '<div id="answer" markdown="1">'
+    assert lines[2].startswith("**Did training help?** ")
+    end = lines.index("</div>")
+    assert lines[end + 1].startswith("![held-out mean reward, pass@1 and pass@n")
+    assert lines[end + 2] == (
         "**The recipe over 1 of 2 seeds: Improved**: improved overall "
         "(+0.150 \\[+0.050, +0.250\\])."
     )

@@ -336,8 +336,11 @@ def test_the_report_opens_with_which_wins_and_shows_a_row_per_tag_as_text(tmp_pa
     )
     markdown = build_report(**inputs)
     lines = [line for line in markdown.splitlines() if line]
-    assert lines[1].startswith("**The recipe over ")
-    assert lines[2].startswith("**Is RL worth it here?** GRPO against the RFT baseline on the 24 ")
+    box = lines[: lines.index("</div>")]  # the answer box first (rlvr/report/answer.py)
+    assert any(line.startswith("**Did GRPO beat the cheap baseline, RFT?** ") for line in box)
+    lines = lines[len(box) + 2 :]  # after the box's end and its chart
+    assert lines[0].startswith("**The recipe over ")
+    assert lines[1].startswith("**Is RL worth it here?** GRPO against the RFT baseline on the 24 ")
     table = lines[lines.index("### GRPO against the RFT baseline") :]
     rows = [line for line in table if line.startswith("| ")][1:4]  # after the header
     # all rows first, then the tags in order ('<' sorts before 'a')

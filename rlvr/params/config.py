@@ -694,6 +694,11 @@ class PathsParams:
         "reports/figures/seeds.png",
         description="Each seed's held-out delta with its interval, and the pooled band (PNG).",
     )
+    answer_figure: RepoPath = Field(
+        "reports/figures/answer.png",
+        description="Step 0, GRPO and the baseline on the held-out rows, pooled over the seeds: "
+        "the chart under the retrospective's answer box (PNG).",
+    )
     per_prompt_figure: RepoPath = Field(
         "reports/figures/per_prompt.png",
         description="Per-prompt scatter of the retrospective (PNG).",

@@ -446,3 +446,48 @@ def most_fallen_tag(validations: Sequence[Sequence[dict]]) -> str | None:
 def _plain(text: str) -> str:
     """Text from data or params as matplotlib draws it literally ('$' would start mathtext)."""
     return str(text).replace("$", r"\$")
+
+
+def plot_answer(recipe: Mapping, path: str | Path, confidence: float) -> Path:
+    """The answer box's chart: held-out mean reward, pass@1 and pass@n pooled over the seeds, at
+    step 0, after GRPO and after the baseline (when it ran); each trained bar carries its gain's
+    interval over seeds and prompts, drawn from step 0's level. Without pooled figures (too few
+    seeds ran), the chart says so."""
+    plt = pyplot()
+    pooled = recipe.get("pooled")
+    if not pooled:
+        fig, ax = plt.subplots(figsize=(6.4, 1.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "No pooled figures: too few seeds ran", ha="center", va="center")
+        return save_figure(fig, path)
+    n = pooled["samples_per_prompt"]
+    figures = [("mean reward", "mean_reward"), ("pass@1", "pass@1"), (f"pass@{n}", f"pass@{n}")]
+    comparison = (recipe.get("baseline") or {}).get("comparison")
+    bars = [("step 0", "C7", pooled, None), ("GRPO", "C0", pooled, "final")]
+    if comparison:
+        bars.append((comparison["name"], "C1", comparison["pooled"], "final"))
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    width = 0.8 / len(bars)
+    for b, (label, color, split, which) in enumerate(bars):
+        xs = [i + (b - (len(bars) - 1) / 2) * width for i in range(len(figures))]
+        levels = [split[which or "step0"][key] for _, key in figures]
+        errors = None
+        if which:
+            base = [split["step0"][key] for _, key in figures]
+            deltas = [split[f"delta_{key}"] for _, key in figures]
+            errors = [
+                [lv - (b0 + d["ci_low"]) for lv, b0, d in zip(levels, base, deltas)],
+                [(b0 + d["ci_high"]) - lv for lv, b0, d in zip(levels, base, deltas)],
+            ]
+        ax.bar(xs, levels, width, color=color, label=label, yerr=errors, capsize=3)
+    ax.set_xticks(range(len(figures)), [name for name, _ in figures])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("score (0 to 1)")
+    ax.set_title(
+        f"{pooled['rows']} held-out rows, {len(recipe['evaluated'])} seeds pooled "
+        f"(bars: the gain's {confidence:.0%} interval)",
+        fontsize=10,
+    )
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=9, loc="upper left")
+    return save_figure(fig, path)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from xml.etree.ElementTree import Element
 
 import markdown
 from markdown.treeprocessors import Treeprocessor
@@ -145,18 +146,35 @@ def to_html(
                     el.attrib.clear()
                     el.tag, el.text = "span", alt
 
+    class ScrollingTables(Treeprocessor):
+        """Each table in a box of its own that scrolls sideways: on a narrow screen a wide table
+        scrolls, not the page."""
+
+        def run(self, root):
+            for parent in list(root.iter()):
+                for i, child in enumerate(list(parent)):
+                    if child.tag == "table":
+                        box = Element("div", {"class": "table"})
+                        parent.remove(child)
+                        box.append(child)
+                        parent.insert(i, box)
+
     md = markdown.Markdown(extensions=["tables", "fenced_code", "md_in_html"])
     md.treeprocessors.register(InlineImages(md), "inline_images", 1)
+    md.treeprocessors.register(ScrollingTables(md), "scrolling_tables", 0)
     body = md.convert(markdown_text)
     style = (
         "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;"
         "padding:0 1em;color:#222}table{border-collapse:collapse;margin:.5em 0;"
         "font-size:.9em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}"
         "th{background:#f3f3f3}img{max-width:100%}code,pre{background:#f6f6f6}"
-        "pre{padding:.6em;overflow:auto}"
+        "pre{padding:.6em;overflow:auto}div.table{overflow-x:auto}"
+        "#answer{border:2px solid #3a7;border-radius:6px;background:#f3faf5;padding:0 1em}"
+        "p,li{overflow-wrap:anywhere}"  # a long digest or path wraps on a phone
     )
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title><style>{style}</style></head><body>\n{body}\n"
         "</body></html>\n"
     )

@@ -24,6 +24,7 @@ from ruamel.yaml.comments import CommentedMap
 from rlvr.audit.diagnosis import prompt_audit
 from rlvr.core.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS
 from rlvr.core.seeds import seed_folder
+from rlvr.report.answer import answer_box
 from rlvr.report.model_card import PROTOCOL
 from rlvr.report.render import Md, md_code, md_escape, md_image, md_table, md_value
 from rlvr.report.versus_baseline import baseline_headline, baseline_section, holm_table
@@ -702,7 +703,18 @@ def provenance_section(r: ReportInputs) -> list[str]:
     ]
 
 
+def answer_section(r: ReportInputs) -> list[str]:
+    """The answer first, in words (rlvr/report/answer.py), then the chart of step 0, GRPO and the
+    baseline."""
+    box = answer_box(r.recipe, r.params["rewards"], r.confidence)
+    if not box:
+        return []
+    alt = "held-out mean reward, pass@1 and pass@n: step 0, GRPO and the baseline"
+    return [*box, md_image(alt, r.images["answer"]), ""]
+
+
 SECTIONS = (
+    answer_section,
     recipe_section,
     verdict_section,
     curves_section,
