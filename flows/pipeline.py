@@ -174,6 +174,12 @@ def _seeds_that_ran(root: str, order: list[str], stage: str, ended):
 
 
 if __name__ == "__main__":
+    import argparse
+
+    # no options: --help prints this and runs nothing (a bare call runs the pipeline)
+    argparse.ArgumentParser(
+        "python -m flows.pipeline", description=__doc__.splitlines()[0]
+    ).parse_args()
     try:
         result = pipeline()
     except PipelineError as error:  # StageFailed, WorkspaceBusy: the run's one line, no traceback

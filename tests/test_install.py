@@ -128,3 +128,24 @@ def test_the_environment_weighs_what_the_readme_says():
         for f in files
     )
     assert 1.7e9 < total < 2.4e9, f"{total / 1e9:.2f} GB"
+
+
+@pytest.mark.parametrize("args", [[], ["--help"], ["tset"]], ids=["bare", "help", "typo"])
+def test_dev_without_a_command_prints_its_usage_and_builds_nothing(tmp_path, args):
+    shutil.copy(ROOT / "dev", tmp_path / "dev")
+    run = subprocess.run(["bash", "dev", *args], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 2 and "./dev repro [dvc repro args]" in run.stderr, run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev"]  # no .venv, nothing else
+
+
+def test_the_pipeline_flows_help_prints_its_usage_and_runs_nothing(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "flows.pipeline", "--help"],
+        cwd=ROOT,
+        env={**os.environ, "PREFECT_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0 and run.stdout.startswith("usage: python -m flows.pipeline")
+    assert "the DVC pipeline, stage by stage" in run.stdout
+    assert not any(tmp_path.iterdir())  # no Prefect database, no server, no flow run
