@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from rlvr.audit.baseline import count_span
 from rlvr.audit.slices import overall_verdict, weighed_regressions
-from rlvr.report.render import Md, md_escape
+from rlvr.report.render import Md, ci_text, md_escape
 from rlvr.rewards.registry import normalized_weights
 
 HELPED = {
@@ -18,10 +18,6 @@ HELPED = {
     "no significant change": "Not significantly",
 }
 BEAT = {"better": "Yes", "worse": "No, {name} did better", "tie": "No significant difference"}
-
-
-def _ci(d: Mapping) -> str:
-    return f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
 
 
 def reward_scale(rewards: Mapping) -> Md:
@@ -56,7 +52,7 @@ def answer_box(recipe: Mapping | None, rewards: Mapping, confidence: float) -> l
     helped = (
         f"**Did training help?** {HELPED[overall_verdict(primary)]}: held-out mean reward "
         f"{pooled['step0']['mean_reward']:.3f} at step 0, {pooled['final']['mean_reward']:.3f} "
-        f"after GRPO ({_ci(primary)}, a {confidence:.0%} interval over {seeds} seeds and "
+        f"after GRPO ({ci_text(primary)}, a {confidence:.0%} interval over {seeds} seeds and "
         f"{rows} prompts)."
     )
     # a loss reads "pass@32 0.86 -> 0.51, delta ..., Holm p ...": the figure and its move
@@ -84,7 +80,7 @@ def answer_box(recipe: Mapping | None, rewards: Mapping, confidence: float) -> l
         )
         out += [
             f"**Did GRPO beat the cheap baseline, {name}?** "
-            f"{BEAT[versus['verdict']].format(name=name)}: GRPO − {name} {_ci(versus)} "
+            f"{BEAT[versus['verdict']].format(name=name)}: GRPO − {name} {ci_text(versus)} "
             f"on mean reward{cost}.",
             "",
         ]

@@ -105,6 +105,15 @@ def md_value(value: Any) -> Md:
     return md_escape(value)
 
 
+def ci_text(d: Mapping) -> Md:
+    """A delta with its CI: +0.175 [+0.105, +0.248] (numbers only, so safe markdown).
+
+    >>> print(ci_text({"value": 0.175, "ci_low": 0.105, "ci_high": 0.248}))
+    +0.175 [+0.105, +0.248]
+    """
+    return Md(f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+
+
 def md_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[str]:
     """A markdown table (its lines): every header and cell goes through md_value, so text from
     data is escaped (pipes, newlines, markup) unless it is an Md.

@@ -26,17 +26,8 @@ from rlvr.core.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMP
 from rlvr.core.seeds import seed_folder
 from rlvr.report.answer import answer_box
 from rlvr.report.model_card import PROTOCOL
-from rlvr.report.render import Md, md_code, md_escape, md_image, md_table, md_value
+from rlvr.report.render import Md, ci_text, md_code, md_escape, md_image, md_table, md_value
 from rlvr.report.versus_baseline import baseline_headline, baseline_section, holm_table
-
-
-def ci_text(d: dict) -> Md:
-    """A delta with its CI: +0.175 [+0.105, +0.248] (numbers only, so safe markdown).
-
-    >>> print(ci_text({"value": 0.175, "ci_low": 0.105, "ci_high": 0.248}))
-    +0.175 [+0.105, +0.248]
-    """
-    return Md(f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
 
 
 def alarms_section(alarms: dict) -> list[str]:

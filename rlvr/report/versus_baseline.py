@@ -9,11 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from rlvr.audit.baseline import count_span, winner
 from rlvr.audit.slices import secondary_family, secondary_labels
-from rlvr.report.render import Md, md_escape, md_table
-
-
-def _ci(d: Mapping) -> Md:
-    return Md(f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+from rlvr.report.render import ci_text, md_escape, md_table
 
 
 def baseline_headline(recipe: Mapping | None) -> list[str]:
@@ -93,9 +89,9 @@ def baseline_section(recipe: Mapping | None, confidence: float) -> list[str]:
             [
                 label,
                 mine["rows"],
-                _ci(mine["delta_mean_reward"]),
-                _ci(other["delta_mean_reward"]),
-                _ci(versus["delta_mean_reward"]),
+                ci_text(mine["delta_mean_reward"]),
+                ci_text(other["delta_mean_reward"]),
+                ci_text(versus["delta_mean_reward"]),
                 f"{versus['delta_mean_reward']['probability_of_improvement']:.2f}",
                 f"{mine['step0']['pass@1']:.2f} / {mine['final']['pass@1']:.2f} / "
                 f"{other['final']['pass@1']:.2f}",
@@ -149,7 +145,7 @@ def holm_table(whole: Mapping, tags: Sequence[Mapping], confidence: float, what:
                 f"at {alpha:.0%}",
             ],
             [
-                [label, _ci(d), f"{d['p_value']:.4f}", f"{d['p_holm']:.4f}", d["holm"]]
+                [label, ci_text(d), f"{d['p_value']:.4f}", f"{d['p_holm']:.4f}", d["holm"]]
                 for label, d in zip(labels, family)
             ],
         ),
