@@ -29,6 +29,15 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 
+def pytest_configure(config):
+    # here, not in pyproject.toml: that file is a dep of every stage
+    config.addinivalue_line(
+        "markers",
+        "long: a slow test whose run or fixture takes 5-15 minutes on 2 cores, marked slow too; CI leaves them out "
+        "(.ci/run; RLVR_CI_LONG=1 runs them): `./dev test -m long`",
+    )
+
+
 @pytest.fixture
 def project_copy(tmp_path):
     """A function that copies the project into a fresh git repository (see make_project_copy)

@@ -77,7 +77,7 @@ def _ci_phases(body: str) -> subprocess.CompletedProcess:
 
 def test_ci_prints_each_phases_wall_time_even_when_one_fails():
     ci = (ROOT / ".ci/run").read_text()
-    for name, command in (("fast suite", "./dev test"), ("slow suite", "./dev test -m slow")):
+    for name, command in (("fast suite", "./dev test"), ("slow suite", './dev test -m "$slow"')):
         assert f"\n{command}" in ci and ci.index(f'phase_done "{name}"') > ci.index(command)
     run = _ci_phases('phase_done "fast suite"\nsleep 1\nphase_done "slow suite"\n')
     assert run.returncode == 0, run.stderr
@@ -87,6 +87,23 @@ def test_ci_prints_each_phases_wall_time_even_when_one_fails():
     run = _ci_phases('phase_done "fast suite"\nfalse\nphase_done "slow suite"\n')
     assert run.returncode == 1  # the failure's status, after the times so far
     assert re.fullmatch(r"== phase times: fast suite 0 s; total 0 s\n", run.stdout), run.stdout
+
+
+def test_ci_runs_the_slow_tests_but_the_long_ones_and_every_long_test_is_slow():
+    """.ci/run's slow phase selects "slow and not long" (all of them with RLVR_CI_LONG=1), and a
+    test marked long is marked slow too, so the fast suite never runs it."""
+    ci = (ROOT / ".ci/run").read_text()
+    assert 'slow="slow and not long"; [ "${RLVR_CI_LONG:-}" = 1 ] && slow="slow"' in ci
+    assert '\n./dev test -m "$slow" ' in ci
+    long_tests = 0
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        text = path.read_text()
+        file_slow = re.search(r"^pytestmark = pytest\.mark\.slow$", text, flags=re.M)
+        for found in re.finditer(r"^@pytest\.mark\.long\n", text, flags=re.M):
+            long_tests += 1
+            above = text[: found.start()].rsplit("\n\n", 1)[-1]  # the decorators above it
+            assert file_slow or "@pytest.mark.slow\n" in above, (path.name, found.start())
+    assert long_tests == 10  # the README's "the ten `long`"
 
 
 def test_ci_installs_sshd_and_chromium_and_lets_no_server_test_skip():

@@ -341,6 +341,7 @@ def test_the_experiments_figure_draws_one_line_per_setting_with_the_legend_off_t
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_experiments_flow_runs_ablations_and_sweep_and_publishes_the_comparison(
     copy_run, dvc_env, prefect_harness, artifact_versions
 ):

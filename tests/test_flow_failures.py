@@ -222,6 +222,7 @@ def patch(Trainer):
 """)
 
 
+@pytest.mark.long
 def test_a_killed_training_run_is_retried_by_the_flow_and_resumes(copy_run, api_url):
     import shutil
 

@@ -68,6 +68,7 @@ def test_invalid_rows_fail_the_flow_naming_them(copy_run, prefect_harness):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_stage_failing_midway_keeps_earlier_outputs_then_the_flow_runs_every_stage(
     small_budget, copy_run, prefect_harness, artifact_versions
 ):

@@ -151,6 +151,7 @@ def test_guidance_guides_each_unsolved_group_once_over_the_ranks(tiny_policy_dir
     assert ranks[0]["shares"] == ranks[1]["shares"] == [0.25] * 3
 
 
+@pytest.mark.long
 def test_both_ranks_run_and_the_main_process_alone_writes(two_process_run, cold_run):
     project, output = two_process_run
     for stage in ("smoke", "train@0"):
@@ -208,6 +209,7 @@ def patch(Trainer):
 """)
 
 
+@pytest.mark.long
 def test_a_nan_on_one_rank_stops_every_rank_with_the_usual_line(two_process_run, tmp_path):
     project = Path(shutil.copytree(two_process_run[0], tmp_path / "nan", symlinks=True))
     shutil.rmtree(project / CHECKPOINTS)  # train from scratch, not resume the finished run
@@ -235,6 +237,7 @@ def test_a_nan_on_one_rank_stops_every_rank_with_the_usual_line(two_process_run,
     assert not (project / f"{CHECKPOINTS}/checkpoint-8").exists()
 
 
+@pytest.mark.long
 def test_kill_9_of_the_whole_run_resumes_to_the_uninterrupted_end(two_process_run, tmp_path):
     """Killed after checkpoint-8, resumed and killed again after checkpoint-20, resumed to the
     end: each kill leaves no rank behind and both ranks' state saved."""

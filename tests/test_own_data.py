@@ -42,6 +42,7 @@ def _own_data_project(copy_run, terms):
     return project
 
 
+@pytest.mark.long
 def test_own_exact_match_rows_train_end_to_end_on_the_tiny_default(copy_run):
     project = _own_data_project(copy_run, TWO_DIGIT)
     output = dvc(project, "repro")

@@ -280,6 +280,7 @@ def _excludes_zero(ci: dict) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_recipe_verdict_survives_other_floats(copy_run):
     """The cold run's recipe (SMALL_RUN: one thread, each machine's own kernels) again with 2
     threads and the pinned kernels: other floats, so other models and per-seed figures. The

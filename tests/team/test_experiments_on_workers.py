@@ -58,6 +58,7 @@ def _kill_machine(worker: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_default_seeds_spread_over_workers_and_a_killed_worker_loses_nothing(
     copy_run, ssh_server, prefect_server, tmp_path
 ):

@@ -40,6 +40,7 @@ def _git(root: Path, *args: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_two_nights_from_the_deployment_on_a_real_server_and_worker(
     copy_run, ssh_server, prefect_server, tmp_path
 ):
