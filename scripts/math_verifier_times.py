@@ -1,7 +1,8 @@
 """The `math` verifier's time per answer, worst case included, on this machine and under load
 (two busy processes per core): honest answers of every path (numbers read in process, LaTeX read
 by the worker, a fresh worker's first bracketed answer), bracket nesting depth by depth (what
-MAX_MATH_NESTING is set from), and adversarial answers; prints each time and the bound.
+MAX_MATH_NESTING is set from), and adversarial answers; prints each time and the bound. Times are
+the worker's processor time, the clock of the bound (MATH_TIMEOUT_S), and the wall clock.
 
     ./dev run python scripts/math_verifier_times.py [--no-load] [--max-depth 12]
 """
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from rlvr.rewards import math_answers
 from rlvr.rewards.math_answers import (
     MATH_TIMEOUT_S,
+    MATH_WALL_TIMEOUT_S,
     MAX_MATH_NESTING,
     math_reward,
     start_math_worker,
@@ -94,13 +96,21 @@ def load(on: bool):
             process.wait()
 
 
-def timed(answer: str, target: str, timeout: float = MATH_TIMEOUT_S) -> tuple[float, float]:
-    """(score, seconds of scoring): a spare worker still starting after a kill is waited for
-    first, outside the time (the bound is on scoring, never on a worker's start)."""
+def timed(answer: str, target: str, timeout: float = MATH_TIMEOUT_S) -> tuple[float, float, float]:
+    """(score, seconds of the worker's processor time, seconds of wall clock) of scoring; a cut
+    answer's processor time is the bound's (its worker is gone). A spare worker still starting
+    after a kill is waited for first, outside the time (the bound is never on a worker's start)."""
     start_math_worker()
+    worker = math_answers._workers[0]
+    spent = worker.cpu_seconds()
     start = time.perf_counter()
     score = math_reward(answer, target, timeout=timeout)
-    return score, time.perf_counter() - start
+    wall = time.perf_counter() - start
+    return score, min(worker.cpu_seconds() - spent, timeout), wall
+
+
+def ms(seconds: tuple[float, float]) -> str:
+    return f"{seconds[0] * 1000:6.0f} ms ({seconds[1] * 1000:5.0f} wall)"
 
 
 def main() -> None:
@@ -112,38 +122,40 @@ def main() -> None:
     with load(not args.no_load):
         print(
             f"load: {'none' if args.no_load else f'{2 * len(os.sched_getaffinity(0))} busy processes'}"
-            f"; bound {MATH_TIMEOUT_S} s per worker answer; nesting cap {MAX_MATH_NESTING}"
+            f"; bound {MATH_TIMEOUT_S} s of the worker's processor time per answer (at most "
+            f"{MATH_WALL_TIMEOUT_S} s of wall clock); nesting cap {MAX_MATH_NESTING}"
         )
         started = time.perf_counter()
         start_math_worker()
         print(f"worker start (warm-up included): {time.perf_counter() - started:.2f} s")
         print("honest answers, a fresh worker's first ones included:")
         for answer, target in HONEST:
-            score, seconds = timed(answer, target)
-            print(f"  {seconds * 1000:7.1f} ms  score {score}  {answer!r}")
+            score, *seconds = timed(answer, target)
+            print(f"  {ms(seconds)}  score {score}  {answer!r}")
         print(
             f"nesting (parse and score with no bound; the cap holds answers to depth "
             f"{MAX_MATH_NESTING}):"
         )
-        print("  depth  " + "  ".join(f"{kind:>11}" for kind in NESTED))
+        print("  depth  " + "  ".join(f"{kind:>22}" for kind in NESTED))
         math_answers.MAX_MATH_NESTING = args.max_depth + 1  # measure past the cap
         for depth in range(1, args.max_depth + 1):
-            times = [timed(make(depth), "\\sqrt{2}", timeout=30)[1] for make in NESTED.values()]
-            print(f"  {depth:5}  " + "  ".join(f"{t * 1000:9.0f}ms" for t in times))
+            times = [timed(make(depth), "\\sqrt{2}", timeout=30)[1:] for make in NESTED.values()]
+            print(f"  {depth:5}  " + "  ".join(ms(t) for t in times))
         math_answers.MAX_MATH_NESTING = MAX_MATH_NESTING
         rng = random.Random(0)
         mixes = ["".join(rng.choices(PIECES, k=rng.randint(1, 300))) for _ in range(args.random)]
-        times = [timed(answer, "\\sqrt{2}")[1] for answer in CRAFTED + mixes]
+        times = [timed(answer, "\\sqrt{2}")[1:] for answer in CRAFTED + mixes]
+        cpu, wall = zip(*times)
         print(
             f"adversarial ({len(times)}: crafted and random LaTeX mixes): median "
-            f"{statistics.median(times) * 1000:.1f} ms, max {max(times):.3f} s, "
-            f"{sum(t >= MATH_TIMEOUT_S for t in times)} cut at the bound"
+            f"{statistics.median(cpu) * 1000:.1f} ms, max {max(cpu):.3f} s (wall {max(wall):.3f} "
+            f"s), {sum(t >= MATH_TIMEOUT_S for t in cpu)} cut at the bound"
         )
         for answer in CRAFTED:
-            score, seconds = timed(answer, "\\sqrt{2}")
-            print(f"  {seconds * 1000:7.1f} ms  score {score}  {answer[:40]!r}")
+            score, *seconds = timed(answer, "\\sqrt{2}")
+            print(f"  {ms(seconds)}  score {score}  {answer[:40]!r}")
         worst = max(timed(answer, target)[1] for answer, target in HONEST * 3)
-        print(f"honest answers after all that: max {worst * 1000:.1f} ms")
+        print(f"honest answers after all that: max {worst * 1000:.1f} ms of the worker's time")
 
 
 if __name__ == "__main__":

@@ -9,14 +9,18 @@ a worker process that reads LaTeX with sympy (rlvr.rewards.math_worker).
 
 Time bound. sympy can compute for minutes on adversarial text, and its parser's and
 math-verify's own timeouts use `signal.alarm`, which fails outside the main thread (where a
-reward may run). So each answer the worker reads gets at most MATH_TIMEOUT_S of wall clock for
-its scoring; a worker still busy past it is killed, the answer scores 0, and a spare worker,
-already starting, takes the next answer. The bound is on scoring, never on a worker's start: an
-answer that finds the spare still starting waits for it (at most WORKER_START_TIMEOUT_S) and is
-then scored on its own merits, so no answer's score depends on the one before. Any thread, any
-process (each rank has its own worker). Not multiprocessing: its spawn start re-imports the
-caller's main module (a stage's: torch and TRL) in the worker, and a Pool restarts a worker that
-dies on start without end. The verifier never raises.
+reward may run). So each answer the worker reads gets at most MATH_TIMEOUT_S of the worker's
+processor time for its scoring (and MATH_WALL_TIMEOUT_S of wall clock: a worker stopped or
+starved); a worker still busy past either is killed, the answer scores 0, and a spare worker,
+already starting, takes the next answer. Processor time, not wall clock, so that a correct
+answer earns on a busy machine too: on 2 cores with 10 busy processes, `((\\sqrt{2}))` took
+0.18 s of the worker's time and 0.99 s of wall clock, a wall-clock bound of 1 s away from
+scoring it 0 (a training step keeps every core busy). The bound is on scoring, never on a
+worker's start: an answer that finds the spare still starting waits for it (at most
+WORKER_START_TIMEOUT_S) and is then scored on its own merits, so no answer's score depends on
+the one before. Any thread, any process (each rank has its own worker). Not multiprocessing:
+its spawn start re-imports the caller's main module (a stage's: torch and TRL) in the worker,
+and a Pool restarts a worker that dies on start without end. The verifier never raises.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
+import psutil
+
 from rlvr.rewards import math_worker
 from rlvr.rewards.math_values import (
     Literal,
@@ -44,15 +50,16 @@ from rlvr.rewards.math_values import (
 )
 from rlvr.rewards.verifiers import extract_answer
 
-MATH_TIMEOUT_S = 1.0  # per answer the worker reads: a sane one takes 10-250 ms under load (the
-# worker is warm: its start ran every slow path); half the gate's 2 s per adversarial example
+MATH_TIMEOUT_S = 1.0  # the worker's processor time per answer it reads: a sane one takes 0-200 ms
+# (the worker is warm: its start ran every slow path)
+MATH_WALL_TIMEOUT_S = 5.0  # wall clock per answer, for a worker that gets no processor time
 WORKER_START_TIMEOUT_S = 60.0  # a worker's start imports sympy and warms up (~2 s; more loaded)
 # An output (or its <answer> block) past this is not searched for boxes: no answer is that long.
 MAX_MATH_OUTPUT_CHARS = 100_000
 # Deeper bracket nesting than this scores 0 unparsed: no final value is written so, and the
 # parser's time grows steeply with it. scripts/math_verifier_times.py, 2 busy processes per core
-# on 2 cores (2026-12-03, two runs): the worst bracket kind (braces) 585-590 ms at 6, the cap,
-# within MATH_TIMEOUT_S; 640-730 ms at 7; 1.05-1.1 s at 8, past it.
+# on 2 cores (2026-12-07), the worker's processor time: the worst bracket kind (braces) 630 ms at
+# 6, the cap, within MATH_TIMEOUT_S; 1.13 s at 7 and 0.99 s at 8, at or past it.
 MAX_MATH_NESTING = 6
 
 
@@ -83,17 +90,34 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
+        self.usage = psutil.Process(self.process.pid)
         self.pending = b""
         self.ready = False
 
-    def reply(self, timeout: float) -> bytes | None:
-        """The worker's next line, or None if none came within `timeout` seconds."""
+    def cpu_seconds(self) -> float:
+        """The worker's processor time so far (infinite once it has ended)."""
+        try:
+            times = self.usage.cpu_times()
+        except psutil.Error:
+            return float("inf")
+        return times.user + times.system
+
+    def reply(self, timeout: float, cpu_until: float | None = None) -> bytes | None:
+        """The worker's next line, or None if none came within `timeout` seconds of wall clock
+        or, with `cpu_until`, before the worker's processor time reached it."""
         deadline = time.monotonic() + timeout
         out = self.process.stdout.fileno()
         while b"\n" not in self.pending:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([out], [], [], left)[0]:
+            if cpu_until is not None:
+                to_spend = cpu_until - self.cpu_seconds()
+                if to_spend <= 0:
+                    return None
+                left = min(left, to_spend)  # one thread: it cannot spend that sooner
+            if left <= 0:
                 return None
+            if not select.select([out], [], [], left)[0]:
+                continue  # the wall clock or the processor time checked again above
             chunk = os.read(out, 4096)
             if not chunk:  # the worker ended
                 return None
@@ -112,10 +136,13 @@ class _Worker:
             self.ready = True
         return True
 
-    def ask(self, request: str, timeout: float) -> bytes | None:
+    def ask(self, request: str, cpu_timeout: float) -> bytes | None:
+        """The reply to `request`, or None past `cpu_timeout` seconds of the worker's processor
+        time or MATH_WALL_TIMEOUT_S of wall clock (the larger of the two, for a longer bound)."""
+        cpu_until = self.cpu_seconds() + cpu_timeout
         self.process.stdin.write(request.encode() + b"\n")
         self.process.stdin.flush()
-        return self.reply(timeout)
+        return self.reply(max(MATH_WALL_TIMEOUT_S, cpu_timeout), cpu_until=cpu_until)
 
     def stop(self) -> None:
         self.process.kill()
@@ -154,8 +181,9 @@ def start_math_worker() -> None:
 
 
 def _ask(request: Mapping[str, Any], timeout: float) -> Any:
-    """The worker's reply to one request, or None: past `timeout` seconds of scoring (the worker
-    is then killed and the spare takes over) or on any failure."""
+    """The worker's reply to one request, or None: past `timeout` seconds of the worker's
+    processor time on it, or MATH_WALL_TIMEOUT_S of wall clock (the worker is then killed and the
+    spare takes over), or on any failure."""
     with _lock:  # one worker per process: its requests go one at a time
         try:
             worker = _ready_worker()
@@ -186,8 +214,9 @@ def math_reward(
 ) -> float:
     """1.0 when the output states one final answer (every `\\boxed{}` in it, else the text) whose
     value is the target's, exactly or within `tolerance`, else 0.0. 0.0 too past `timeout` seconds
-    of the worker's scoring, on an answer longer than math_values.MAX_ANSWER_CHARS or nested
-    deeper than MAX_MATH_NESTING, or on any failure. `allow_expressions`: arithmetic (`4*3`) is an answer.
+    of the worker's processor time (or MATH_WALL_TIMEOUT_S of wall clock) scoring it, on an
+    answer longer than math_values.MAX_ANSWER_CHARS or nested deeper than MAX_MATH_NESTING, or on
+    any failure. `allow_expressions`: arithmetic (`4*3`) is an answer.
 
     >>> math_reward("so the answer is \\\\boxed{\\\\frac{1}{2}}", "0.5")
     1.0

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
@@ -15,7 +16,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlvr.rewards import math_answers
-from rlvr.rewards.math_answers import MATH_TIMEOUT_S, math_reward, start_math_worker
+from rlvr.rewards.math_answers import (
+    MATH_TIMEOUT_S,
+    MATH_WALL_TIMEOUT_S,
+    math_reward,
+    start_math_worker,
+)
 from rlvr.rewards.registry import score_correctness, verifier_problems
 
 
@@ -361,6 +367,7 @@ def test_targets_that_are_one_value_pass_the_contract():
 # ---------------------------------------------------------------- 4. the time bound
 
 ADVERSARIAL = "10^{10^{10^{10}}}"  # sympy computes for minutes: always cut at the bound
+ADVERSARIAL_TIMEOUT_S = 0.2  # its bound here: any bound cuts it, and kills its worker the same
 # Honest answers, each earning 1: read by the worker (LaTeX) and in process (numbers).
 HONEST = [
     ("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"),
@@ -381,11 +388,10 @@ def _run(sequence):
     adversarial one must score 0)."""
     honest = []
     for answer, target in sequence:
-        score = math_reward(answer, target)
         if answer == ADVERSARIAL:
-            assert score == 0.0
+            assert math_reward(answer, target, timeout=ADVERSARIAL_TIMEOUT_S) == 0.0
         else:
-            honest.append(score)
+            honest.append(math_reward(answer, target))
     return honest
 
 
@@ -429,15 +435,32 @@ def test_an_answer_past_its_bound_scores_0_and_the_next_one_is_scored_on_its_own
     assert math_reward("\\sqrt{2}", "\\sqrt{2}") == 1.0  # waits for the spare, then scores
 
 
-def test_a_stopped_worker_costs_one_answer_its_bound():
-    """A worker that never replies (stopped with SIGSTOP, as sympy lost in a huge computation
-    looks from outside) costs that answer MATH_TIMEOUT_S, then is replaced."""
+def test_a_stopped_worker_costs_one_answer_its_wall_clock_bound():
+    """A worker that never replies and spends no processor time (stopped with SIGSTOP, as one
+    starved on a machine far too busy looks from outside) costs that answer MATH_WALL_TIMEOUT_S,
+    then is replaced."""
     start_math_worker()
     os.kill(math_answers._workers[0].process.pid, signal.SIGSTOP)
     start = time.perf_counter()
     assert math_reward("\\sqrt{2}", "\\sqrt{2}") == 0.0
-    assert MATH_TIMEOUT_S <= time.perf_counter() - start < MATH_TIMEOUT_S + 1
+    assert MATH_WALL_TIMEOUT_S <= time.perf_counter() - start < MATH_WALL_TIMEOUT_S + 1
     assert math_reward("\\sqrt{2}", "\\sqrt{2}") == 1.0
+
+
+def test_the_bound_is_the_workers_processor_time_so_a_busy_machine_costs_no_score():
+    """A worker that gets no processor time for longer than MATH_TIMEOUT_S (paused here, as on a
+    machine busy with training: on 2 cores with 10 busy processes `((\\sqrt{2}))` took 0.18 s of
+    the worker's time and 0.99 s of wall clock) still scores its answer."""
+    start_math_worker()
+    pid = math_answers._workers[0].process.pid
+    pause = MATH_TIMEOUT_S + 0.5
+    assert pause < MATH_WALL_TIMEOUT_S
+    os.kill(pid, signal.SIGSTOP)
+    threading.Timer(pause, os.kill, (pid, signal.SIGCONT)).start()
+    start = time.perf_counter()
+    assert math_reward("((\\sqrt{2}))", "\\sqrt{2}") == 1.0
+    assert time.perf_counter() - start >= pause
+    assert math_answers._workers[0].process.pid == pid  # the same worker: not killed
 
 
 def test_numbers_never_wait_for_the_worker():
