@@ -33,8 +33,8 @@ def pytest_configure(config):
     # here, not in pyproject.toml: that file is a dep of every stage
     config.addinivalue_line(
         "markers",
-        "long: a slow test whose run or fixture takes 5-15 minutes on 2 cores, marked slow too; CI leaves them out "
-        "(.ci/run; RLVR_CI_LONG=1 runs them): `./dev test -m long`",
+        "long: a slow test CI leaves out to end within its time (the longest, and those another slow "
+        "test covers in part), marked slow too (.ci/run; RLVR_CI_LONG=1 runs them): `./dev test -m long`",
     )
 
 

@@ -95,6 +95,7 @@ def test_a_bad_value_of_each_class_stops_dvc_repro_before_anything_is_lost(copy_
     assert json.loads(dvc(project, "status", "--json")) == {}
 
 
+@pytest.mark.long
 def test_an_unreadable_data_file_stops_dvc_repro_with_one_line_per_problem(copy_run):
     project = copy_run("bad-data")
     before = _outputs(project)

@@ -279,6 +279,7 @@ def patch(Trainer):
 """)
 
 
+@pytest.mark.long
 def test_a_failed_seed_leaves_the_others_and_the_recipe_of_those_that_ran(
     copy_run, api_url, artifact_versions
 ):

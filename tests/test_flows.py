@@ -29,6 +29,7 @@ def _mtime(path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_failing_reward_test_fails_the_flow_at_once_naming_it(
     small_budget, project_copy, prefect_harness
 ):

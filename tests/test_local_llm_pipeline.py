@@ -62,6 +62,7 @@ def _numbers(value, where=""):
         yield where, value
 
 
+@pytest.mark.long
 def test_the_pipeline_runs_a_local_llm_with_chat_prompts_and_lora(copy_run, monkeypatch):
     project = copy_run("local-llm")  # the cold run's: its reward gate holds, the rest reruns
     subprocess.run(

@@ -68,6 +68,7 @@ def test_a_run_killed_at_each_checkpoint_in_turn_resumes_to_the_same_end(copy_ru
     assert _git_status(project) == ""  # every tracked report and dvc.lock as committed
 
 
+@pytest.mark.long
 def test_the_running_mean_ablation_resumes_with_its_baseline(copy_run):
     project = copy_run("ablation")
     set_params(project, {"train": {"advantage": "running_mean", "dynamic_sampling": False}})
@@ -80,6 +81,7 @@ def test_the_running_mean_ablation_resumes_with_its_baseline(copy_run):
     assert _results(project) == uninterrupted
 
 
+@pytest.mark.long
 def test_a_damaged_checkpoint_is_skipped_for_the_newest_whole_one(copy_run, cold_run):
     project = copy_run("damaged")
     kill_train_after(project, 16)  # leaves checkpoint-12 and checkpoint-16

@@ -381,6 +381,7 @@ HONEST = [
     ("e^{2}", "e^2"),
     ("1.25e+18", "1250000000000000000"),
 ]
+NUMBERS = {"\\boxed{\\frac{419}{533}}", "0.75", "1.25e+18"}  # of HONEST, the ones read in process
 
 
 def _run(sequence):
@@ -410,7 +411,7 @@ def test_honest_answers_after_an_adversarial_one_all_earn_under_load(order, cpu_
     assert _run(ORDERS[order]) == [1.0] * len(HONEST)
 
 
-def test_a_fresh_process_whose_first_answer_is_adversarial_scores_the_next_ten(cpu_load):
+def test_a_fresh_process_whose_first_answer_is_adversarial_scores_the_next_ten():
     """No worker yet: the first answer starts it (not counted), is cut, and the ten after it
     meet the spare, started with the first, and earn."""
     code = "from tests.rewards.test_math import ADV, HONEST, _run; print(_run([ADV] + HONEST))"
@@ -420,11 +421,15 @@ def test_a_fresh_process_whose_first_answer_is_adversarial_scores_the_next_ten(c
     assert out.stdout.strip() == str([1.0] * len(HONEST)), out.stderr[-2000:]
 
 
-def test_each_honest_answer_right_after_an_adversarial_one_earns_under_load(cpu_load):
-    """Every honest answer meets a worker that has just been killed (its spare may still be
-    starting): the bound is on scoring, never on a start."""
-    sequence = [step for pair in zip([ADV] * len(HONEST), HONEST) for step in pair]
-    assert _run(sequence) == [1.0] * len(HONEST)
+def test_each_honest_answer_the_worker_reads_right_after_an_adversarial_one_earns():
+    """Every honest answer the worker reads meets a worker that has just been killed (its spare
+    still starting): the bound is on scoring, never on a start. No added load here: the bound is
+    on the worker's processor time (the test above it holds load; each kill here waits for a
+    spare's start, ~1 s of sympy, ~3 s under load). Numbers never meet the worker
+    (test_numbers_never_wait_for_the_worker)."""
+    worker_answers = [(a, t) for a, t in HONEST if a not in NUMBERS]
+    sequence = [step for pair in zip([ADV] * len(worker_answers), worker_answers) for step in pair]
+    assert _run(sequence) == [1.0] * len(worker_answers)
 
 
 def test_an_answer_past_its_bound_scores_0_and_the_next_one_is_scored_on_its_own():
@@ -456,9 +461,9 @@ def test_the_bound_is_the_workers_processor_time_so_a_busy_machine_costs_no_scor
     pause = MATH_TIMEOUT_S + 0.5
     assert pause < MATH_WALL_TIMEOUT_S
     os.kill(pid, signal.SIGSTOP)
-    threading.Timer(pause, os.kill, (pid, signal.SIGCONT)).start()
     start = time.perf_counter()
-    assert math_reward("((\\sqrt{2}))", "\\sqrt{2}") == 1.0
+    threading.Timer(pause, os.kill, (pid, signal.SIGCONT)).start()
+    assert math_reward("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2") == 1.0  # ~10 ms of its time
     assert time.perf_counter() - start >= pause
     assert math_answers._workers[0].process.pid == pid  # the same worker: not killed
 
@@ -470,6 +475,7 @@ def test_numbers_never_wait_for_the_worker():
     try:
         start = time.perf_counter()
         assert scores(["\\boxed{42}", "4.2e+1", "84/2"], math("42")) == [1.0, 1.0, 0.0]
+        assert [math_reward(a, t) for a, t in HONEST if a in NUMBERS] == [1.0] * len(NUMBERS)
         assert time.perf_counter() - start < 0.1
     finally:
         os.kill(math_answers._workers[0].process.pid, signal.SIGCONT)
