@@ -3,10 +3,18 @@
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from rlvr.audit.diagnosis import KLThresholds, count_parameters, diagnose_kl, ppo_cost, prompt_audit
+from rlvr.audit.diagnosis import (
+    KLThresholds,
+    count_parameters,
+    diagnose_kl,
+    ppo_cost,
+    prompt_audit,
+    training_health,
+)
 from rlvr.core.metric_keys import FIRST_BATCH_KL
 from rlvr.params.config import load_params
 from rlvr.pipeline.training import run_metrics
@@ -142,3 +150,52 @@ def test_html_is_self_contained(tmp_path):
     assert "<table>" in html and "data:image/png;base64," in html
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
     assert "plot.png" not in html
+
+
+# ------------------------------------------------------------------- one verdict on the run's health
+
+HEALTHY = {"label": "healthy", "advice": "KL bounded and reward rising: keep beta"}
+LOOSE = {"label": "too loose", "advice": "raise beta"}
+
+
+def test_health_is_healthy_only_when_the_beta_rules_agree_and_no_alarm_fired():
+    assert training_health(HEALTHY, {"fired": []}) == {
+        "label": "healthy",
+        "text": "KL bounded and reward rising: keep beta; no alarm fired",
+    }
+    assert training_health(HEALTHY, None)["label"] == "healthy"  # a report without alarms
+
+
+def test_a_fired_alarm_makes_a_healthy_beta_reading_need_attention():
+    health = training_health(HEALTHY, {"fired": ["KL spike", "diversity collapse"]})
+    assert health["label"] == "needs attention"
+    assert health["text"].startswith("2 alarm(s) fired") and "healthy" not in health["text"]
+    assert "no change of beta" in health["text"]
+
+
+def test_a_beta_problem_keeps_its_label_and_counts_the_alarms_too():
+    assert training_health(LOOSE, {"fired": ["KL spike"]}) == {
+        "label": "too loose",
+        "text": "raise beta; 1 alarm(s) fired (below, each with what to do) as well",
+    }
+    assert training_health(LOOSE, {"fired": []})["text"] == "raise beta; no alarm fired"
+
+
+def test_the_report_opens_its_health_section_with_the_one_verdict():
+    from rlvr.report.retrospective import diagnosis_section
+
+    history = _history(lambda s: 0.3 + 0.5 * s / 200, lambda s: min(0.2, s / 500))
+    inputs = SimpleNamespace(
+        diagnosis=diagnose_kl(history, T),
+        alarms={"fired": ["KL spike"], "rules": []},
+        params={"report": {"window": 50}},
+    )
+    lines = [line for line in diagnosis_section(inputs) if line]
+    assert lines[:2] == [
+        "## 3. Training health",
+        "**needs attention**: 1 alarm(s) fired (below, each with what to do); the KL / beta rules "
+        "ask no change of beta (KL bounded, reward rising).",
+    ]
+    # the beta rules' own reading follows, plain: no second verdict in bold
+    assert "The rules read healthy: KL bounded and reward rising: keep beta." in lines
+    assert not any("**healthy**" in line for line in lines)

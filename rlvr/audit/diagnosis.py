@@ -119,6 +119,34 @@ def diagnose_kl(history: Sequence[dict], t: KLThresholds) -> dict:
     return {"label": label, "advice": advice, "rules": rules, "values": values}
 
 
+def training_health(diagnosis: dict, alarms: dict | None) -> dict:
+    """One verdict on the run's health from the KL / beta diagnosis and the alarms, so that the
+    report never says "healthy" beside a fired alarm: {"label", "text"}.
+
+    healthy:          the beta rules say healthy and no alarm fired
+    needs attention:  the beta rules say healthy but an alarm fired (its advice is the fix)
+    otherwise:        the beta rules' label (too tight, too loose, no learning), alarms named too
+
+    >>> training_health({"label": "healthy", "advice": "keep beta"}, {"fired": ["KL spike"]})["label"]
+    'needs attention'
+    """
+    fired = alarms["fired"] if alarms else []
+    named = f"{len(fired)} alarm(s) fired (below, each with what to do)"
+    if diagnosis["label"] != "healthy":
+        tail = f"; {named} as well" if fired else ("; no alarm fired" if alarms else "")
+        return {"label": diagnosis["label"], "text": diagnosis["advice"] + tail}
+    if fired:
+        return {
+            "label": "needs attention",
+            "text": f"{named}; the KL / beta rules ask no change of beta (KL bounded, reward "
+            "rising)",
+        }
+    return {
+        "label": "healthy",
+        "text": diagnosis["advice"] + ("; no alarm fired" if alarms else ""),
+    }
+
+
 # --------------------------------------------------------------------------- per-prompt audit
 
 

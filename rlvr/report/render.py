@@ -92,6 +92,24 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def plain_value(value: Any) -> str:
+    """A check's value as a reader wants it: numbers by fmt, a list comma-joined, a mapping as
+    its keys in words with their values; an empty one is "none".
+
+    >>> plain_value(0.00014898789231665432), plain_value(0.37467447916666513), plain_value([8])
+    ('0.000149', '0.375', '8')
+    >>> plain_value({"steps_logged": 50, "non_finite_steps": []})
+    'steps logged 50; non finite steps none'
+    """
+    if isinstance(value, Mapping):
+        return (
+            "; ".join(f"{k.replace('_', ' ')} {plain_value(v)}" for k, v in value.items()) or "none"
+        )
+    if isinstance(value, (list, tuple)):
+        return ", ".join(plain_value(v) for v in value) or "none"
+    return fmt(value)
+
+
 def md_value(value: Any) -> Md:
     """A value as safe markdown: numbers formatted with fmt, Md kept, anything else escaped.
 

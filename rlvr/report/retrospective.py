@@ -13,7 +13,7 @@ md_code or as a cell of md_table, which escapes it: the page shows it as text, n
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +21,21 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from rlvr.audit.diagnosis import prompt_audit
+from rlvr.audit.diagnosis import prompt_audit, training_health
 from rlvr.core.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS
 from rlvr.core.seeds import seed_folder
 from rlvr.report.answer import answer_box
 from rlvr.report.model_card import PROTOCOL
-from rlvr.report.render import Md, ci_text, md_code, md_escape, md_image, md_table, md_value
+from rlvr.report.render import (
+    Md,
+    ci_text,
+    md_code,
+    md_escape,
+    md_image,
+    md_table,
+    md_value,
+    plain_value,
+)
 from rlvr.report.versus_baseline import baseline_headline, baseline_section, holm_table
 
 
@@ -500,12 +509,18 @@ def curves_section(r: ReportInputs) -> list[str]:
 
 
 def diagnosis_section(r: ReportInputs) -> list[str]:
-    """Section 3: the KL / beta diagnosis, then the alarms."""
+    """Section 3: one verdict on the run's health (the beta rules and the alarms together), then
+    the KL / beta rules, then the alarms."""
     e, v, diagnosis = md_escape, md_value, r.diagnosis
+    health = training_health(diagnosis, r.alarms)
     out = [
-        "## 3. KL / beta diagnosis",
+        "## 3. Training health",
         "",
-        f"**{e(diagnosis['label'])}**: {e(diagnosis['advice'])}.",
+        f"**{e(health['label'])}**: {e(health['text'])}.",
+        "",
+        "### KL / beta diagnosis",
+        "",
+        f"The rules read {e(diagnosis['label'])}: {e(diagnosis['advice'])}.",
         "",
     ]
     out += md_table(
@@ -559,7 +574,7 @@ def checks_section(r: ReportInputs) -> list[str]:
     out += md_table(
         ["check", "passed", "value", "expected"],
         [
-            [c["name"], "yes" if c["passed"] else "NO", json.dumps(c["value"]), c["expected"]]
+            [c["name"], "yes" if c["passed"] else "NO", plain_value(c["value"]), c["expected"]]
             for c in smoke.get("checks", [])
         ],
     )
@@ -653,6 +668,28 @@ def cost_section(r: ReportInputs) -> list[str]:
     ]
 
 
+def code_rows(code: Mapping[str, Mapping]) -> list[list[str]]:
+    """The provenance's code digests, one row per stage; a foreach stage's items (train@0,
+    train@1, ...) share one row when they ran the same code, and keep their own when not.
+
+    >>> same, other = {"files": 61, "digest": "dd3f4fcfdebcb3da00"}, {"files": 3, "digest": "aa"}
+    >>> for row in code_rows({"train@0": same, "train@1": same, "train@2": other}):
+    ...     print(row)
+    ['code of stages train@0, train@1', '61 files, sha256 dd3f4fcfdebcb3da']
+    ['code of stage train@2', '3 files, sha256 aa']
+    """
+    groups: dict[tuple[str, int, str], list[str]] = {}
+    for stage, c in code.items():
+        groups.setdefault((stage.split("@")[0], c["files"], str(c["digest"])), []).append(stage)
+    return [
+        [
+            f"code of stage{'s' if len(stages) > 1 else ''} {', '.join(stages)}",
+            f"{files} files, sha256 {digest[:16]}",
+        ]
+        for (_, files, digest), stages in groups.items()
+    ]
+
+
 def provenance_section(r: ReportInputs) -> list[str]:
     """Section 8: data and model md5s, each stage's code digest, versions, the params as used."""
     params, prov = r.params, r.prov
@@ -673,10 +710,7 @@ def provenance_section(r: ReportInputs) -> list[str]:
             ["seed", params.get("seed")],
             *[[f"data md5 {path}", md5] for path, md5 in prov["data"].items()],
             *[[f"model md5 {path}", md5] for path, md5 in prov["models"].items()],
-            *[
-                [f"code of stage {stage}", f"{c['files']} files, sha256 {str(c['digest'])[:16]}"]
-                for stage, c in prov["code"].items()
-            ],
+            *code_rows(prov["code"]),
             *[[f"{name} version", version] for name, version in prov["versions"].items()],
             ["platform (float results depend on it)", prov["platform"]],
         ],
