@@ -125,7 +125,7 @@ def training_health(diagnosis: dict, alarms: dict | None) -> dict:
 
     healthy:          the beta rules say healthy and no alarm fired
     needs attention:  the beta rules say healthy but an alarm fired (its advice is the fix)
-    otherwise:        the beta rules' label (too tight, too loose, no learning), alarms named too
+    otherwise:        the beta rules' label (too tight, too loose, no learning), alarms counted
 
     >>> training_health({"label": "healthy", "advice": "keep beta"}, {"fired": ["KL spike"]})["label"]
     'needs attention'
