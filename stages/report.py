@@ -6,9 +6,10 @@ Reads what the other stages wrote (the recipe over the seeds, the published seed
 curves, smoke checks, validation, gate, dvc.lock) and writes reports/retrospective.md and
 reports/retrospective.html (plots embedded, opens with no network): the recipe's verdict over
 the seeds, each seed's line and per-tag agreement; then the published seed's run: verdict (what
-was gained and what was lost: pass@k, kinds of problem, solutions, diversity),
-curves, KL/beta diagnosis and alarms, hyperparameters with their rationale, smoke and data checks,
-per-prompt audit, GRPO vs PPO cost, provenance. Every path comes from params.yaml `paths`.
+was gained and what was lost: pass@k, kinds of problem, solutions, diversity), the curves (every
+seed's overlaid, drawn into paths.curves_figures), KL/beta diagnosis and alarms,
+hyperparameters with their rationale, smoke and data checks, per-prompt audit, GRPO vs PPO
+cost, provenance. Every path comes from params.yaml `paths`.
 """
 
 import dataclasses
@@ -24,6 +25,7 @@ from rlvr.core.seeds import seed_paths
 from rlvr.params.config import PARAMS_FILE, data_files, test_file_reader
 from rlvr.pipeline.stage import ParamsView, run_stage
 from rlvr.policy.models import policy_path
+from rlvr.report.curves import plot_seed_curves, seed_run, smoothing_window
 from rlvr.report.plots import plot_answer, plot_pass_at_k, plot_per_prompt
 from rlvr.report.provenance import provenance
 from rlvr.report.render import to_html
@@ -49,6 +51,17 @@ def main(params: ParamsView) -> int:
     per_prompt = _jsonl(run.eval_per_prompt)
     history = _jsonl(run.train_history)
     evaluation = _json(run.eval_summary)
+    seed_runs = {}
+    for seed in recipe["evaluated"]:  # every seed with results, overlaid on the curves
+        each = seed_paths(paths, seed)
+        seed_runs[seed] = seed_run(_jsonl(each.train_history), _json(each.train_summary))
+    curves = plot_seed_curves(
+        seed_runs,
+        paths.curves_figures,
+        smoothing_window(seed_runs),
+        recipe["published_seed"],
+        params.train.grpo.max_completion_length,
+    )
     plot_per_prompt(per_prompt, paths.per_prompt_figure)
     plot_pass_at_k(evaluation, paths.pass_at_k_figure)
     plot_answer(recipe, paths.answer_figure, params.evaluate.confidence)
@@ -70,6 +83,7 @@ def main(params: ParamsView) -> int:
             ("per_prompt", paths.per_prompt_figure),
             ("seeds", paths.seeds_figure),
             ("pass_at_k", paths.pass_at_k_figure),
+            *((f"curve_{name}", path) for name, path in curves.items()),
         )
     }
     prov = provenance(
@@ -104,6 +118,7 @@ def main(params: ParamsView) -> int:
         confidence=params.evaluate.confidence,
         selection=selection,
         recipe=recipe,
+        seed_runs=seed_runs,
     )
     write_text_atomic(paths.retrospective_md, markdown)
     # only the report's own figures are read and inlined, never an image named by the data

@@ -237,10 +237,11 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
 
 @pytest.fixture
 def figures(tmp_path):
-    """The report's own five figures, in a folder where nope.png does not exist."""
+    """The report's own figures (two of the small curves), in a folder where nope.png does not
+    exist."""
     from PIL import Image
 
-    names = ("answer", "curves", "per_prompt", "pass_at_k", "seeds")
+    names = ("answer", "curves", "curve_reward", "curve_kl", "per_prompt", "pass_at_k", "seeds")
     for name in names:
         Image.new("RGB", (4, 4), "red").save(tmp_path / f"{name}.png")
     return {name: f"{name}.png" for name in names}

@@ -699,6 +699,11 @@ class PathsParams:
         description="Step 0, GRPO and the baseline on the held-out rows, pooled over the seeds: "
         "the chart under the retrospective's answer box (PNG).",
     )
+    curves_figures: RepoPath = Field(
+        "reports/figures/curves",
+        description="The retrospective's training curves, every seed overlaid: a small PNG per "
+        "quantity (rlvr/report/curves.py CURVES).",
+    )
     per_prompt_figure: RepoPath = Field(
         "reports/figures/per_prompt.png",
         description="Per-prompt scatter of the retrospective (PNG).",

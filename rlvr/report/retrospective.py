@@ -25,10 +25,12 @@ from rlvr.audit.diagnosis import prompt_audit, training_health
 from rlvr.core.metric_keys import GREEDY_SUCCESS, MEAN_LENGTH, MEAN_REWARD, SAMPLED_SUCCESS
 from rlvr.core.seeds import seed_folder
 from rlvr.report.answer import answer_box
+from rlvr.report.curves import CURVES, curve_facts, seed_run, smoothing_window
 from rlvr.report.model_card import PROTOCOL
 from rlvr.report.render import (
     Md,
     ci_text,
+    fmt,
     md_code,
     md_escape,
     md_image,
@@ -291,6 +293,8 @@ class ReportInputs:
     recipe: dict | None = (
         None  # rlvr.audit.recipe.recipe_audit: the seeds pooled (None: one run only)
     )
+    # rlvr.report.curves.seed_run of every seed with results, by seed (None: `history` alone)
+    seed_runs: Mapping[int, Mapping] | None = None
 
 
 def per_prompt_path(r: ReportInputs) -> str:
@@ -493,14 +497,115 @@ def verdict_section(r: ReportInputs) -> list[str]:
     )
 
 
+def _seeds_text(seeds: Sequence[int]) -> str:
+    """The seeds in words.
+
+    >>> _seeds_text([0]), _seeds_text([0, 1, 2])
+    ('seed 0', 'seeds 0, 1 and 2')
+    """
+    names = [str(s) for s in seeds]
+    return (
+        f"seed {names[0]}" if len(names) == 1 else f"seeds {', '.join(names[:-1])} and {names[-1]}"
+    )
+
+
+def _curve_lines(facts: Mapping, grpo: Mapping) -> list[str]:
+    """What a flat curve would hide, in words: truncation and PPO's clip."""
+    out = []
+    limit = grpo.get("max_completion_length")
+    truncated = facts["truncated"]
+    if truncated is not None:
+        cap = f"`max_completion_length` ({fmt(limit)} tokens)"
+        out += [
+            f"**Truncation**: no completion reached {cap} at any step of any seed: every answer "
+            "ended on its own."
+            if truncated["value"] == 0
+            else f"**Truncation**: at most {truncated['value']:.1%} of a step's completions were "
+            f"cut at {cap}, at seed {truncated['seed']}'s step {truncated['step']}; a cut "
+            "completion has no end token.",
+            "",
+        ]
+    clip = facts["clip"]
+    if clip is not None:
+        why = (
+            ": with `num_iterations` 1 each batch is trained on once, by the policy that sampled it, "
+            "so the probability ratio is 1 and PPO's clip never acts"
+            if grpo.get("num_iterations") == 1
+            else ""
+        )
+        out += [
+            f"**Clip ratio**: 0 at every step of every seed{why}."
+            if clip["value"] == 0
+            else f"**Clip ratio**: at most {clip['value']:.1%} of a step's tokens were clipped "
+            f"(seed {clip['seed']}, step {clip['step']}): PPO's clip limited those updates.",
+            "",
+        ]
+    return out
+
+
 def curves_section(r: ReportInputs) -> list[str]:
-    """Section 2: the training curves, and the validation rows' scores with the chosen step."""
+    """Section 2: small figures of the curves a GRPO user looks for, every seed overlaid
+    (rlvr/report/curves.py), what they would hide in words, the gap between the training and the
+    validation rows, the published seed's every curve folded, then its validation rows' scores
+    with the chosen step."""
+    published = (r.recipe or {}).get("published_seed", r.params.get("seed", 0))
+    runs = r.seed_runs or {published: seed_run(r.history, {"selection": r.selection})}
+    window = smoothing_window(runs)
+    facts = curve_facts(runs, window)
+    steps = max(len(run["history"]) for run in runs.values())
     out = [
         "## 2. Curves",
         "",
-        f"{len(r.history)} GRPO steps; faint lines are per step, solid lines a moving average.",
+        f"{steps} GRPO steps for {_seeds_text(sorted(runs))}"
+        + (f" (seed {published} published)" if len(runs) > 1 else "")
+        + f": one colour per seed; thin lines per step, thick lines a moving average over "
+        f"{window} steps.",
         "",
-        md_image("training curves", r.images["curves"]),
+    ]
+    figures = [c for c in CURVES if f"curve_{c.name}" in r.images]
+    if figures:
+        out += [
+            '<div class="figs" markdown="1">',
+            "",
+            *(md_image(c.title, r.images[f"curve_{c.name}"]) for c in figures),
+            "",
+            "</div>",
+            "",
+        ]
+    out += _curve_lines(facts, r.params["train"]["grpo"])
+    gaps = [g for g in facts["gaps"] if g["gap"] is not None]
+    if gaps:
+        out += [
+            "**Training rows against validation rows** (the same reward, 0 to 1): a policy that "
+            "learnt its training rows by heart scores high on them and not on rows it never saw.",
+            "",
+            *md_table(
+                [
+                    "seed",
+                    f"training reward (last {window} steps)",
+                    "validation mean reward",
+                    "gap",
+                    "groups with no reward spread (end)",
+                ],
+                [
+                    [
+                        g["seed"],
+                        g["train_reward"],
+                        Md(f"{fmt(g['validation_reward'])} (step {g['validation_step']})"),
+                        Md(f"{g['gap']:+.3f}"),
+                        Md("n/a" if g["no_spread_end"] is None else f"{g['no_spread_end']:.0%}"),
+                    ]
+                    for g in gaps
+                ],
+            ),
+            "",
+        ]
+    out += [
+        f'<details markdown="1"><summary>Every curve seed {published} logged</summary>',
+        "",
+        md_image(f"every curve of seed {published}", r.images["curves"]),
+        "",
+        "</details>",
         "",
     ]
     if r.selection and r.selection.get("validation"):
