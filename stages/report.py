@@ -119,6 +119,7 @@ def main(params: ParamsView) -> int:
         selection=selection,
         recipe=recipe,
         seed_runs=seed_runs,
+        samples=_jsonl(run.train_completions) if Path(run.train_completions).exists() else [],
     )
     write_text_atomic(paths.retrospective_md, markdown)
     # only the report's own figures are read and inlined, never an image named by the data

@@ -182,3 +182,45 @@ def test_the_console_shows_one_compact_line_every_log_every_steps(
     )
     assert "{'loss'" not in text and "'train_runtime'" not in text  # no log dicts
     assert sum("loss" in e for e in trainer.state.log_history) == 5  # every step still logged
+
+
+def test_a_group_of_completions_is_recorded_at_the_first_every_100th_and_last_step(
+    tiny_policy_dir, rows, tmp_path, monkeypatch
+):
+    """The trainer keeps one group of the completions it generated at a few steps, in the log
+    history (so a checkpoint keeps them): the prompt, each completion with its weighted reward as
+    the reward functions score it, the verifier's verdict and its advantage."""
+    from rlvr.grpo import trainer as trainer_module
+    from rlvr.pipeline.training import completion_samples, step_history
+
+    monkeypatch.setattr(trainer_module, "SAMPLE_EVERY", 2)  # 100 in a real run
+
+    def chars(text, verifier, n_tokens):  # pays any text: the untrained policy earns a spread
+        return len(text) / 8
+
+    params = parse_params(SMALL)
+    params.rewards.weights = [1.0, 3.0]
+    funcs = [build_reward_funcs(params.rewards)[0], RewardFunction("chars", chars)]
+    trainer = run_grpo(
+        params, rows, str(tiny_policy_dir), tmp_path, max_steps=5, reward_funcs=funcs
+    )
+    samples = completion_samples(trainer.state.log_history)
+    assert [s["step"] for s in samples] == [1, 2, 4, 5]
+    by_prompt = {row.prompt: row for row in rows}
+    for sample in samples:
+        row = by_prompt[sample["prompt"]]
+        texts = sample["completions"]
+        assert len(texts) == len(sample["rewards"]) == len(sample["advantages"]) == 4
+        correct = [score_correctness(t, row.verifier) for t in texts]
+        # TRL's weighted sum, its weights normalised to sum to 1
+        assert sample["rewards"] == pytest.approx(
+            [0.25 * c + 0.75 * len(t) / 8 for c, t in zip(correct, texts)]
+        )
+        assert sample["correct"] == [c >= 1 for c in correct]
+        mean = sum(sample["rewards"]) / 4  # GRPO's advantage: the reward minus its group's mean
+        assert [a > 1e-6 for a in sample["advantages"]] == [
+            r > mean + 1e-6 for r in sample["rewards"]
+        ]
+    assert any(len(set(s["rewards"])) > 1 for s in samples)  # the checks above had a spread to see
+    # the per-step history stays numeric
+    assert [e["step"] for e in step_history(trainer.state.log_history)] == [1, 2, 3, 4, 5]

@@ -52,6 +52,7 @@ def _section(runs, images, num_iterations=1) -> list[str]:
             history=runs[1]["history"],
             selection=None,
             images=images,
+            samples=(),
         ),
     )
     return curves_section(inputs)

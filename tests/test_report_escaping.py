@@ -183,6 +183,15 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
         images=figures,
         confidence=0.95,
         recipe=recipe(metrics(0.2, 1)),
+        samples=[
+            {
+                "step": 1,
+                "prompt": evil("z1"),
+                "completions": [evil("z2"), "12`|3"],
+                "rewards": [0.5, 0.25],
+                "correct": [True, False],
+            }
+        ],
     )
     tags = [
         "y1",
@@ -225,12 +234,15 @@ def report_inputs(figures) -> tuple[dict, list[str]]:
         "v2",
         "x1",
         *[f"{x}{i}" for x in "ltwur" for i in (0, 1)],
+        "z1",
+        "z2",
     ]
     expected = [shown(evil(t)) for t in tags if t != "v1"] + [
         shown(evil("v1").capitalize()),
         shown(evil("s2")),  # a check's value, as plain_value shows a string
         "<b>*x*</b>012345",
         r"^\s*\d+(\s*[-+*/]\s*\d+)+\s*$",
+        "12`|3 0.25 ✗",  # a completion with a code mark and a pipe, as written
     ]
     return inputs, expected
 

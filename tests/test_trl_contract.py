@@ -127,6 +127,15 @@ def test_what_the_trainer_reads_is_still_there():
     # log folds the metrics the trainer appends to into the logged line, then clears them
     log = inspect.getsource(GRPOTrainer.log)
     assert "self._metrics[mode].items()" in log and "self._metrics[mode].clear()" in log
+    # _logs: the last generated batch, every rank's (gathered), that the recorded samples read
+    scored = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    for line in (
+        'self._logs["prompt"].extend(gather_object(prompts))',
+        'self._logs["completion"].extend(gather_object(completions))',
+        'self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())',
+        'self._logs["advantages"].extend(all_process_advantages.tolist())',
+    ):
+        assert line in scored, line
     # evaluate: what PipelineGRPOTrainer.evaluate does in the Trainer's stead
     evaluate = inspect.getsource(Trainer.evaluate)
     assert "self.log(output.metrics)" in evaluate and "on_evaluate" in evaluate

@@ -62,6 +62,8 @@ RESAMPLED_UNSOLVED = "dynamic_sampling/resampled_unsolved"
 FIRST_BATCH_KL = "dynamic_sampling/kl_first_batch"
 # completions sampled so far, every rank's and every sampling round's (a running total)
 SAMPLED_COMPLETIONS = "sampling/completions"
+# not a metric: a log-history entry of its own holding one group of completions, at a few steps
+COMPLETIONS_SAMPLE = "completions_sample"
 GUIDED_SHARE = "guidance/guided_share"  # train.guidance: guides / completions, each round
 GUIDED_ADVANTAGE = "guidance/guide_advantage"  # the guides' mean advantage, each micro-batch
 GUIDE_REWARD = "guidance/guide_reward"  # the guides' mean reward, each sampling round

@@ -53,6 +53,10 @@ class SeedPaths:
         return self._in(self.paths.train_runs, "history.jsonl")
 
     @property
+    def train_completions(self) -> str:
+        return self._in(self.paths.train_runs, "completions.jsonl")
+
+    @property
     def train_curves(self) -> str:
         return self._in(self.paths.train_runs, "curves.png")
 

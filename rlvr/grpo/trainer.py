@@ -35,11 +35,13 @@ the installed libraries, and that every test named here exists.
 | checkpoint-N, trainer_state.json, rng_state.pth / rng_state_N.pth (transformers) | read (rlvr/grpo/checkpoints.py) | test_training.py::test_a_checkpoint_of_two_ranks_needs_both_rng_states |
 | ProgressCallback.training_bar (transformers)    | read (rlvr/core/console.py) | test_grpo_run.py::test_the_console_shows_one_compact_line_every_log_every_steps |
 | the logged metric names (rlvr.core.metric_keys) | read                | test_trl_contract.py::test_a_step_logs_every_trl_metric_key_we_read |
+| _logs (trl): the last generated batch's prompt, completion, rewards per function, advantages, every rank's | read | test_grpo_run.py::test_a_group_of_completions_is_recorded_at_the_first_every_100th_and_last_step |
 """  # noqa: E501 (one-line outputs and tables)
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +57,7 @@ from trl.trainer.utils import RepeatSampler
 
 from rlvr.core.metric_keys import (
     BETA,
+    COMPLETIONS_SAMPLE,
     CORRECTNESS_REWARD,
     FAILURES_SUFFIX,
     FIRST_BATCH_KL,
@@ -91,6 +94,19 @@ from rlvr.grpo.guidance import (
     rescale_guided_groups,
 )
 from rlvr.rewards.grpo_math import group_advantages, k3_kl
+
+SAMPLE_EVERY = 100  # a group of completions is recorded at step 1, every 100th and the last
+
+
+def _text(value) -> str:
+    """A prompt or completion as text: a conversation's last message, or the string itself.
+
+    >>> _text("2+3"), _text([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "5"}])
+    ('2+3', '5')
+    """
+    if isinstance(value, list):
+        return str(value[-1].get("content", "")) if value else ""
+    return str(value)
 
 
 class PipelineGRPOTrainer(GRPOTrainer):
@@ -620,3 +636,30 @@ class PipelineGRPOTrainer(GRPOTrainer):
         if LOSS in logs:
             logs[BETA] = float(self.beta)
         super().log(logs, start_time)
+        step = self.state.global_step
+        if LOSS in logs and (step == 1 or step % SAMPLE_EVERY == 0 or step == self.state.max_steps):
+            # in the log history, not the logged line: a checkpoint keeps it, so a resumed run
+            # holds the samples of the steps before it (TRL gathers _logs: every rank's the same)
+            self.state.log_history.append({"step": step, COMPLETIONS_SAMPLE: self._sample()})
+
+    def _sample(self) -> dict:
+        """The first group of the step's last generated batch (TRL's _logs, every rank's): the
+        prompt, its G completions, each one's weighted reward as TRL sums it, whether the verifier
+        passed it, and its advantage."""
+        G, logs = self.num_generations, self._logs
+        per_func = [list(logs["rewards"][name])[:G] for name in self.reward_func_names]
+        weights = self.reward_weights.tolist()
+        totals = [
+            sum(w * r for w, r in zip(weights, column) if not math.isnan(r))
+            for column in zip(*per_func)
+        ]
+        sample = {
+            "prompt": _text(list(logs["prompt"])[0]),
+            "completions": [_text(c) for c in list(logs["completion"])[:G]],
+            "rewards": totals,
+            "advantages": list(logs["advantages"])[:G],
+        }
+        if CORRECTNESS_REWARD in self.reward_func_names:  # the verifier's verdict
+            column = per_func[self.reward_func_names.index(CORRECTNESS_REWARD)]
+            sample["correct"] = [not math.isnan(r) and r >= 1.0 - 1e-6 for r in column]
+        return sample

@@ -652,8 +652,8 @@ class PathsParams:
         "reports/train",
         description="Each seed's training run in "
         "seed-<n>/: summary.json (first and last steps' means, final KL "
-        "and beta, the selection), history.jsonl (every logged step), "
-        "curves.png and live/ (DVCLive).",
+        "and beta, the selection), history.jsonl (every logged step), completions.jsonl (a group "
+        "of completions at a few steps), curves.png and live/ (DVCLive).",
     )
     eval_runs: RepoPath = Field(
         "reports/eval",

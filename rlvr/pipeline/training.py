@@ -17,6 +17,7 @@ from rlvr.core.faults import DiskFull, Stopped, disk_full_line, folder_bytes, fu
 from rlvr.core.files import file_md5, share_with_umask, write_jsonl
 from rlvr.core.metric_keys import (
     BETA,
+    COMPLETIONS_SAMPLE,
     CORRECTNESS,
     LOSS,
     ON_POLICY_REWARD,
@@ -60,6 +61,20 @@ def train_code_md5s() -> dict[str, str]:
 def step_history(log_history: list[dict]) -> list[dict]:
     """The per-step entries of a trainer's log history, numeric and timing-free."""
     return [{"step": entry["step"], **loggable(entry)} for entry in log_history if LOSS in entry]
+
+
+def completion_samples(log_history: list[dict]) -> list[dict]:
+    """The groups of completions the trainer recorded (rlvr.grpo.trainer SAMPLE_EVERY), one a
+    step, in step order: {"step", "prompt", "completions", "rewards", "advantages", "correct"}.
+
+    >>> completion_samples([{"step": 1, "loss": 0.1}, {"step": 1, COMPLETIONS_SAMPLE: {"prompt": "p"}}])
+    [{'step': 1, 'prompt': 'p'}]
+    """
+    return [
+        {"step": entry["step"], **entry[COMPLETIONS_SAMPLE]}
+        for entry in log_history
+        if COMPLETIONS_SAMPLE in entry
+    ]
 
 
 # --------------------------------------------------------------------------- full run
@@ -283,6 +298,7 @@ def train_run(
         shutil.rmtree(staging, ignore_errors=True)
 
     write_jsonl(run.train_history, history)
+    write_jsonl(run.train_completions, completion_samples(trainer.state.log_history))
     plot_curves(
         history,
         run.train_curves,

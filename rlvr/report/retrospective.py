@@ -295,6 +295,8 @@ class ReportInputs:
     )
     # rlvr.report.curves.seed_run of every seed with results, by seed (None: `history` alone)
     seed_runs: Mapping[int, Mapping] | None = None
+    # the groups of completions train recorded for the shown seed (rlvr.pipeline.training)
+    samples: Sequence[dict] = ()
 
 
 def per_prompt_path(r: ReportInputs) -> str:
@@ -543,6 +545,44 @@ def _curve_lines(facts: Mapping, grpo: Mapping) -> list[str]:
     return out
 
 
+def samples_section(samples: Sequence[dict], seed: int) -> list[str]:
+    """The groups of completions training generated at a few steps, each with its reward: what
+    the policy wrote, not only how it scored (prompts and completions shown as text)."""
+    if not samples:
+        return []
+
+    def completion(text: str, reward: float, correct: bool | None) -> str:
+        mark = "" if correct is None else (" ✓" if correct else " ✗")
+        return f"{md_code(text)} {reward:.2f}{mark}"
+
+    return [
+        f"**Completions sampled during training** (seed {seed}; one group of the step's last "
+        "batch, each completion with its reward; ✓: the verifier passed it):",
+        "",
+        *md_table(
+            ["step", "prompt", "completions"],
+            [
+                [
+                    s["step"],
+                    s["prompt"],
+                    Md(
+                        ", ".join(
+                            completion(text, reward, correct)
+                            for text, reward, correct in zip(
+                                s["completions"],
+                                s["rewards"],
+                                s.get("correct") or [None] * len(s["completions"]),
+                            )
+                        )
+                    ),
+                ]
+                for s in samples
+            ],
+        ),
+        "",
+    ]
+
+
 def curves_section(r: ReportInputs) -> list[str]:
     """Section 2: small figures of the curves a GRPO user looks for, every seed overlaid
     (rlvr/report/curves.py), what they would hide in words, the gap between the training and the
@@ -600,6 +640,7 @@ def curves_section(r: ReportInputs) -> list[str]:
             ),
             "",
         ]
+    out += samples_section(r.samples, published)
     out += [
         f'<details markdown="1"><summary>Every curve seed {published} logged</summary>',
         "",
