@@ -85,6 +85,10 @@ def check_overrides(mode: str, vllm: bool) -> dict:
                 "train.log_every": 1,
                 "evaluate.samples": 2,
                 "evaluate.n_resamples": 200,
+                # one RL seed, no baseline: the recipe and the report need them; RFT at this
+                # size would sample and fine-tune the 0.6B model again (not the GPU path)
+                "audit.seeds": [0],
+                "audit.baseline": "none",
             }
         )
     else:

@@ -11,8 +11,10 @@
 #                                           with the project's .venv (no wheels needed)
 #   bash scripts/gpu_check.sh --cpu-full    here: Qwen3-0.6B's shape in fp32 on the CPU (LoRA r16,
 #                                           G = 2, 2 prompts, 2 steps, completions <= 16 tokens)
-#                                           through every stage after the gates: prepare_model,
-#                                           smoke, train, evaluate, report, publish; peak RSS,
+#                                           through every stage after the gates, for one RL seed
+#                                           (audit.baseline none: verified and rft write markers):
+#                                           prepare_model, smoke, verified, train, evaluate, rft,
+#                                           recipe, report, publish; peak RSS,
 #                                           seconds per step and adapter size; at most 15 minutes
 #
 # On the GPU machine it installs gpu_wheels/ with pip --target into a temporary folder put first on
@@ -97,7 +99,7 @@ FIGURES=${OUT:+$OUT/gpu_check.json}
 phase prepare_model 300 "$PY" scripts/gpu_check.py stage prepare_model "$MODE" $FIGURES
 phase smoke 330 "$PY" scripts/gpu_check.py stage smoke "$MODE" $FIGURES
 if [ "$MODE" = cpu_full ]; then
-  for stage in train evaluate report publish; do
+  for stage in verified train evaluate rft recipe report publish; do
     phase $stage 600 "$PY" scripts/gpu_check.py stage $stage "$MODE" $FIGURES
   done
   "$PY" "$ROOT/scripts/gpu_check.py" summary "$FIGURES" || fail "the figures are incomplete"

@@ -26,6 +26,7 @@ from rlvr.params.config import PARAMS_FILE, data_files, test_file_reader
 from rlvr.pipeline.stage import ParamsView, run_stage
 from rlvr.policy.models import policy_path
 from rlvr.report.curves import plot_seed_curves, seed_run, smoothing_window
+from rlvr.report.picture import compose
 from rlvr.report.plots import plot_answer, plot_pass_at_k, plot_per_prompt
 from rlvr.report.provenance import provenance
 from rlvr.report.render import to_html
@@ -88,7 +89,9 @@ def main(params: ParamsView) -> int:
     }
     prov = provenance(
         data_files(params),
-        [paths.base_model, run.trained_model],
+        # the shown seed's models: the base, GRPO's and the baseline's (RFT's, when it ran)
+        [paths.base_model, run.trained_model]
+        + ([run.rft_model] if params.audit.baseline == "rft" else []),
         current_stage="report",
         read_by=test_file_reader(params),
         numerics=train_summary.get("numerics"),
@@ -124,7 +127,11 @@ def main(params: ParamsView) -> int:
     write_text_atomic(paths.retrospective_md, markdown)
     # only the report's own figures are read and inlined, never an image named by the data
     write_text_atomic(paths.retrospective_html, to_html(markdown, report_dir, images=images))
-    print(f"report: {paths.retrospective_md} and {paths.retrospective_html} (self-contained)")
+    compose(paths.retrospective_md, paths.report_picture)  # the README's picture follows the run
+    print(
+        f"report: {paths.retrospective_md} and {paths.retrospective_html} (self-contained); "
+        f"its picture {paths.report_picture}"
+    )
     return 0
 
 

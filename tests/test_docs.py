@@ -4,7 +4,6 @@ experiment log, and a file tree that names every module."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -192,21 +191,29 @@ def test_everything_the_file_tree_names_exists():
         assert (ROOT / path).exists(), path
 
 
-def test_report_picture_reads_the_top_of_the_retrospective():
-    spec = importlib.util.spec_from_file_location(
-        "report_picture", ROOT / "scripts/report_picture.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_the_readme_picture_is_the_reports_and_shows_the_recipes_figures():
+    """docs/report.png is drawn by the report stage (an output of it in dvc.yaml) from the
+    report's top (rlvr/report/picture.py): its table's numbers are metrics/recipe.json's."""
+    import yaml
+
+    from rlvr.report.picture import report_top
+
+    outs = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["report"]["outs"]
+    assert any("${paths.report_picture}" in out for out in outs)
     markdown = (ROOT / "reports/retrospective.md").read_text()
-    title, verdict, table, curves = module.report_top(markdown)
+    title, verdict, table, curves = report_top(markdown)
     recipe, _, rest = verdict.partition(": ")  # the recipe's verdict over its seeds, first
     assert title and re.fullmatch(r"The recipe over \d+ of \d+ seeds", recipe), verdict
     assert rest.split(":")[0].lower() in {"improved", "no significant change", "regressed", "mixed"}
     assert table[0][0] == "held-out, pooled" and len(table) >= 2
     assert all(len(r) == len(table[0]) for r in table)
-    assert (ROOT / "reports" / curves).exists()
+    assert len(curves) == 2 and all((ROOT / "reports" / c).exists() for c in curves)
     assert "\\" not in verdict and "&gt;" not in verdict
+    figures = json.loads((ROOT / "metrics/recipe.json").read_text())
+    rows = {row[0]: row[1:] for row in table[1:]}
+    d = figures["delta_mean_reward"]
+    assert rows["mean reward"][2] == f"{d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+    assert rows["pass@1"][:2] == [f"{figures['pass1_step0']:.3f}", f"{figures['pass1_final']:.3f}"]
 
 
 def test_dev_test_runs_on_both_cores_with_one_torch_thread_each():

@@ -199,3 +199,63 @@ def test_the_report_opens_its_health_section_with_the_one_verdict():
     # the beta rules' own reading follows, plain: no second verdict in bold
     assert "The rules read healthy: KL bounded and reward rising: keep beta." in lines
     assert not any("**healthy**" in line for line in lines)
+
+
+def test_every_knob_that_shaped_the_run_is_shown_and_those_not_in_force_are_folded():
+    import dataclasses
+
+    from rlvr.report.retrospective import hyperparameters_section
+
+    def section(overrides):
+        params = load_params(ROOT / "params.yaml")
+        for dotted, value in overrides.items():
+            obj, *path, last = [params, *dotted.split(".")]
+            for part in path:
+                obj = getattr(obj, part)
+            setattr(obj, last, value)
+        rows = hyperparameter_table(ROOT / "params.yaml", params)
+        inputs = SimpleNamespace(hyperparameters=rows, params=dataclasses.asdict(params))
+        text = "\n".join(hyperparameters_section(inputs))
+        shown, folded = text.split("<details", 1)
+        return rows, shown, folded
+
+    rows, shown, folded = section({})
+    names = [name for name, _, _ in rows]
+    # the knobs the alarms and the docs name are in the table, with a reason each
+    for knob in (
+        "train.dynamic_sampling",
+        "train.max_sampling_rounds",
+        "train.advantage",
+        "train.select",
+        "train.eval_steps",
+        "audit.seeds",
+        "smoke.max_steps",
+    ):
+        assert knob in names and f"| {knob.replace('_', chr(92) + '_')} |" in shown, knob
+    # inactive ones are folded, each with what it waits for; nothing is lost
+    assert (
+        "| train.beta\\_schedule.warmup\\_steps | `100` | train.beta\\_schedule.kind warmup |"
+        in folded
+    )
+    assert "| train.grpo.use\\_vllm | `False` | a GPU (train.grpo.use\\_cpu false) |" in folded
+    assert "| train.beta\\_schedule.warmup\\_steps |" not in shown
+    assert "| train.grpo.use\\_vllm |" not in shown
+    assert all(f"| {n.replace('_', chr(92) + '_')} |" in shown + folded for n in names)
+    # a schedule that uses them shows them
+    _, shown, folded = section({"train.beta_schedule.kind": "warmup"})
+    assert "| train.beta\\_schedule.warmup\\_steps | `100` |" in shown
+    assert "train.beta\\_schedule.target\\_kl" in folded
+
+
+def test_the_committed_report_gives_each_models_md5_as_dvc_lock_records_it():
+    """The shown seed's base, GRPO and RFT models, each md5 from the stage that wrote it."""
+    import json
+
+    from rlvr.report.provenance import produced_hashes, read_lock
+
+    markdown = (ROOT / "reports/retrospective.md").read_text()
+    rows = dict(re.findall(r"^\| model md5 (\S+) \| (\S+) \|$", markdown, flags=re.M))
+    seed = json.loads((ROOT / "reports/recipe/summary.json").read_text())["published_seed"]
+    assert set(rows) == {"models/base", f"models/trained/seed-{seed}", f"models/rft/seed-{seed}"}
+    produced = produced_hashes(read_lock(ROOT / "dvc.lock"))
+    assert {path: produced[path] for path in rows} == rows

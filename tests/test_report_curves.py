@@ -131,3 +131,35 @@ def test_the_figures_sit_two_abreast_and_the_seeds_every_curve_folds(tmp_path):
     folded = re.search(r"<details>\s*<summary>(.*?)</summary>(.*?)</details>", page, flags=re.S)
     assert folded.group(1) == "Every curve seed 1 logged"
     assert 'alt="every curve of seed 1" src="data:image/png;base64,' in folded.group(2)
+
+
+def test_the_readme_picture_is_drawn_from_the_reports_top_and_first_two_curves(tmp_path):
+    from rlvr.report.picture import compose, report_top
+
+    for name, size in (("reward", (450, 297)), ("kl", (450, 297)), ("all", (900, 600))):
+        Image.new("RGB", size, "white").save(tmp_path / f"{name}.png")
+    markdown = "\n".join(
+        [
+            "# GRPO run: retrospective",
+            "",
+            "**The recipe over 3 of 3 seeds: Mixed**: pass@32 0.86 -&gt; 0.51",
+            "",
+            "| held-out, pooled | step 0 | final |",
+            "|---|---|---|",
+            "| mean reward | 0.364 | 0.396 |",
+            "",
+            "## 2. Curves",
+            "",
+            "![Training reward](reward.png)",
+            "![KL to the reference](kl.png)",
+            "![every curve](all.png)",
+        ]
+    )
+    (tmp_path / "report.md").write_text(markdown)
+    title, verdict, table, curves = report_top(markdown)
+    assert verdict == "The recipe over 3 of 3 seeds: Mixed: pass@32 0.86 -> 0.51"
+    assert table == [["held-out, pooled", "step 0", "final"], ["mean reward", "0.364", "0.396"]]
+    assert curves == ["reward.png", "kl.png"]
+    out = compose(tmp_path / "report.md", tmp_path / "docs" / "report.png")
+    width, height = Image.open(out).size
+    assert width == 1100 and height > 297 * 1100 / 900  # the two curves side by side, text above

@@ -49,12 +49,17 @@ def share_with_umask(path: str | Path) -> None:
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write a text file atomically (the old file or the whole new one, never half), with the
     usual permissions."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """write_text_atomic's bytes: the old file or the whole new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         share_with_umask(tmp)
         os.replace(tmp, path)
     except BaseException as error:

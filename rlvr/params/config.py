@@ -718,6 +718,11 @@ class PathsParams:
     retrospective_html: RepoPath = Field(
         "reports/retrospective.html", description="The retrospective, self-contained HTML."
     )
+    report_picture: RepoPath = Field(
+        "docs/report.png",
+        description="The README's picture of the retrospective: its verdict, headline table and "
+        "first curves (rlvr/report/picture.py), drawn with every report.",
+    )
     timing: RepoPath = Field(
         "reports/timing",
         description="Wall time per stage (not an output: it differs on every run).",

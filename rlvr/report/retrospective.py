@@ -690,16 +690,34 @@ def diagnosis_section(r: ReportInputs) -> list[str]:
 
 
 def hyperparameters_section(r: ReportInputs) -> list[str]:
-    """Section 4: the knobs that shaped the run, with params.yaml's reason for each."""
-    return [
+    """Section 4: the knobs that shaped the run, with params.yaml's reason for each; those not in
+    force in this run (NOT_IN_FORCE) folded apart, each with the setting it waits for."""
+    rows = [
+        (name, value, why, not_in_force(name, r.params)) for name, value, why in r.hyperparameters
+    ]
+    off = [row for row in rows if row[3]]
+    out = [
         "## 4. Hyperparameters",
         "",
         *md_table(
             ["parameter", "value", "why"],
-            [(name, md_code(value), why) for name, value, why in r.hyperparameters],
+            [(name, md_code(value), why) for name, value, why, waits in rows if not waits],
         ),
         "",
     ]
+    if off:
+        out += [
+            f'<details markdown="1"><summary>{len(off)} more, not in force in this run</summary>',
+            "",
+            *md_table(
+                ["parameter", "value", "acts only with"],
+                [(name, md_code(value), waits) for name, value, _, waits in off],
+            ),
+            "",
+            "</details>",
+            "",
+        ]
+    return out
 
 
 def checks_section(r: ReportInputs) -> list[str]:
@@ -801,6 +819,9 @@ def cost_section(r: ReportInputs) -> list[str]:
     return [
         "## 7. GRPO vs PPO cost",
         "",
+        '<details markdown="1"><summary>What PPO\'s critic would cost next to this policy'
+        "</summary>",
+        "",
         f"PPO would train a critic next to this policy: the same backbone with a value head, "
         f"{v(cost['critic_parameters'])} parameters, {cost['critic_memory_mb']:.1f} MB of "
         f"weights, gradients and AdamW state at {v(cost['bytes_per_trained_parameter'])} bytes "
@@ -810,6 +831,8 @@ def cost_section(r: ReportInputs) -> list[str]:
         f"that memory and the critic's forward and backward passes, and pays with "
         f"{v(cost['grpo_rollouts_per_prompt'])} rollouts per prompt instead of "
         f"{v(cost['ppo_rollouts_per_prompt'])}.",
+        "",
+        "</details>",
         "",
     ]
 
@@ -849,6 +872,9 @@ def provenance_section(r: ReportInputs) -> list[str]:
         "byte: the commit that holds it with its dvc.lock is its provenance. Wall times are "
         f"in {md_code(params['paths']['timing'] + '/')} and the Prefect artifacts.",
         "",
+        '<details markdown="1"><summary>Data and model md5s, code digests, library versions'
+        "</summary>",
+        "",
     ]
     out += md_table(
         ["what", "value"],
@@ -862,6 +888,8 @@ def provenance_section(r: ReportInputs) -> list[str]:
         ],
     )
     return out + [
+        "",
+        "</details>",
         "",
         "<details><summary>params.yaml as used</summary>",
         "",
@@ -916,12 +944,108 @@ REPORTED_SECTIONS = (
     "model.init",
     "model.tiny",
     "model.warm_start",
-    "train.max_steps",
-    "train.save_steps",
-    "train.grpo",
-    "train.beta_schedule",
-    "evaluate.samples",
+    "smoke",
+    "train",
+    "evaluate",
+    "audit",
+    "runtime",
 )
+# The knobs that act only under another setting: (prefix of the dotted name, that setting in
+# words, whether it holds in these params). The report folds them apart when it does not hold.
+NOT_IN_FORCE: tuple[tuple[str, str, Any], ...] = (
+    ("rewards.length.", "'length' in rewards.funcs", lambda p: "length" in p["rewards"]["funcs"]),
+    ("model.lora.", "model.lora.enabled true", lambda p: p["model"]["lora"]["enabled"]),
+    (
+        "train.running_mean_momentum",
+        "train.advantage running_mean",
+        lambda p: p["train"]["advantage"] == "running_mean",
+    ),
+    (
+        "train.pass_at_k",
+        "train.advantage pass_at_k",
+        lambda p: p["train"]["advantage"] == "pass_at_k",
+    ),
+    ("train.accelerate_config", "train.processes above 1", lambda p: p["train"]["processes"] > 1),
+    ("train.patience", "train.select best_val", lambda p: p["train"]["select"] == "best_val"),
+    (
+        "train.max_sampling_rounds",
+        "train.dynamic_sampling true",
+        lambda p: p["train"]["dynamic_sampling"],
+    ),
+    (
+        "train.resample_unsolved",
+        "train.dynamic_sampling true",
+        lambda p: p["train"]["dynamic_sampling"],
+    ),
+    ("train.guides", "train.guidance on", lambda p: p["train"]["guidance"] != "off"),
+    (
+        "train.guidance_fraction",
+        "train.guidance fraction",
+        lambda p: p["train"]["guidance"] == "fraction",
+    ),
+    ("train.guidance_gamma", "train.guidance on", lambda p: p["train"]["guidance"] != "off"),
+    ("train.guidance_std", "train.guidance on", lambda p: p["train"]["guidance"] != "off"),
+    (
+        "train.grpo.epsilon_high",
+        "train.grpo.num_iterations above 1",
+        lambda p: p["train"]["grpo"]["num_iterations"] > 1,
+    ),
+    (
+        "train.grpo.entropy_target",
+        "train.grpo.use_adaptive_entropy true",
+        lambda p: p["train"]["grpo"]["use_adaptive_entropy"],
+    ),
+    (
+        "train.grpo.bf16",
+        "a GPU (train.grpo.use_cpu false)",
+        lambda p: not p["train"]["grpo"]["use_cpu"],
+    ),
+    (
+        "train.grpo.use_vllm",
+        "a GPU (train.grpo.use_cpu false)",
+        lambda p: not p["train"]["grpo"]["use_cpu"],
+    ),
+    ("train.grpo.extra", "a field in it", lambda p: bool(p["train"]["grpo"]["extra"])),
+    (
+        "train.beta_schedule.beta_start",
+        "train.beta_schedule.kind warmup or adaptive",
+        lambda p: p["train"]["beta_schedule"]["kind"] != "constant",
+    ),
+    (
+        "train.beta_schedule.warmup_steps",
+        "train.beta_schedule.kind warmup",
+        lambda p: p["train"]["beta_schedule"]["kind"] == "warmup",
+    ),
+    (
+        "train.beta_schedule.target_kl",
+        "train.beta_schedule.kind adaptive",
+        lambda p: p["train"]["beta_schedule"]["kind"] == "adaptive",
+    ),
+    (
+        "train.beta_schedule.horizon",
+        "train.beta_schedule.kind adaptive",
+        lambda p: p["train"]["beta_schedule"]["kind"] == "adaptive",
+    ),
+    ("audit.rft.", "audit.baseline rft", lambda p: p["audit"]["baseline"] == "rft"),
+)
+
+
+def not_in_force(name: str, params: Mapping) -> str:
+    """The setting a knob waits for when it does not act in these params (NOT_IN_FORCE), else "".
+
+    >>> p = {"train": {"beta_schedule": {"kind": "constant"}}}
+    >>> not_in_force("train.beta_schedule.horizon", p), not_in_force("train.beta_schedule.kind", p)
+    ('train.beta_schedule.kind adaptive', '')
+    """
+    for prefix, setting, holds in NOT_IN_FORCE:
+        if name == prefix or (prefix.endswith(".") and name.startswith(prefix)):
+            try:
+                return "" if holds(params) else setting
+            except (KeyError, TypeError):  # a params dict without that section: nothing to hide
+                return ""
+    return ""
+
+
 # The model sections that describe the base policy, by model.init (the tiny default's are above).
 CHAT = ("model.chat_template", "model.chat_template_kwargs")
 MODEL_SECTIONS = {

@@ -1,32 +1,36 @@
-"""The README's picture of the report: the top of reports/retrospective.md (title, verdict line,
-headline table) over the training curves it shows, composed with matplotlib into docs/report.png.
-
-    ./dev run python scripts/report_picture.py    # after ./dev repro; writes docs/report.png
-
-No browser needed (scripts/render_report.py renders the whole HTML page, with Chromium). The text,
-the table and the curves' path are read from the markdown, so the picture follows the report.
+"""The README's picture of the report: the top of the retrospective's markdown (title, the recipe's
+verdict line, the headline table) over the first curves it shows, composed with matplotlib. The
+report stage writes it (paths.report_picture, docs/report.png) with the report, so the picture
+follows every run; everything it shows is read from the markdown.
 """
 
 from __future__ import annotations
 
-import argparse
 import html
 import io
 import re
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from rlvr.core.files import write_bytes_atomic
+
+CURVES_SHOWN = 2  # the first figures of section 2, side by side: the training reward and the KL
 
 
 def plain(text: str) -> str:
-    """Markdown as a person reads it: no escapes, entities, emphasis or code marks."""
+    """Markdown as a person reads it: no escapes, entities, emphasis or code marks.
+
+    >>> plain("**Mixed**: pass@32 0.86 -&gt; 0.51 \\\\[x\\\\] `a`")
+    'Mixed: pass@32 0.86 -> 0.51 [x] a'
+    """
     text = html.unescape(re.sub(r"\\(.)", r"\1", text))
     return re.sub(r"\*\*|`", "", text).strip()
 
 
-def report_top(markdown: str) -> tuple[str, str, list[list[str]], str]:
-    """(title, verdict line, headline table rows, path of the curves figure) of a retrospective."""
+def report_top(markdown: str) -> tuple[str, str, list[list[str]], list[str]]:
+    """(title, verdict line, headline table rows, paths of the first curves figures) of a
+    retrospective: the verdict is the recipe's line under the answer box, the table the first
+    one, the curves the first CURVES_SHOWN images of section 2."""
     lines = markdown.splitlines()
     title = next(line[2:] for line in lines if line.startswith("# "))
     if '<div id="answer" markdown="1">' in lines:  # the answer box, then the recipe's line
@@ -41,24 +45,30 @@ def report_top(markdown: str) -> tuple[str, str, list[list[str]], str]:
         if not all(set(cell) <= set("-: ") for cell in cells):
             table.append(cells)
     curves_at = next(i for i, line in enumerate(lines) if line.startswith("## 2."))
-    curves = next(
-        re.search(r"!\[[^\]]*\]\(([^)]+)\)", line).group(1)
+    curves = [
+        re.search(r"!\[[^\]]*\]\(<?([^)>]+)>?\)", line).group(1)
         for line in lines[curves_at:]
         if line.startswith("![")
-    )
+    ][:CURVES_SHOWN]
     return plain(title), plain(verdict), table, curves
 
 
-def compose(report: Path, out: Path, width_px: int = 1100, dpi: int = 100) -> None:
+def compose(report: str | Path, out: str | Path, width_px: int = 1100, dpi: int = 100) -> Path:
+    """Write the picture of the markdown report `report` (its figures read beside it) to `out`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.image as mpimg
     import matplotlib.pyplot as plt
+    import numpy as np
     from PIL import Image
 
-    title, verdict, table, curves_path = report_top(report.read_text())
-    curves = mpimg.imread(report.parent / curves_path)
+    report, out = Path(report), Path(out)
+    title, verdict, table, curves_paths = report_top(report.read_text())
+    panels = [mpimg.imread(report.parent / path)[..., :3] for path in curves_paths]
+    height = max(p.shape[0] for p in panels)
+    pad = [np.ones((height - p.shape[0], p.shape[1], 3), dtype=p.dtype) for p in panels]
+    curves = np.concatenate([np.vstack([p, q]) for p, q in zip(panels, pad)], axis=1)
     width = width_px / dpi
     curves_h = width * curves.shape[0] / curves.shape[1]
     wrapped = textwrap.fill(verdict, 150)
@@ -90,18 +100,7 @@ def compose(report: Path, out: Path, width_px: int = 1100, dpi: int = 100) -> No
     fig.savefig(buffer, format="png", dpi=dpi)
     plt.close(fig)
     image = Image.open(buffer).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    image.save(out, optimize=True)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--report", type=Path, default=ROOT / "reports/retrospective.md")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs/report.png")
-    args = parser.parse_args()
-    compose(args.report, args.out)
-    print(f"report_picture: {args.out} ({args.out.stat().st_size // 1024} KiB)")
-
-
-if __name__ == "__main__":
-    main()
+    png = io.BytesIO()
+    image.save(png, format="png", optimize=True)
+    write_bytes_atomic(out, png.getvalue())
+    return out
