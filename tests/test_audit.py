@@ -92,14 +92,17 @@ def test_the_report_shows_the_hashes_of_the_run_that_made_each_thing(copy_run, c
     lock, before = _lock(project), _lock(cold_run)
     seed = json.loads((project / "reports/recipe/summary.json").read_text())["published_seed"]
     model = f"models/trained/seed-{seed}"  # the published seed's, the one the report shows
-    base, trained = (
+    rft = f"models/rft/seed-{seed}"  # its baseline's, fine-tuned from the same base
+    base, trained, tuned = (
         _out_md5(lock, "prepare_model", "models/base"),
         _out_md5(lock, f"train@{seed}", model),
+        _out_md5(lock, f"rft@{seed}", rft),
     )
     assert base != _out_md5(before, "prepare_model", "models/base")
     assert trained != _out_md5(before, f"train@{seed}", model)
+    assert tuned != _out_md5(before, f"rft@{seed}", rft)
     data = {d["path"]: d["md5"] for d in lock["validate"]["deps"] if d["path"].startswith("data/")}
-    assert _report_rows(project) == {**data, "models/base": base, model: trained}
+    assert _report_rows(project) == {**data, "models/base": base, model: trained, rft: tuned}
     line = provenance_line(project)  # what the Prefect artifacts carry: every seed's model
     assert f"models/base {base[:12]}" in line and f"{model} {trained[:12]}" in line
     card = (project / "models/final/README.md").read_text()  # the card names the same hashes
