@@ -26,11 +26,12 @@ from rlvr.params.config import PARAMS_FILE, data_files, test_file_reader
 from rlvr.pipeline.stage import ParamsView, run_stage
 from rlvr.policy.models import policy_path
 from rlvr.report.curves import plot_seed_curves, seed_run, smoothing_window
+from rlvr.report.knobs import hyperparameter_table
 from rlvr.report.picture import compose
 from rlvr.report.plots import plot_answer, plot_pass_at_k, plot_per_prompt
 from rlvr.report.provenance import provenance
 from rlvr.report.render import to_html
-from rlvr.report.retrospective import build_report, hyperparameter_table
+from rlvr.report.retrospective import build_report
 
 
 def _json(path: str):

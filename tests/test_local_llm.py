@@ -298,7 +298,7 @@ def test_bad_local_llm_params_are_named(values, message):
 
 def test_params_yaml_holds_the_local_llm_block_and_the_choice():
     from rlvr.params.config import load_params
-    from rlvr.report.retrospective import hyperparameter_table
+    from rlvr.report.knobs import hyperparameter_table
 
     params = load_params(ROOT / "params.yaml")
     assert params.model.local_llm == LocalLLMParams()

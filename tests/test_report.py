@@ -18,8 +18,8 @@ from rlvr.audit.diagnosis import (
 from rlvr.core.metric_keys import FIRST_BATCH_KL
 from rlvr.params.config import load_params
 from rlvr.pipeline.training import run_metrics
+from rlvr.report.knobs import hyperparameter_table
 from rlvr.report.render import to_html
-from rlvr.report.retrospective import hyperparameter_table
 
 ROOT = Path(__file__).resolve().parents[1]
 T = KLThresholds(
