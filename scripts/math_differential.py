@@ -52,6 +52,16 @@ KINDS = {
     "dollars": ("$answer$", "reasoning-gym reads the text as the number itself"),
     "sentence": ("The answer is answer.", "reasoning-gym reads the text as the number itself"),
     "variable": ("x = answer", "reasoning-gym reads the text as the number itself"),
+    "so_sentence": (
+        "So, the answer is answer.",
+        "reasoning-gym reads the text as the number itself",
+    ),
+    "bold": ("**Answer:** answer", "reasoning-gym reads the text as the number itself"),
+    "hashes": ("#### answer (GSM8K)", "reasoning-gym reads the text as the number itself"),
+    "minerva": (
+        "Final Answer: The final answer is $answer$. I hope it is correct.",
+        "reasoning-gym reads the text as the number itself",
+    ),
     "period": ("answer.", "a sentence's period is not part of the value"),
     "positional": ("the value's plain decimal digits", "same value"),
     "e_notation": ("the value in e-notation (1.25e+18, 3.0e+1)", "same value"),
@@ -92,6 +102,9 @@ KINDS = {
     "list_first": ("right, wrong", "several answers earn nothing"),
     "two_boxes": ("\\boxed{wrong} then \\boxed{right}", "several answers earn nothing"),
     "plus_minus": ("right \\pm 1", "several answers earn nothing"),
+    "negated": ("x \\ne right", "a negated relation states no value"),
+    "not_equals": ("x != right", "a negated relation states no value"),
+    "ellipsis": ("right...", "a value with an ellipsis is not written out"),
     "arithmetic": ("(value - 1) + 1", "arithmetic left undone is not a final answer"),
     "echo": (
         "the question's expression echoed back",
@@ -109,6 +122,7 @@ KINDS = {
 
 # The kinds on which reasoning-gym's scorers were seen to differ from the rules (150 items of each
 # task, seed 0, 2026-12-03): each time the project is right, for the reason KINDS gives.
+# negated, not_equals and ellipsis: seen 2026-12-07, 40 items of each task, seed 1.
 # A disagreement of another kind fails tests/test_math_differential.py until someone looks.
 EXPECTED_DISAGREEMENTS = {
     # same-value forms its scorers do not read (they parse the text as a bare number)
@@ -117,6 +131,10 @@ EXPECTED_DISAGREEMENTS = {
     "dollars",
     "sentence",
     "variable",
+    "so_sentence",
+    "bold",
+    "hashes",
+    "minerva",
     "period",
     "positional",
     "e_notation",
@@ -136,6 +154,9 @@ EXPECTED_DISAGREEMENTS = {
     "hedge_first",
     "list_first",
     "plus_minus",
+    "negated",
+    "not_equals",
+    "ellipsis",
     "nested",
     "unclosed_box",
     "exponent_off",
@@ -197,6 +218,10 @@ def candidates(
         ("dollars", "$%s$"),
         ("sentence", "The answer is %s."),
         ("variable", "x = %s"),
+        ("so_sentence", "So, the answer is %s."),
+        ("bold", "**Answer:** %s"),
+        ("hashes", "#### %s"),
+        ("minerva", "Final Answer: The final answer is $%s$. I hope it is correct."),
         ("period", "%s."),
     ):
         out.append(Candidate(form % right, kind, True))
@@ -256,6 +281,9 @@ def candidates(
         Candidate(f"\\boxed{{{wrong_text}}} \\boxed{{{right}}}", "two_boxes", False),
         Candidate(f"\\boxed{{{right}}} so \\boxed{{{right}}}", "two_boxes_same", True),
         Candidate(f"{right} \\pm 1", "plus_minus", False),
+        Candidate(f"x \\ne {right}", "negated", False),
+        Candidate(f"x != {right}", "not_equals", False),
+        Candidate(f"{right}...", "ellipsis", False),
         Candidate(f"{_plain(value - 1) or f'{value - 1}'} + 1", "arithmetic", False),
         Candidate("forty-two", "words", False),
         Candidate("".join(rng.choices("abcxyz0123456789+-*/^{}()\\ ", k=40)), "garbage", False),

@@ -41,6 +41,8 @@ import psutil
 
 from rlvr.rewards import math_worker
 from rlvr.rewards.math_values import (
+    APPROXIMATION,
+    ELLIPSIS,
     Literal,
     Tolerance,
     clean,
@@ -285,6 +287,16 @@ def math_target_problem(target: Any) -> str:
     ):
         return (
             f"must be a non-empty string of at most {math_worker.MAX_MATH_TARGET_CHARS} characters"
+        )
+    if APPROXIMATION.search(target):
+        return (
+            f"{target!r} is an approximation: a target is the exact value (\\pi, not 3.14), "
+            "with rel_tol, abs_tol or sig_figs for how close an answer must be"
+        )
+    if ELLIPSIS.search(target):
+        return (
+            f"{target!r} is not written out (an ellipsis): write the exact value "
+            "(\\frac{1}{3}, not 0.333...), or a decimal with rel_tol, abs_tol or sig_figs"
         )
     text = clean(target)
     if several_values(text):

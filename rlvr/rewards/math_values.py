@@ -9,7 +9,11 @@ The rules (docs/data.md, "The math verifier's rules"):
   in lowest terms), `31 or 30`, `30, 31`, `T \\pm 1` are not. A row with `allow_expressions: true`
   takes arithmetic too (the worker reads it with sympy).
 - Around the value: `$`, LaTeX spacing, `x = ` (the value after the last `=`), a sentence's lead
-  (`The answer is`), a trailing period, and unit words after it are not part of it.
+  (`The answer is`, `So, the answer is`), a trailing period, and unit words after it are not part
+  of it; nor are the answer lines models are taught to write: markdown bold (`**Answer:** 12`,
+  `**12**`), GSM8K's `#### 12` and the Minerva format's `I hope it is correct.`
+- A relation other than `=` (`x < 12`, `x \\ne 12`, `x != 12`) states no value, nor does a value
+  with an ellipsis (`0.333...`, `0.333\\ldots`: the digits go on).
 - A percentage is its value over 100: `30%` is 0.3. A target written as a percentage (`95%`)
   also takes the bare count of percent (`95`): its question asks for a percent.
 - Values compare exactly, unless the row states `rel_tol`, `abs_tol` or `sig_figs`.
@@ -37,6 +41,7 @@ MAX_SIG_FIGS = 30
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # LaTeX that spells a value's layout, not its value.
 _LAYOUT = [
+    ("\\cdots", "..."),  # before \cdot: an ellipsis, not a product
     ("\\\\", ";"),
     ("\\left", ""),
     ("\\right", ""),
@@ -65,7 +70,17 @@ _LAYOUT = [
     ("≈", "="),
     ("~", " "),
 ]
-_RELATIONS = ("<", ">", "\\le", "\\ge", "\\ne", "≤", "≥", "≠")
+# Relations, negated ones included (`x \ne 12`, `x != 12`, `x \not= 12` say what x is not).
+_RELATIONS = ("<", ">", "\\le", "\\ge", "\\ne", "\\not", "\\nl", "\\ng", "!=", "≤", "≥", "≠")
+# An ellipsis: the digits or the terms go on (`0.333...` is 1/3), so the value is not written out.
+ELLIPSIS = re.compile(r"\.\.\.|…|\\[lv]?dots")  # after the layout, which spells `\cdots` `...`
+# An approximation (`\pi \approx 3.14`) is no target: the exact value is, with a stated tolerance.
+APPROXIMATION = re.compile(r"\\approx|≈|\\simeq|\\sim\b|≃")
+# The answer lines models are taught to write: markdown bold (`**Answer:** 12`), GSM8K's `#### 12`
+# and the Minerva format's closing sentence (`... is $12$. I hope it is correct.`).
+_BOLD = re.compile(r"\*\*(?=[A-Za-z])|(?<=[A-Za-z:])\*\*")
+_HASHES = re.compile(r"^#{4}\s*")
+_CLOSING = re.compile(r"\.?\s*I hope it is correct\.?$", re.IGNORECASE)
 _UNIT_TEXT = re.compile(r"\s*\\(?:text|mathrm|mbox|textrm)\s*\{\s*[A-Za-z][A-Za-z .]*\}\s*$")
 _UNIT_WORDS = re.compile(r"\s+[A-Za-z]+(?: [A-Za-z]+)*\s*$")
 _DEGREES = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)\s*$")
@@ -236,14 +251,19 @@ def clean(text: str) -> str:
     for old, new in _LAYOUT:
         text = text.replace(old, new)
     text = " ".join(text.split())
+    text = _HASHES.sub("", _BOLD.sub("", _CLOSING.sub("", text)))
     if any(relation in text for relation in _RELATIONS):
         return text  # an inequality is not a value: left whole, it reads as none
     text = text.rpartition("=")[2].strip()
     for lead in (":", " is "):
         head, found, tail = text.rpartition(lead)
-        if found and head and all(c.isascii() and (c.isalpha() or c in " '") for c in head):
+        if found and head and all(c.isascii() and (c.isalpha() or c in " ',") for c in head):
             text = tail.strip()
+    if ELLIPSIS.search(text):
+        return ""  # not a value written out: no answer (before the final period goes with it)
     text = text.rstrip(" .")
+    if len(text) > 4 and text.startswith("**") and text.endswith("**"):
+        text = text[2:-2].strip()  # a value in bold
     for unit in (_UNIT_TEXT, _DEGREES, _UNIT_WORDS):
         text = unit.sub("", text)
     return text.rstrip(" .")

@@ -189,6 +189,26 @@ def test_forms_that_are_values_stay_accepted():
     assert scores(["1,000", "1{,}000", "1000 dollars", "\\$1000"], math("1000")) == [1.0] * 4
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "So, the answer is {}.",
+        "Therefore, the answer is {}.",
+        "**Answer:** {}",
+        "**Final Answer**: {}",
+        "The answer is **{}**.",
+        "#### {}",
+        "Final Answer: The final answer is ${}$. I hope it is correct.",  # the Minerva format
+    ],
+)
+def test_the_common_answer_lines_are_read(line):
+    assert scores([line.format(12), line.format(13), line.format("12 or 13")], math("12")) == [
+        1.0,
+        0.0,
+        0.0,
+    ]
+
+
 def test_the_readmes_examples():
     assert scores(["\\boxed{0.75}", "3/4", "75%"], math("\\frac{3}{4}")) == [1.0] * 3
     assert scores(["6/8", "0.7 or 0.75"], math("\\frac{3}{4}")) == [0.0] * 2
@@ -227,6 +247,57 @@ def test_a_percentage_is_its_value_over_100():
 )
 def test_an_answer_holding_several_values_earns_nothing(answer):
     assert score_correctness(answer, math("30")) == 0.0
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "x \\ne 12",
+        "x \\neq 12",
+        "x != 12",
+        "x \\not= 12",
+        "x ≠ 12",
+        "\\boxed{x \\neq 12}",
+        "x \\ngtr 12",
+    ],
+)
+def test_a_negated_relation_states_no_value(answer):
+    assert score_correctness(answer, math("12")) == 0.0
+    assert score_correctness("x = 12", math("12")) == 1.0
+
+
+@pytest.mark.parametrize(
+    "answer,target",
+    [
+        ("0.333...", "1/3"),
+        ("0.333\\ldots", "1/3"),
+        ("0.333\\cdots", "1/3"),
+        ("0.333…", "1/3"),
+        ("\\boxed{0.5\\dots}", "1/2"),
+        ("12...", "12"),
+        ("1/3 = 0.333...", "1/3"),  # the value after the last `=` is the answer
+    ],
+)
+def test_a_value_with_an_ellipsis_is_not_written_out(answer, target):
+    assert score_correctness(answer, math(target)) == 0.0
+
+
+def test_an_ellipsis_before_the_final_value_leaves_it_whole():
+    assert score_correctness("0.333... = \\frac{1}{3}", math("1/3")) == 1.0
+
+
+@given(
+    st.fractions(max_denominator=10**6),
+    st.sampled_from(
+        ["x \\ne {}", "x != {}", "x \\not= {}", "{}...", "{}\\ldots", "\\boxed{{{}\\dots}}"]
+    ),
+)
+def test_a_right_value_negated_or_trailing_off_never_earns(value, form):
+    """Property: any value that earns written plainly earns nothing negated or with an ellipsis."""
+    text = f"{value.numerator}/{value.denominator}" if value.denominator != 1 else str(value)
+    target = math(f"{value.numerator}/{value.denominator}")
+    assert score_correctness(text, target) == 1.0
+    assert score_correctness(form.format(text), target) == 0.0
 
 
 def test_one_value_stated_twice_is_one_answer():
@@ -340,6 +411,21 @@ def test_sig_figs_accepts_the_value_rounded_and_rejects_the_next_rounding(value,
             "three quarters",
             "target 'three quarters' is not one value: a number, a fraction, a "
             "percentage or a closed form such as \\frac{\\sqrt{2}}{2}",
+        ),
+        (
+            "\\pi \\approx 3.14",
+            "target '\\\\pi \\\\approx 3.14' is an approximation: a target is the exact value "
+            "(\\pi, not 3.14), with rel_tol, abs_tol or sig_figs for how close an answer must be",
+        ),
+        (
+            "0.333...",
+            "target '0.333...' is not written out (an ellipsis): write the exact value "
+            "(\\frac{1}{3}, not 0.333...), or a decimal with rel_tol, abs_tol or sig_figs",
+        ),
+        (
+            "x \\ne 12",
+            "target 'x \\\\ne 12' is not one value: a number, a fraction, a percentage or a "
+            "closed form such as \\frac{\\sqrt{2}}{2}",
         ),
     ],
 )
