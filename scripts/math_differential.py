@@ -102,6 +102,12 @@ KINDS = {
     "list_first": ("right, wrong", "several answers earn nothing"),
     "two_boxes": ("\\boxed{wrong} then \\boxed{right}", "several answers earn nothing"),
     "plus_minus": ("right \\pm 1", "several answers earn nothing"),
+    "braced": ("{answer}", "reasoning-gym reads the text as the number itself"),
+    "nested_box": ("\\boxed{\\boxed{answer}}", "reasoning-gym reads the text as the number itself"),
+    "spaced_thousands": ("an integer with spaces between thousands (8 860)", "same value"),
+    "unit_word": ("answer apples", "reasoning-gym reads the text as the number itself"),
+    "magnitude_word": ("answer thousand", "a word that changes the value leaves no answer"),
+    "retracted": ("answer is wrong", "a word that withdraws the value leaves no answer"),
     "negated": ("x \\ne right", "a negated relation states no value"),
     "not_equals": ("x != right", "a negated relation states no value"),
     "ellipsis": ("right...", "a value with an ellipsis is not written out"),
@@ -122,7 +128,7 @@ KINDS = {
 
 # The kinds on which reasoning-gym's scorers were seen to differ from the rules (150 items of each
 # task, seed 0, 2026-12-03): each time the project is right, for the reason KINDS gives.
-# negated, not_equals and ellipsis: seen 2026-12-07, 40 items of each task, seed 1.
+# magnitude_word, retracted, negated, not_equals, ellipsis: seen 2026-12-07, 40 items a task, seed 1.
 # A disagreement of another kind fails tests/test_math_differential.py until someone looks.
 EXPECTED_DISAGREEMENTS = {
     # same-value forms its scorers do not read (they parse the text as a bare number)
@@ -135,6 +141,10 @@ EXPECTED_DISAGREEMENTS = {
     "bold",
     "hashes",
     "minerva",
+    "braced",
+    "nested_box",
+    "spaced_thousands",
+    "unit_word",
     "period",
     "positional",
     "e_notation",
@@ -154,6 +164,8 @@ EXPECTED_DISAGREEMENTS = {
     "hedge_first",
     "list_first",
     "plus_minus",
+    "magnitude_word",
+    "retracted",
     "negated",
     "not_equals",
     "ellipsis",
@@ -256,6 +268,9 @@ def candidates(
         out.append(Candidate(plain + ("0" if "." in plain else ".0"), "trailing_zero", True))
         if value.denominator == 1 and abs(value) >= 1000:
             out.append(Candidate(f"{value.numerator:,}", "thousands", True))
+            out.append(
+                Candidate(f"{value.numerator:,}".replace(",", " "), "spaced_thousands", True)
+            )
     if value.denominator != 1:
         out += [
             Candidate(f"{value.numerator}/{value.denominator}", "fraction", True),
@@ -281,6 +296,11 @@ def candidates(
         Candidate(f"\\boxed{{{wrong_text}}} \\boxed{{{right}}}", "two_boxes", False),
         Candidate(f"\\boxed{{{right}}} so \\boxed{{{right}}}", "two_boxes_same", True),
         Candidate(f"{right} \\pm 1", "plus_minus", False),
+        Candidate(f"{{{right}}}", "braced", True),
+        Candidate(f"\\boxed{{\\boxed{{{right}}}}}", "nested_box", True),
+        Candidate(f"{right} apples", "unit_word", True),
+        Candidate(f"{right} thousand", "magnitude_word", False),
+        Candidate(f"{right} is wrong", "retracted", False),
         Candidate(f"x \\ne {right}", "negated", False),
         Candidate(f"x != {right}", "not_equals", False),
         Candidate(f"{right}...", "ellipsis", False),

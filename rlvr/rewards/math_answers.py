@@ -326,6 +326,24 @@ def math_target_problem(target: Any) -> str:
     )
 
 
+def swallowing_tolerance(target: str, abs_tol: float) -> list[str]:
+    """The contract's rule for `abs_tol`: below the size of a target written as a number (other
+    than 0), else an answer of 0 earns the row.
+
+    >>> swallowing_tolerance("0.003", 0.01)
+    ["abs_tol 0.01 is at least the target's size (0.003), so an answer of 0 would earn it: give a smaller abs_tol, or rel_tol"]
+    >>> swallowing_tolerance("0.003", 0.001), swallowing_tolerance("0", 0.01)
+    ([], [])
+    """  # noqa: E501 (a one-line output)
+    gold = _target_literal(target)
+    if gold is None or gold.value == 0 or Fraction(str(abs_tol)) < abs(gold.value):
+        return []
+    return [
+        f"abs_tol {abs_tol} is at least the target's size ({target}), so an answer of 0 would "
+        "earn it: give a smaller abs_tol, or rel_tol"
+    ]
+
+
 def _plain_reading_problem(target: str, gold: Literal | None) -> str | None:
     """A target that is a plain decimal number (e-notation included) must read as that number:
     "" when it does, the problem when not, None when the target is not a plain decimal."""

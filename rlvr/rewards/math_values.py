@@ -81,6 +81,20 @@ APPROXIMATION = re.compile(r"\\approx|≈|\\simeq|\\sim\b|≃")
 _BOLD = re.compile(r"\*\*(?=[A-Za-z])|(?<=[A-Za-z:])\*\*")
 _HASHES = re.compile(r"^#{4}\s*")
 _CLOSING = re.compile(r"\.?\s*I hope it is correct\.?$", re.IGNORECASE)
+# Words after a value that change or withdraw it, so that no unit is: a magnitude, a power or
+# fraction word, an operation, a sign, a negation or retraction, a comparison (docs/data.md).
+# Any other words after a value are its unit (`12 apples`, `12 km per hour`, `300 K`).
+NOT_UNITS = frozenset(
+    """hundred hundreds thousand thousands million millions billion billions trillion trillions
+    dozen dozens gross score lakh crore k bn mn
+    squared cubed power half halves third thirds quarter quarters fourth fourths fifth fifths
+    sixth sixths seventh sevenths eighth eighths ninth ninths tenth tenths
+    times over plus minus pi negative recurring repeating
+    not no wrong incorrect false is isn't was are maybe perhaps or and
+    more than less fewer above below under beyond least most approximately approx about roughly
+    around nearly almost ish""".split()
+)
+_PERCENT_WORDS = re.compile(r"\s*\b(?:percent|per ?cent|pct)\.?$", re.IGNORECASE)
 _UNIT_TEXT = re.compile(r"\s*\\(?:text|mathrm|mbox|textrm)\s*\{\s*[A-Za-z][A-Za-z .]*\}\s*$")
 _UNIT_WORDS = re.compile(r"\s+[A-Za-z]+(?: [A-Za-z]+)*\s*$")
 _DEGREES = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)\s*$")
@@ -91,7 +105,8 @@ _SEPARATORS = re.compile(
     r"\\q?quad"
 )
 
-_INT = r"\d{1,3}(?:,\d{3})+|\d+"
+# thousands separated by commas (`8,860`) or by spaces, as SI writes them (`8 860`, `1 234 567`)
+_INT = r"\d{1,3}(?:,\d{3})+|\d{1,3}(?:[ ]\d{3})+|\d+"  # [ ]: _LITERAL is verbose
 _NUMBER = rf"(?:(?:{_INT})(?:\.\d*)?|\.\d+)"
 _LITERAL = re.compile(
     rf"""\(?\s*(?P<sign>[+-]?)\s*(?:
@@ -143,8 +158,8 @@ class Tolerance:
             return answer == target
         if self.sig_figs is not None:
             return round_sig(answer, self.sig_figs) == round_sig(target, self.sig_figs)
-        bound = max(
-            self.rel_tol * abs(target) if self.rel_tol is not None else 0,
+        bound = max(  # math.isclose: relative to the larger of the two
+            self.rel_tol * max(abs(answer), abs(target)) if self.rel_tol is not None else 0,
             self.abs_tol if self.abs_tol is not None else 0,
         )
         return abs(answer - target) <= bound
@@ -196,7 +211,8 @@ def read_literal(text: str, reduced: bool = True) -> Literal | None:
         exponent = int(g["e"] or g["e10"] or g["e10d"] or 0)
         if abs(exponent) > MAX_EXPONENT:
             return None
-        value = Fraction(Decimal(g["number"].replace(",", ""))) * Fraction(10) ** exponent
+        digits = g["number"].replace(",", "").replace(" ", "")
+        value = Fraction(Decimal(digits)) * Fraction(10) ** exponent
         if g["percent"]:
             value /= 100
         return Literal(sign * value, bool(g["percent"]))
@@ -250,7 +266,7 @@ def clean(text: str) -> str:
     """The value's text: layout, `x = `, a sentence's lead, units and a final period removed."""
     for old, new in _LAYOUT:
         text = text.replace(old, new)
-    text = " ".join(text.split())
+    text = _unwrapped(" ".join(text.split()))
     text = _HASHES.sub("", _BOLD.sub("", _CLOSING.sub("", text)))
     if any(relation in text for relation in _RELATIONS):
         return text  # an inequality is not a value: left whole, it reads as none
@@ -261,12 +277,37 @@ def clean(text: str) -> str:
             text = tail.strip()
     if ELLIPSIS.search(text):
         return ""  # not a value written out: no answer (before the final period goes with it)
-    text = text.rstrip(" .")
+    text = _unwrapped(text.rstrip(" ."))
     if len(text) > 4 and text.startswith("**") and text.endswith("**"):
         text = text[2:-2].strip()  # a value in bold
+    text = _PERCENT_WORDS.sub("%", text)  # `12 percent` is `12%`
     for unit in (_UNIT_TEXT, _DEGREES, _UNIT_WORDS):
-        text = unit.sub("", text)
+        match = unit.search(text)
+        if match is None:
+            continue
+        words = re.findall(r"[A-Za-z']+", match.group(0))  # a one-letter word keeps its case:
+        if NOT_UNITS.intersection(
+            w if len(w) == 1 else w.lower() for w in words
+        ):  # 300 K is kelvin
+            return ""  # `12 thousand`, `12 is wrong`, `12\text{k}`: not the value 12
+        text = text[: match.start()]
     return text.rstrip(" .")
+
+
+def _unwrapped(text: str) -> str:
+    """`text` without the grouping braces or boxes around all of it (`{12}`, `\\boxed{\\boxed{12}}`,
+    `{{{528/613}}}` are their content); a brace that closes early (`{1}{2}`) stays."""
+    while True:
+        box = _BOX.match(text)
+        start = box.end() if box else 1 if text.startswith("{") else None
+        if start is None or not text.endswith("}"):
+            return text
+        depth = 1
+        for i in range(start, len(text) - 1):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                return text  # the opening brace closes before the end: not one group
+        text = text[start:-1].strip()
 
 
 def several_values(text: str) -> bool:

@@ -18,7 +18,7 @@ import regex
 
 from rlvr.core.metric_keys import reward_failures
 from rlvr.params.config import ParamsError
-from rlvr.rewards.math_answers import math_reward, math_target_problem
+from rlvr.rewards.math_answers import math_reward, math_target_problem, swallowing_tolerance
 from rlvr.rewards.math_values import MAX_SIG_FIGS, Tolerance
 from rlvr.rewards.math_worker import MAX_MATH_TARGET_CHARS
 from rlvr.rewards.shaping import length_reward
@@ -97,6 +97,8 @@ def _math_problems(verifier: Mapping[str, Any]) -> list[str]:
     if "sig_figs" in verifier and ("rel_tol" in verifier or "abs_tol" in verifier):
         problems.append("sig_figs cannot be combined with rel_tol or abs_tol: state one rule")
     target = math_target_problem(verifier["target"])
+    if not target and "abs_tol" in verifier:
+        problems += swallowing_tolerance(verifier["target"], verifier["abs_tol"])
     return problems + ([f"target {target}"] if target else [])
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.rewards import math_answers
+from rlvr.rewards import math_answers, math_values
 from rlvr.rewards.math_answers import (
     MATH_TIMEOUT_S,
     MATH_WALL_TIMEOUT_S,
@@ -132,10 +132,30 @@ def test_a_row_may_state_its_tolerance():
             "sig_figs cannot be combined with rel_tol or abs_tol: state one rule",
         ),
         ({"tolerance": 0.1}, "unknown field(s) ['tolerance'] for type math"),
+        (
+            {"abs_tol": 10},
+            "abs_tol 10 is at least the target's size (8.19), so an answer of 0 would earn it: "
+            "give a smaller abs_tol, or rel_tol",
+        ),
     ],
 )
 def test_the_contract_checks_the_tolerance_fields(fields, problem):
     assert verifier_problems(math("8.19", **fields)) == [problem]
+
+
+@given(
+    st.integers(-(10**6), 10**6),
+    st.integers(-(10**6), 10**6),
+    st.sampled_from([0.5, 0.25, 0.125, 0.0625]),  # exact in binary: math.isclose computes exactly
+)
+def test_rel_tol_is_math_isclose(answer, target, rel_tol):
+    """Property: relative to the larger of the answer and the target, as math.isclose is."""
+    import math as pymath
+
+    verifier = math(str(target), rel_tol=rel_tol)
+    assert score_correctness(str(answer), verifier) == float(
+        pymath.isclose(answer, target, rel_tol=rel_tol)
+    )
 
 
 # ---------------------------------------------------------------- 3. a final answer, and one
@@ -207,6 +227,85 @@ def test_the_common_answer_lines_are_read(line):
         0.0,
         0.0,
     ]
+
+
+@pytest.mark.parametrize(
+    "answer,target",
+    [
+        ("12 apples", "12"),
+        ("1000 dollars", "1000"),
+        ("12 km per hour", "12"),
+        ("300 K", "300"),  # kelvin: a one-letter word keeps its case (`12 k` is 12,000)
+        ("12 \\text{ cm}", "12"),
+        ("90^\\circ", "90"),
+        ("12 percent", "12%"),  # `12 percent` is `12%`
+        ("12 per cent", "0.12"),
+    ],
+)
+def test_words_after_a_value_are_its_unit(answer, target):
+    assert score_correctness(answer, math(target)) == 1.0
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "12 thousand",
+        "12 million",
+        "12 dozen",
+        "12\\text{k}",
+        "12 k",
+        "12 squared",
+        "12 thirds",
+        "12 pi",
+        "12 percent",  # 0.12
+        "12 below zero",
+        "12 is wrong",
+        "12 is not the answer",
+        "12 or more",
+        "12 or thirteen",
+        "12 more than 5",
+        "about 12 apples or so",
+    ],
+)
+def test_words_that_change_or_withdraw_the_value_leave_no_answer(answer):
+    assert score_correctness(answer, math("12")) == 0.0
+
+
+@given(st.integers(0, 10**6), st.sampled_from(sorted(math_values.NOT_UNITS)))
+def test_no_word_that_changes_a_value_passes_as_its_unit(value, word):
+    """Property: a right value followed by any word of NOT_UNITS earns nothing, bare or boxed."""
+    target = math(str(value))
+    assert score_correctness(f"{value} {word}", target) == 0.0
+    assert score_correctness(f"\\boxed{{{value} \\text{{ {word}}}}}", target) == 0.0
+
+
+@pytest.mark.parametrize(
+    "answer,target",
+    [
+        ("{12}", "12"),
+        ("x = {12}", "12"),
+        ("{{{528/613}}}", "528/613"),
+        ("\\boxed{\\boxed{12}}", "12"),
+        ("\\boxed{{12}}", "12"),
+        ("{\\frac{1}{2}}", "0.5"),
+        ("8 860", "8860"),
+        ("8\\ 860", "8860"),
+        ("1 234 567", "1234567"),
+        ("-1 234.5", "-1234.5"),
+    ],
+)
+def test_grouping_braces_boxes_and_spaced_thousands_read_as_the_value(answer, target):
+    assert score_correctness(answer, math(target)) == 1.0
+
+
+@pytest.mark.parametrize(
+    "answer,target",
+    [("{1}{2}", "12"), ("8 86", "886"), ("1 2345", "12345"), ("12 345", "12"), ("{13}", "12")],
+)
+def test_braces_that_are_not_one_group_and_spaces_that_are_not_thousands_read_as_no_value(
+    answer, target
+):
+    assert score_correctness(answer, math(target)) == 0.0
 
 
 def test_the_readmes_examples():
@@ -426,6 +525,11 @@ def test_sig_figs_accepts_the_value_rounded_and_rejects_the_next_rounding(value,
             "x \\ne 12",
             "target 'x \\\\ne 12' is not one value: a number, a fraction, a percentage or a "
             "closed form such as \\frac{\\sqrt{2}}{2}",
+        ),
+        (
+            "12 pi",
+            "target '12 pi' is not one value: a number, a fraction, a percentage or a closed "
+            "form such as \\frac{\\sqrt{2}}{2}",
         ),
     ],
 )
