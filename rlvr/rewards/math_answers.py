@@ -271,6 +271,20 @@ def _answer_scores(
     return _ask({"score": request}, timeout) == 1
 
 
+# the worker's reasons a target is no value (math_worker.target_problem), as the contract says them
+_TARGET_PROBLEMS = {
+    "division by zero": "divides by zero: it has no value",
+    "not real": "is not a real number: a target is a real value",
+    "fractional exponent": (
+        "is e-notation with a fractional exponent, which is no number: write the value"
+    ),
+    "bare call": (
+        "applies a function to a bare argument before / or *, which reads two ways: bracket it "
+        "(\\frac{\\log 8}{\\log 3} or \\log(8)/\\log(3))"
+    ),
+}
+
+
 def math_target_problem(target: Any) -> str:
     """Why a `math` target is not one value the verifier reads ("" when it is), in words that
     finish "target ...": the contract's rule.
@@ -315,6 +329,8 @@ def math_target_problem(target: Any) -> str:
     problem = _ask({"target": text}, WORKER_START_TIMEOUT_S)
     if problem == "":
         return ""
+    if problem in _TARGET_PROBLEMS:
+        return f"{target!r} {_TARGET_PROBLEMS[problem]}"
     if problem == "arithmetic":
         return (
             f"{target!r} is arithmetic or a product, not one value written as one: write "

@@ -18,6 +18,7 @@ text is not one value (see `target_problem`).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from fractions import Fraction
 
@@ -25,6 +26,30 @@ from rlvr.rewards.math_values import Tolerance
 
 MAX_MATH_TARGET_CHARS = 200  # a target is a value: a number, a fraction, a short expression
 _DIGITS = 60  # evalf precision for a stated tolerance: far past any sig_figs the contract allows
+
+
+# A decimal literal, read as the exact fraction it writes (the parser's own reading is a binary
+# float: `0.1 + 0.2` would not be 0.3); e-notation is read by the scoring process, not here.
+_EXACT_DECIMAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
+# e-notation with a fractional exponent (`1e+3.5`): no number, and the parser reads e as Euler's
+_FRACTIONAL_EXPONENT = re.compile(r"\d\s*[eE]\s*[+-]?\s*\d*\.\d")
+
+
+# A power of 1 (`e^1`, `e^{1}`) is arithmetic left to do, which the parser computes unseen (E).
+_POWER_ONE = re.compile(r"\^\s*(?:1|\{\s*1\s*\})(?![\d.])")
+
+
+# A function on a bare argument before `/` or `*` (`\log 8 / \log 2`): the parser reads
+# log(8/log(2)), a reader log(8)/log(2); such text is no value until brackets say which.
+_BARE_CALL = re.compile(
+    r"\\(?:ln|lg|log|exp|sin|cos|tan|sec|csc|cot|arcsin|arccos|arctan|sinh|cosh|tanh)"
+    r"(?:\s*_\s*(?:\{[^{}]*\}|\w))?\s*(?:\d+(?:\.\d+)?|[A-Za-z]|\\pi)\s*(?:/|\*|\\cdot|\\times)"
+)
+
+
+def _as_fraction(match: re.Match) -> str:
+    whole, decimals = match.groups()
+    return f"(\\frac{{{int(whole + decimals)}}}{{{10 ** len(decimals)}}})"
 
 
 def read_value(text: str):
@@ -35,8 +60,10 @@ def read_value(text: str):
     import sympy
     from latex2sympy2_extended.latex2sympy2 import latex2sympy
 
+    if _BARE_CALL.search(text):
+        return None
     try:
-        expr = latex2sympy(text)
+        expr = latex2sympy(_EXACT_DECIMAL.sub(_as_fraction, text))
     except Exception:  # noqa: BLE001 - text that does not parse is not a value
         return None
     if (
@@ -59,11 +86,50 @@ def exact_value(pair: str):
 def is_final(expr) -> bool:
     """A final value, not arithmetic left to do: not rational (a rational value is final only
     written as a number, which the scoring process reads itself), and no more operations than
-    its simplest form (`\\sqrt{8}/4` is, `2\\pi - \\pi` is not)."""
+    its simplest form, expanded or not (`\\sqrt{8}/4` is, `2\\pi - \\pi` is not), counting the
+    operations its written form stands for (see `as_written`)."""
     import sympy
 
     simplest = sympy.simplify(expr.doit())
-    return not simplest.is_rational and sympy.count_ops(expr) <= sympy.count_ops(simplest)
+    if simplest.is_rational:
+        return False
+    # simplify may keep a power of a sum ((1+\sqrt{2})^2): its expansion is simpler (3+2\sqrt{2})
+    fewest = min(sympy.count_ops(as_written(form)) for form in (simplest, sympy.expand(simplest)))
+    return sympy.count_ops(as_written(expr)) <= fewest
+
+
+def as_written(expr):
+    """`expr` with the operations its form stands for made visible to sympy.count_ops: a natural
+    log is one call (`\\ln 2` reads as log(2, E), two operations); a function call that
+    evaluates to another form is that form's operations and the call (`\\sin(\\pi/4)` is
+    `\\sqrt{2}/2` and more, `\\arcsin 1` is `\\pi/2` and more); an integer power of a sum or a
+    product is the products it stands for (`(1+\\sqrt{2})^2` is `(1+\\sqrt{2})(1+\\sqrt{2})`)."""
+    import sympy
+
+    if expr.is_Atom:
+        return expr
+    args = [as_written(arg) for arg in expr.args]
+    if isinstance(expr, sympy.log) and len(expr.args) == 2 and expr.args[1] == sympy.E:
+        return sympy.log(args[0], evaluate=False)
+    if isinstance(expr, sympy.Function):
+        value = expr.func(*expr.args)  # evaluated: sin(pi/4) -> sqrt(2)/2
+        if not value.has(expr.func):
+            return _CALL(as_written(value))
+    if expr.is_Pow and expr.exp.is_Integer and expr.exp > 1 and not expr.base.is_Atom:
+        return sympy.Mul(*[args[0]] * int(expr.exp), evaluate=False)
+    try:
+        return expr.func(*args, evaluate=False)
+    except TypeError:  # a head that takes no `evaluate`: counted as it is
+        return expr
+
+
+def _call(*args):
+    import sympy
+
+    return sympy.Function("call")(*args)
+
+
+_CALL = _call
 
 
 def _fraction(expr) -> Fraction | None:
@@ -101,7 +167,8 @@ def score(request: dict) -> int:
         answer = exact_value(request["answer_value"])
     else:
         answer = read_value(request["answer"])
-        if answer is None or not (request.get("allow_expressions") or is_final(answer)):
+        final = not _POWER_ONE.search(request["answer"]) and answer is not None and is_final(answer)
+        if answer is None or not (request.get("allow_expressions") or final):
             return 0
     tolerance = Tolerance(
         **{
@@ -113,10 +180,23 @@ def score(request: dict) -> int:
 
 
 def target_problem(text: str) -> str:
-    """Why `text` is not one value a target can be ("" when it is)."""
+    """Why `text` is not one value a target can be ("" when it is): "not a value", "arithmetic"
+    (a rational value not written as a number, decimals included), "division by zero", "not
+    real", "fractional exponent", "bare call"."""
+    import sympy
+
+    if _FRACTIONAL_EXPONENT.search(text):
+        return "fractional exponent"
+    if _BARE_CALL.search(text):
+        return "bare call"
     expr = read_value(text)
     if expr is None:
         return "not a value"
+    value = expr.doit()
+    if value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        return "division by zero"
+    if sympy.N(value).is_real is not True:
+        return "not real"
     if sympy_rational(expr):
         return "arithmetic"
     return ""
@@ -147,6 +227,7 @@ WARM_UP = [
     },
     {"score": {"answer": "3 \\text{ apples}", "target": "\\pi", "tolerance": {"sig_figs": 3}}},
     {"score": {"answer": "[2, 3]", "answer_value": None, "target": "e^{2}", "tolerance": {}}},
+    {"score": {"answer": "\\sin(\\pi/4)", "target": "\\ln 2 + 0.5", "tolerance": {}}},
     {"target": "2 \\times 3"},
 ]
 

@@ -180,6 +180,49 @@ def test_arithmetic_left_to_do_earns_nothing_unless_the_row_allows_expressions()
     assert scores(["6/8", "\\frac{6}{8}", "3/4"], math("3/4")) == [0.0, 0.0, 1.0]
 
 
+@pytest.mark.parametrize(
+    "answer,target",
+    [
+        ("\\sin(\\pi/4)", "\\frac{\\sqrt{2}}{2}"),
+        ("\\arcsin 1", "\\frac{\\pi}{2}"),
+        ("\\tan\\frac{\\pi}{6}", "\\frac{\\sqrt{3}}{3}"),
+        ("(1+\\sqrt{2})^2", "3+2\\sqrt{2}"),
+        ("e^1", "e"),
+        ("e^{1}", "e"),
+        ("\\pi \\cdot 1.0", "\\pi"),
+    ],
+)
+def test_a_function_call_or_power_left_to_evaluate_is_arithmetic_left_to_do(answer, target):
+    assert score_correctness(answer, math(target)) == 0.0
+    assert score_correctness(answer, math(target, allow_expressions=True)) == 1.0
+
+
+@pytest.mark.parametrize(
+    "answer,target",
+    [
+        ("\\ln 2", "\\ln 2"),  # a natural log is one call (it reads as log(2, E))
+        ("\\ln 3", "\\ln 3"),
+        ("\\sqrt{8}/4", "\\frac{\\sqrt{2}}{2}"),
+        ("2(1+\\sqrt{2})", "2+2\\sqrt{2}"),
+        ("3+2\\sqrt{2}", "3+2\\sqrt{2}"),
+        ("e^{2}", "e^2"),
+    ],
+)
+def test_an_irrational_value_in_a_final_form_earns(answer, target):
+    assert score_correctness(answer, math(target)) == 1.0
+
+
+def test_a_function_on_a_bare_argument_before_a_division_is_no_value_until_bracketed():
+    target = math("\\frac{\\log 8}{\\log 3}")
+    assert scores(
+        ["\\log 8 / \\log 3", "\\log(8)/\\log(3)", "\\frac{\\log 8}{\\log 3}"], target
+    ) == [
+        0.0,
+        1.0,
+        1.0,
+    ]
+
+
 def test_forms_that_are_values_stay_accepted():
     assert (
         scores(
@@ -452,6 +495,16 @@ def test_arithmetic_on_two_numbers_earns_only_where_expressions_are_allowed(a, b
 
 
 @given(
+    st.decimals(min_value=-(10**6), max_value=10**6, allow_nan=False, places=4),
+    st.decimals(min_value=-(10**6), max_value=10**6, allow_nan=False, places=4),
+)
+def test_arithmetic_on_decimals_is_exact_where_expressions_are_allowed(a, b):
+    """Property: `0.1 + 0.2` is 0.3 (decimals are read as the fractions they write, not floats)."""
+    answer = f"{a:f} + {b:f}" if b >= 0 else f"{a:f} + ({b:f})"
+    assert score_correctness(answer, math(f"{a + b:f}", allow_expressions=True)) == 1.0
+
+
+@given(
     st.decimals(min_value=-(10**12), max_value=10**12, allow_nan=False, places=6),
     st.integers(1, 12),
 )
@@ -530,6 +583,23 @@ def test_sig_figs_accepts_the_value_rounded_and_rejects_the_next_rounding(value,
             "12 pi",
             "target '12 pi' is not one value: a number, a fraction, a percentage or a closed "
             "form such as \\frac{\\sqrt{2}}{2}",
+        ),
+        (
+            "2.5 \\times 4",
+            "target '2.5 \\\\times 4' is arithmetic or a product, not one value written as one: "
+            "write its value (a factorization or a list needs exact_match or regex)",
+        ),
+        ("\\pi/0", "target '\\\\pi/0' divides by zero: it has no value"),
+        ("\\sqrt{-1}", "target '\\\\sqrt{-1}' is not a real number: a target is a real value"),
+        (
+            "1e+3.5",
+            "target '1e+3.5' is e-notation with a fractional exponent, which is no number: "
+            "write the value",
+        ),
+        (
+            "\\log 8 / \\log 3",
+            "target '\\\\log 8 / \\\\log 3' applies a function to a bare argument before / or *, "
+            "which reads two ways: bracket it (\\frac{\\log 8}{\\log 3} or \\log(8)/\\log(3))",
         ),
     ],
 )
