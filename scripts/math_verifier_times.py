@@ -18,13 +18,17 @@ from contextlib import contextmanager
 
 from rlvr.rewards import math_answers
 from rlvr.rewards.math_answers import (
+    MATH_TARGET_TIMEOUT_S,
     MATH_TIMEOUT_S,
     MATH_WALL_TIMEOUT_S,
     MAX_MATH_NESTING,
     math_reward,
+    math_target_problem,
     start_math_worker,
 )
 
+# targets honest (the slowest seen last) and not: the contract reads each in the worker
+TARGETS = ["\\frac{\\sqrt{2}}{2}", "\\log_2 3", "\\frac{22}{7}\\pi^{3}", "10^{10^{10}}"]
 PIECES = [
     "\\boxed{",
     "\\frac{",
@@ -122,7 +126,7 @@ def main() -> None:
     with load(not args.no_load):
         print(
             f"load: {'none' if args.no_load else f'{2 * len(os.sched_getaffinity(0))} busy processes'}"
-            f"; bound {MATH_TIMEOUT_S} s of the worker's processor time per answer (at most "
+            f"; bound {MATH_TIMEOUT_S} s of the worker's processor time per completion (at most "
             f"{MATH_WALL_TIMEOUT_S} s of wall clock); nesting cap {MAX_MATH_NESTING}"
         )
         started = time.perf_counter()
@@ -154,6 +158,14 @@ def main() -> None:
         for answer in CRAFTED:
             score, *seconds = timed(answer, "\\sqrt{2}")
             print(f"  {ms(seconds)}  score {score}  {answer[:40]!r}")
+        print(f"the contract's target check (bound {MATH_TARGET_TIMEOUT_S} s of processor time):")
+        for target in TARGETS:
+            start_math_worker()  # a spare after a cut: its start is no target's time
+            worker = math_answers._workers[0]
+            spent, start = worker.cpu_seconds(), time.perf_counter()
+            problem = math_target_problem(target)
+            seconds = min(worker.cpu_seconds() - spent, MATH_TARGET_TIMEOUT_S)
+            print(f"  {ms((seconds, time.perf_counter() - start))}  {target!r} {problem[:50]!r}")
         worst = max(timed(answer, target)[1] for answer, target in HONEST * 3)
         print(f"honest answers after all that: max {worst * 1000:.1f} ms of the worker's time")
 

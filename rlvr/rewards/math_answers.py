@@ -9,18 +9,21 @@ a worker process that reads LaTeX with sympy (rlvr.rewards.math_worker).
 
 Time bound. sympy can compute for minutes on adversarial text, and its parser's and
 math-verify's own timeouts use `signal.alarm`, which fails outside the main thread (where a
-reward may run). So each answer the worker reads gets at most MATH_TIMEOUT_S of the worker's
-processor time for its scoring (and MATH_WALL_TIMEOUT_S of wall clock: a worker stopped or
-starved); a worker still busy past either is killed, the answer scores 0, and a spare worker,
-already starting, takes the next answer. Processor time, not wall clock, so that a correct
-answer earns on a busy machine too: on 2 cores with 10 busy processes, `((\\sqrt{2}))` took
-0.18 s of the worker's time and 0.99 s of wall clock, a wall-clock bound of 1 s away from
-scoring it 0 (a training step keeps every core busy). The bound is on scoring, never on a
-worker's start: an answer that finds the spare still starting waits for it (at most
-WORKER_START_TIMEOUT_S) and is then scored on its own merits, so no answer's score depends on
-the one before. Any thread, any process (each rank has its own worker). Not multiprocessing:
-its spawn start re-imports the caller's main module (a stage's: torch and TRL) in the worker,
-and a Pool restarts a worker that dies on start without end. The verifier never raises.
+reward may run). So each completion's answers go to the worker in one request (identical ones
+once, at most MAX_MATH_ANSWERS of them), which gets at most MATH_TIMEOUT_S of the worker's
+processor time (and MATH_WALL_TIMEOUT_S of wall clock: a worker stopped or starved); a worker
+still busy past either is killed, the completion scores 0, and a spare worker, already starting,
+takes the next one. Processor time, not wall clock, so that a correct answer earns on a busy
+machine too: on 2 cores with 10 busy processes, `((\\sqrt{2}))` took 0.18 s of the worker's time
+and 0.99 s of wall clock, a wall-clock bound of 1 s away from scoring it 0 (a training step keeps
+every core busy). The bound is on scoring, never on a worker's start: a completion that finds the
+spare still starting waits for it (at most WORKER_START_TIMEOUT_S) and is then scored on its own
+merits, so no score depends on the completion before. A target's check in the contract has its
+own bound, MATH_TARGET_TIMEOUT_S. A worker ends with the process that started it, mid answer too
+(math_worker.die_with). Any thread, any process (each rank has its own worker). Not
+multiprocessing: its spawn start re-imports the caller's main module (a stage's: torch and TRL)
+in the worker, and a Pool restarts a worker that dies on start without end. The verifier never
+raises.
 """
 
 from __future__ import annotations
@@ -56,6 +59,13 @@ MATH_TIMEOUT_S = 1.0  # the worker's processor time per answer it reads: a sane 
 # (the worker is warm: its start ran every slow path)
 MATH_WALL_TIMEOUT_S = 5.0  # wall clock per answer, for a worker that gets no processor time
 WORKER_START_TIMEOUT_S = 60.0  # a worker's start imports sympy and warms up (~2 s; more loaded)
+# The contract's check of a target (validate): its own processor time. Honest targets take 1-130 ms
+# (\frac{22}{7}\pi^{3} the slowest seen); each answer's scoring reads its target again, so a
+# target that passes leaves most of MATH_TIMEOUT_S to the answer.
+MATH_TARGET_TIMEOUT_S = 0.5
+# An output boxing more values than this states no final answer (an honest one boxes one, maybe
+# twice): scored 0 unread, so that no output costs more than one bound of reading.
+MAX_MATH_ANSWERS = 8
 # An output (or its <answer> block) past this is not searched for boxes: no answer is that long.
 MAX_MATH_OUTPUT_CHARS = 100_000
 # Deeper bracket nesting than this scores 0 unparsed: no final value is written so, and the
@@ -86,8 +96,8 @@ class _Worker:
 
     def __init__(self) -> None:
         self.pid = os.getpid()  # the process that started it: a forked child starts its own
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", math_worker.__name__],
+        self.process = subprocess.Popen(  # it ends with this process (math_worker.die_with)
+            [sys.executable, "-m", math_worker.__name__, str(self.pid)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -216,9 +226,10 @@ def math_reward(
 ) -> float:
     """1.0 when the output states one final answer (every `\\boxed{}` in it, else the text) whose
     value is the target's, exactly or within `tolerance`, else 0.0. 0.0 too past `timeout` seconds
-    of the worker's processor time (or MATH_WALL_TIMEOUT_S of wall clock) scoring it, on an
-    answer longer than math_values.MAX_ANSWER_CHARS or nested deeper than MAX_MATH_NESTING, or on
-    any failure. `allow_expressions`: arithmetic (`4*3`) is an answer.
+    of the worker's processor time (or MATH_WALL_TIMEOUT_S of wall clock) on the output's answers,
+    all of them together; on more than MAX_MATH_ANSWERS boxes, an answer longer than
+    math_values.MAX_ANSWER_CHARS or nested deeper than MAX_MATH_NESTING; or on any failure.
+    `allow_expressions`: arithmetic (`4*3`) is an answer.
 
     >>> math_reward("so the answer is \\\\boxed{\\\\frac{1}{2}}", "0.5")
     1.0
@@ -232,12 +243,18 @@ def math_reward(
     ):
         return 0.0
     answers = final_answers(output)
-    if not answers:
+    if not answers or len(answers) > MAX_MATH_ANSWERS:
         return 0.0
     gold = _target_literal(target)
-    for answer in answers:
-        if not _answer_scores(answer, target, gold, timeout, tolerance, allow_expressions):
+    for_worker = []
+    for answer in dict.fromkeys(answers):  # a value stated twice is read once
+        verdict = _answer_scores(answer, target, gold, tolerance, allow_expressions)
+        if verdict is False:
             return 0.0
+        if verdict is not True:
+            for_worker.append(verdict)
+    if for_worker and _ask({"score": for_worker}, timeout) != 1:
+        return 0.0
     return 1.0
 
 
@@ -245,22 +262,25 @@ def _answer_scores(
     answer: str,
     target: str,
     gold: Literal | None,
-    timeout: float,
     tolerance: Tolerance,
     allow_expressions: bool,
-) -> bool:
+) -> bool | dict[str, Any]:
+    """Does `answer` earn the target, decided here, or the worker's request that decides it?"""
     if nesting(answer) > MAX_MATH_NESTING or several_values(answer):
         return False
     literal = read_literal(answer, reduced=not allow_expressions)
     if literal is not None and gold is not None:
-        return tolerance.close(literal.value, gold.value) or (
-            gold.percent
-            and not literal.percent
-            and tolerance.close(literal.value, gold.value * 100)
+        return bool(
+            tolerance.close(literal.value, gold.value)
+            or (
+                gold.percent
+                and not literal.percent
+                and tolerance.close(literal.value, gold.value * 100)
+            )
         )
     if literal is None and gold is not None and not allow_expressions:
         return False  # a rational target's answer is final only written as a number
-    request = {
+    return {
         "answer": answer,
         "target": clean(target),
         "allow_expressions": allow_expressions,
@@ -268,7 +288,6 @@ def _answer_scores(
         "target_value": _exact(gold.value) if gold else None,
         "tolerance": tolerance.as_json(),
     }
-    return _ask({"score": request}, timeout) == 1
 
 
 # the worker's reasons a target is no value (math_worker.target_problem), as the contract says them
@@ -326,9 +345,14 @@ def math_target_problem(target: Any) -> str:
         return ""
     if nesting(text) > MAX_MATH_NESTING:
         return f"{target!r} nests brackets deeper than {MAX_MATH_NESTING}"
-    problem = _ask({"target": text}, WORKER_START_TIMEOUT_S)
+    problem = _ask({"target": text}, MATH_TARGET_TIMEOUT_S)
     if problem == "":
         return ""
+    if problem is None:
+        return (
+            f"{target!r} took over {MATH_TARGET_TIMEOUT_S} s to read (the bound of a target): "
+            "write its value in a simpler form"
+        )
     if problem in _TARGET_PROBLEMS:
         return f"{target!r} {_TARGET_PROBLEMS[problem]}"
     if problem == "arithmetic":

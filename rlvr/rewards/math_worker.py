@@ -1,9 +1,9 @@
 """The process that reads `math` values with sympy (rlvr.rewards.math_answers starts one per
 scoring process and talks to it): one JSON request per line on stdin, one JSON reply per line on
-stdout. It says `ready` once its slow paths are warm, and ends when its stdin closes (its parent
-ended).
+stdout. It says `ready` once its slow paths are warm, and ends when its stdin closes, or, mid
+answer, when the scoring process that started it has ended (see `die_with`).
 
-    python -m rlvr.rewards.math_worker      (started by math_answers, not by hand)
+    python -m rlvr.rewards.math_worker PID      (started by math_answers, not by hand)
 
 Only what the scoring process cannot decide alone comes here: a target or an answer that is not a
 number written as one (`\\frac{\\sqrt{2}}{2}`, `\\pi/4`, or arithmetic on a row with
@@ -11,16 +11,22 @@ number written as one (`\\frac{\\sqrt{2}}{2}`, `\\pi/4`, or arithmetic on a row 
 grammar; nothing is evaluated as Python), values compare exactly with sympy unless the row states
 a tolerance.
 
-Requests: `{"score": {...}}` -> 1 or 0 (see `score`); `{"target": text}` -> "" or the reason the
-text is not one value (see `target_problem`).
+Requests: `{"score": [{...}, ...]}` -> 1 when every answer scores (see `score`; one completion's
+answers, under one bound), else 0; `{"target": text}` -> "" or the reason the text is not one
+value (see `target_problem`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sys
+import time
 from fractions import Fraction
+
+import psutil
 
 from rlvr.rewards.math_values import Tolerance
 
@@ -114,7 +120,7 @@ def as_written(expr):
     if isinstance(expr, sympy.Function):
         value = expr.func(*expr.args)  # evaluated: sin(pi/4) -> sqrt(2)/2
         if not value.has(expr.func):
-            return _CALL(as_written(value))
+            return _call(as_written(value))
     if expr.is_Pow and expr.exp.is_Integer and expr.exp > 1 and not expr.base.is_Atom:
         return sympy.Mul(*[args[0]] * int(expr.exp), evaluate=False)
     try:
@@ -127,9 +133,6 @@ def _call(*args):
     import sympy
 
     return sympy.Function("call")(*args)
-
-
-_CALL = _call
 
 
 def _fraction(expr) -> Fraction | None:
@@ -211,28 +214,57 @@ def sympy_rational(expr) -> bool:
 def reply(request: dict):
     if "target" in request and "score" not in request:
         return target_problem(request["target"])
-    return score(request["score"])
+    return int(all(score(answer) for answer in request["score"]))
 
 
 # The slow paths' first calls (imports inside sympy and the parser, brackets, words, LaTeX,
 # simplify, evalf) are paid here, before `ready`, not by the first answers' time bound.
 WARM_UP = [
-    {"score": {"answer": "\\sqrt{8}/4", "target": "\\frac{\\sqrt{2}}{2}", "tolerance": {}}},
     {
-        "score": {
-            "answer": "((1+\\sqrt{2}))",
-            "target": "\\left(1+\\sqrt{2}\\right)",
-            "tolerance": {"rel_tol": "1/1000"},
-        }
+        "score": [
+            {"answer": "\\sqrt{8}/4", "target": "\\frac{\\sqrt{2}}{2}", "tolerance": {}},
+            {
+                "answer": "((1+\\sqrt{2}))",
+                "target": "\\left(1+\\sqrt{2}\\right)",
+                "tolerance": {"rel_tol": "1/1000"},
+            },
+            {"answer": "3 \\text{ apples}", "target": "\\pi", "tolerance": {"sig_figs": 3}},
+        ]
     },
-    {"score": {"answer": "3 \\text{ apples}", "target": "\\pi", "tolerance": {"sig_figs": 3}}},
-    {"score": {"answer": "[2, 3]", "answer_value": None, "target": "e^{2}", "tolerance": {}}},
-    {"score": {"answer": "\\sin(\\pi/4)", "target": "\\ln 2 + 0.5", "tolerance": {}}},
+    {"score": [{"answer": "[2, 3]", "answer_value": None, "target": "e^{2}", "tolerance": {}}]},
+    {"score": [{"answer": "\\sin(\\pi/4)", "target": "\\ln 2 + 0.5", "tolerance": {}}]},
     {"target": "2 \\times 3"},
 ]
 
+WATCH_INTERVAL_S = 0.2  # how soon a worker ends after the scoring process that started it
+
+
+def die_with(parent: int) -> None:
+    """Fork a watcher that kills this worker as soon as it is no longer `parent`'s child (the
+    scoring process ended, however: a crash, SIGKILL, an out-of-memory kill). Its stdin closing
+    ends it only between answers, and on one answer sympy can hold the interpreter's lock in a
+    single C call for minutes (`10^{10^{10}}`), so no thread of its own could. The watcher ends
+    with the worker. Forked here, before sympy is imported and before any thread: small, safe."""
+    worker = os.getpid()
+    if os.fork() != 0:
+        return
+    try:
+        os.close(0)  # not the worker's pipes: its parent must see them close when it ends
+        os.close(1)
+        watched = psutil.Process(worker)
+        while os.getppid() == worker and watched.ppid() == parent:
+            time.sleep(WATCH_INTERVAL_S)
+        if os.getppid() == worker:  # the worker lives on, orphaned: end it
+            os.kill(worker, signal.SIGKILL)
+    except Exception:  # noqa: BLE001 - the worker already gone: nothing to watch
+        pass
+    finally:
+        os._exit(0)
+
 
 def main() -> None:
+    if len(sys.argv) > 1:
+        die_with(int(sys.argv[1]))
     for request in WARM_UP:
         reply(request)
     print("ready", flush=True)

@@ -61,13 +61,14 @@ latex = st.builds(
 )
 texts = st.one_of(arithmetic, anything, huge, latex)
 BOUND_S = 2.0  # far above the ~1 ms a verifier takes; only a hang or blow-up breaks it
-# The math worker's bound is on scoring, never on a start: after an answer that cost a worker its
-# life, the next example first waits for the spare, outside its timing. Each answer it reads gets
-# up to 1 s of its processor time, which a loaded machine stretches up to MATH_WALL_TIMEOUT_S.
+# The math worker's bound is on scoring, never on a start: after a completion that cost a worker
+# its life, the next example first waits for the spare, outside its timing. Each completion's
+# answers, however many boxes, get up to 1 s of its processor time together, which a loaded
+# machine stretches up to MATH_WALL_TIMEOUT_S.
 
 
 def bound(worker_answers: int) -> float:
-    """An example's bound: the verifiers' own, and each answer the math worker reads."""
+    """An example's bound: the verifiers' own, and each completion the math worker reads."""
     return BOUND_S + worker_answers * MATH_WALL_TIMEOUT_S
 
 

@@ -1,7 +1,8 @@
 """The `math` verifier (rlvr.rewards.math_answers, math_values, math_worker) by its rules
 (docs/data.md): numbers read as numbers, e-notation included; exact values unless the row states
 a tolerance; one final value, not arithmetic left to do and not several; one value per target;
-and a time bound on scoring that never depends on the answer before."""
+and a time bound on scoring, per completion, that never depends on the completion before nor
+on the machine's load."""
 
 import os
 import signal
@@ -11,14 +12,17 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rlvr.rewards import math_answers, math_values
 from rlvr.rewards.math_answers import (
+    MATH_TARGET_TIMEOUT_S,
     MATH_TIMEOUT_S,
     MATH_WALL_TIMEOUT_S,
+    MAX_MATH_ANSWERS,
     math_reward,
     start_math_worker,
 )
@@ -700,10 +704,10 @@ def test_an_answer_past_its_bound_scores_0_and_the_next_one_is_scored_on_its_own
     assert math_reward("\\sqrt{2}", "\\sqrt{2}") == 1.0  # waits for the spare, then scores
 
 
-def test_a_stopped_worker_costs_one_answer_its_wall_clock_bound():
+def test_a_stopped_worker_costs_one_completion_its_wall_clock_bound():
     """A worker that never replies and spends no processor time (stopped with SIGSTOP, as one
-    starved on a machine far too busy looks from outside) costs that answer MATH_WALL_TIMEOUT_S,
-    then is replaced."""
+    starved on a machine far too busy looks from outside) costs that completion
+    MATH_WALL_TIMEOUT_S, then is replaced."""
     start_math_worker()
     os.kill(math_answers._workers[0].process.pid, signal.SIGSTOP)
     start = time.perf_counter()
@@ -726,6 +730,96 @@ def test_the_bound_is_the_workers_processor_time_so_a_busy_machine_costs_no_scor
     assert math_reward("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2") == 1.0  # ~10 ms of its time
     assert time.perf_counter() - start >= pause
     assert math_answers._workers[0].process.pid == pid  # the same worker: not killed
+
+
+@pytest.mark.parametrize("repeat", range(3))
+def test_honest_latex_answers_earn_every_time_while_other_processes_keep_every_core_busy(
+    repeat, cpu_load
+):
+    """The bound counts the worker's processor time, so the machine's load changes no score."""
+    start_math_worker()
+    worker_answers = [(a, t) for a, t in HONEST if a not in NUMBERS]
+    assert [math_reward(a, t) for a, t in worker_answers] == [1.0] * len(worker_answers)
+
+
+def test_a_completions_answers_go_to_the_worker_in_one_request_identical_ones_once(monkeypatch):
+    """The bound holds per completion, not per `\\boxed{}`: its answers are one request with one
+    bound, a value boxed twice is read once, and numbers never go (read in process)."""
+    asked = []
+    ask = math_answers._ask
+    monkeypatch.setattr(
+        math_answers,
+        "_ask",
+        lambda request, timeout: asked.append((request, timeout)) or ask(request, timeout),
+    )
+    twice = "\\boxed{\\sqrt{2}} so \\boxed{\\sqrt{2} \\text{ m}}, that is \\boxed{\\sqrt{2}}"
+    assert math_reward(twice, "\\sqrt{2}", timeout=0.9) == 1.0
+    assert [([r["answer"] for r in req["score"]], t) for req, t in asked] == [(["\\sqrt{2}"], 0.9)]
+    asked.clear()
+    two = "\\boxed{\\sqrt{2}}, or \\boxed{\\frac{\\sqrt{8}}{2}} \\boxed{1.5}"
+    assert math_reward(two, "\\sqrt{2}") == 0.0  # 1.5 is not sqrt(2)
+    assert [[r["answer"] for r in req["score"]] for req, _ in asked] == [
+        ["\\sqrt{2}", "\\frac{\\sqrt{8}}{2}", "1.5"]
+    ]
+    asked.clear()
+    assert math_reward("\\boxed{12} and \\boxed{12.0}", "12") == 1.0
+    assert asked == []
+
+
+def test_an_output_boxing_more_values_than_the_cap_states_no_answer():
+    assert math_reward("\\boxed{12} " * MAX_MATH_ANSWERS, "12") == 1.0
+    assert math_reward("\\boxed{12} " * (MAX_MATH_ANSWERS + 1), "12") == 0.0
+    assert math_reward("\\boxed{\\sqrt{2}}" * (MAX_MATH_ANSWERS + 1), "\\sqrt{2}") == 0.0
+
+
+def test_the_contracts_check_of_a_target_has_a_short_bound_of_its_own():
+    """`10^{10^{10}}` held validate for 60 s: its check is cut at MATH_TARGET_TIMEOUT_S of the
+    worker's processor time, and says so."""
+    start_math_worker()
+    start = time.perf_counter()
+    problem = verifier_problems(math("10^{10^{10}}"))
+    assert time.perf_counter() - start < MATH_WALL_TIMEOUT_S + 1
+    assert problem == [
+        f"target '10^{{10^{{10}}}}' took over {MATH_TARGET_TIMEOUT_S} s to read (the bound of a "
+        "target): write its value in a simpler form"
+    ]
+    assert verifier_problems(math("\\frac{22}{7}\\pi^{3}")) == []  # the slowest honest one seen
+
+
+def _gone(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE  # ended, not yet reaped by its new parent
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_worker_ends_with_the_process_that_started_it_even_mid_answer():
+    """A scoring process killed while its worker computes (sympy holds the interpreter's lock on
+    `10^{10^{10^{10}}}` for minutes, reading no stdin) leaves no worker behind, busy or spare."""
+    code = (
+        "from rlvr.rewards import math_answers as m\n"
+        "m.start_math_worker()\n"
+        "print(*[w.process.pid for w in m._workers], flush=True)\n"
+        f"m.math_reward({ADVERSARIAL!r}, '\\\\sqrt{{2}}', timeout=600)\n"
+    )
+    scorer = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    try:
+        workers = [psutil.Process(int(pid)) for pid in scorer.stdout.readline().split()]
+        assert len(workers) == 2
+        busy = workers[0].cpu_times().user
+        deadline = time.monotonic() + 30
+        while workers[0].cpu_times().user < busy + 0.5 and time.monotonic() < deadline:
+            time.sleep(0.1)  # until the worker is deep in the answer
+        assert workers[0].cpu_times().user >= busy + 0.5
+    finally:
+        scorer.kill()
+        scorer.wait()
+    deadline = time.monotonic() + 10
+    while not all(_gone(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(w) for w in workers)
 
 
 def test_numbers_never_wait_for_the_worker():
