@@ -23,9 +23,9 @@ def audit_against_base(params, final_model: str) -> tuple[dict, list[dict]]:
         "validation": read_rows(params.data.val_path),
         "heldout": read_rows(params.data.eval_path),
     }
-    policies = {
-        "step0": load_policy(policy_path(params.paths.base_model)),
-        "final": load_policy(final_model),
+    policies = {  # loaded one at a time by audit: never both in memory
+        "step0": lambda: load_policy(policy_path(params.paths.base_model)),
+        "final": lambda: load_policy(final_model),
     }
     ev, report = params.evaluate, params.report
     return audit(

@@ -5,8 +5,10 @@ records the slices read, token statistics and the KL between the policies.
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -74,8 +76,59 @@ def _policy_record(
     }
 
 
+Policy = tuple  # (model, tokenizer)
+
+
+@contextmanager
+def _loaded(policy: Policy | Callable[[], Policy]) -> Iterator[Policy]:
+    """A policy given loaded, or loaded by its function and let go afterwards: only one such
+    policy is in memory at a time (a 0.6B model in float32 is 2.4 GB)."""
+    if not callable(policy):
+        yield policy
+        return
+    gc.collect()  # what the caller let go of (a fine-tuned model in a trainer's cycles) goes first
+    loaded = policy()
+    try:
+        yield loaded
+    finally:
+        del loaded
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _policy_pass(
+    policy: Policy | Callable[[], Policy],
+    splits: dict[str, Sequence[Row]],
+    reward_funcs,
+    weights,
+    sampled: SampleSettings,
+    template: Mapping | None,
+    others: Mapping[str, Sequence[ScoredRow]] | None = None,
+) -> dict[str, tuple]:
+    """One policy on every split: its samples, its greedy answers, its token statistics on its own
+    samples (entropy) and, given another policy's samples, on those (their log-probabilities,
+    for the KL): forward passes, no generation. A policy loaded here is let go on return."""
+    temperature, found = sampled.temperature, {}
+    with _loaded(policy) as (model, tokenizer):
+        for split, rows in splits.items():
+            own = score_rows(model, tokenizer, rows, reward_funcs, weights, sampled, template)
+            greedy = score_rows(
+                model, tokenizer, rows, reward_funcs, weights, greedy_settings(sampled), template
+            )
+            stats = [
+                token_stats(model, tokenizer, s.prompt_text, s.token_ids, temperature) for s in own
+            ]
+            on_others = [
+                token_stats(model, tokenizer, s.prompt_text, s.token_ids, temperature)
+                for s in (others or {}).get(split, [])
+            ]
+            found[split] = (own, greedy, stats, on_others)
+    return found
+
+
 def audit(
-    policies: dict,
+    policies: Mapping[str, Policy | Callable[[], Policy]],
     splits: dict[str, Sequence[Row]],
     reward_funcs,
     weights,
@@ -88,27 +141,23 @@ def audit(
 ) -> tuple[dict, list[dict]]:
     """Step 0 vs final on every split, with the same sampling seeds for both policies.
 
-    policies: {"step0": (model, tokenizer), "final": (model, tokenizer)}. Returns the metrics
-    and one record per prompt. Per split: both policies' stats, the paired delta of mean reward
-    with its bootstrap CI, the KL of the final policy to the step-0 one, and what a mean hides
-    (rlvr.audit.slices.split_audit: pass@k, slices by tag, solutions lost and new, diversity). The
-    verdict follows the held-out split (rlvr.audit.slices.audit_verdict: a regressed tag makes it
-    `mixed`).
+    policies: {"step0": ..., "final": ...}, each a (model, tokenizer) pair or a function that
+    loads one: the final policy is sampled on every split first, then the step-0 one (each
+    sampling call is seeded, so the order changes no draw), so that a policy given as a function
+    is in memory alone. Returns the metrics and one record per prompt. Per split: both policies'
+    stats, the paired delta of mean reward with its bootstrap CI, the KL of the final policy to
+    the step-0 one, and what a mean hides (rlvr.audit.slices.split_audit: pass@k, slices by tag,
+    solutions lost and new, diversity). The verdict follows the held-out split
+    (rlvr.audit.slices.audit_verdict: a regressed tag makes it `mixed`).
     """
     rule = slice_rule or SliceRule()
-    greedy = greedy_settings(sampled)
-    (final_model, tokenizer), (base_model, _) = policies["final"], policies["step0"]
+    settings = (reward_funcs, weights, sampled, template)
+    finals = _policy_pass(policies["final"], splits, *settings)
+    bases = _policy_pass(policies["step0"], splits, *settings, {s: f[0] for s, f in finals.items()})
     metrics: dict = {}
     per_prompt: list[dict] = []
     for split, rows in splits.items():
-        scored = {
-            name: (
-                score_rows(m, t, rows, reward_funcs, weights, sampled, template),
-                score_rows(m, t, rows, reward_funcs, weights, greedy, template),
-            )
-            for name, (m, t) in policies.items()
-        }
-        (s0, g0), (s1, g1) = scored["step0"], scored["final"]
+        (s1, g1, finals_own, _), (s0, g0, bases_own, bases_on_final) = finals[split], bases[split]
         deltas = [b.mean_total - a.mean_total for a, b in zip(s0, s1)]
         metrics[split] = {
             "prompts": len(rows),
@@ -120,21 +169,11 @@ def audit(
         metrics[split]["delta_greedy_success"] = (
             metrics[split]["final"]["greedy_success"] - metrics[split]["step0"]["greedy_success"]
         )
-        # Three forward passes per prompt, no generation: the final policy on its own samples
-        # (its entropy; with the step-0 policy on the same samples, the KL) and the step-0
-        # policy on its own (its entropy).
         kl_sum, kl_tokens = 0.0, 0
         records = []
-        for row, a, b, ga, gb, delta in zip(rows, s0, s1, g0, g1, deltas):
-            final_on_own = token_stats(
-                final_model, tokenizer, b.prompt_text, b.token_ids, sampled.temperature
-            )
-            base_on_final = token_stats(
-                base_model, tokenizer, b.prompt_text, b.token_ids, sampled.temperature
-            )
-            base_on_own = token_stats(
-                base_model, tokenizer, a.prompt_text, a.token_ids, sampled.temperature
-            )
+        for row, a, b, ga, gb, delta, final_on_own, base_on_own, base_on_final in zip(
+            rows, s0, s1, g0, g1, deltas, finals_own, bases_own, bases_on_final
+        ):
             total, tokens = k3_sum([lp for lp, _ in final_on_own], [lp for lp, _ in base_on_final])
             kl_sum, kl_tokens = kl_sum + total, kl_tokens + tokens
             records.append(

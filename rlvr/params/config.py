@@ -379,6 +379,16 @@ class RuntimeParams:
         "bits; false lets each machine take its fastest kernels (rlvr/core/numerics.py; its cost: "
         "docs/reliability.md#the-same-bits-on-another-cpu).",
     )
+    sampling_chunk_tokens: Int = Field(
+        80_000,
+        ge=1,
+        description="The most tokens one generate call holds when a stage samples (smoke's "
+        "step-0 baseline, train's validation, verified, evaluate, rft): sequences x (padded "
+        "prompt + completion length), the size of its KV cache. Calls split, a prompt's samples "
+        "too, until each fits: 2 x layers x KV heads x head dim x bytes per value a token, so "
+        "Qwen3-0.6B in bf16 (112 KiB a token) holds 8.5 GiB at 80,000, within a 24 GB GPU; the "
+        "default's calls (at most 66,000 tokens) are not split (docs/gpu.md).",
+    )
 
 
 MAX_SEEDS = 16

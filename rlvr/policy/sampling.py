@@ -36,11 +36,13 @@ class SampleSettings:
     max_new_tokens: int = 12
     seed: int = 0
     batch_prompts: int = 64
+    # the most tokens one generate call holds (runtime.sampling_chunk_tokens); None: no bound
+    chunk_tokens: int | None = None
 
 
 def rollout_settings(params, n: int | None = None, seed: int | None = None) -> SampleSettings:
     """Sampling that matches GRPO's rollouts (params.train.grpo: temperature, top_p, completion
-    length; G samples unless n is given)."""
+    length; G samples unless n is given), in calls bounded by runtime.sampling_chunk_tokens."""
     grpo = params.train.grpo
     return SampleSettings(
         n=n or grpo.num_generations,
@@ -48,14 +50,16 @@ def rollout_settings(params, n: int | None = None, seed: int | None = None) -> S
         top_p=grpo.top_p,
         max_new_tokens=grpo.max_completion_length,
         seed=params.seed if seed is None else seed,
+        chunk_tokens=params.runtime.sampling_chunk_tokens,
     )
 
 
 def greedy_settings(sampled: SampleSettings) -> SampleSettings:
     """One greedy completion per prompt, with the sampled settings' length, seed and batching.
 
-    >>> greedy_settings(SampleSettings(n=8, max_new_tokens=12, seed=3))
-    SampleSettings(n=1, do_sample=False, temperature=1.0, top_p=1.0, max_new_tokens=12, seed=3, batch_prompts=64)
+    >>> s = greedy_settings(SampleSettings(n=8, max_new_tokens=12, seed=3, chunk_tokens=4096))
+    >>> s.n, s.do_sample, s.max_new_tokens, s.seed, s.batch_prompts, s.chunk_tokens
+    (1, False, 12, 3, 64, 4096)
     """
     return SampleSettings(
         n=1,
@@ -63,6 +67,7 @@ def greedy_settings(sampled: SampleSettings) -> SampleSettings:
         max_new_tokens=sampled.max_new_tokens,
         seed=sampled.seed,
         batch_prompts=sampled.batch_prompts,
+        chunk_tokens=sampled.chunk_tokens,
     )
 
 
@@ -133,24 +138,72 @@ def stop_token_ids(model, tokenizer) -> list[int]:
     return ids if tokenizer.eos_token_id in ids else [tokenizer.eos_token_id, *ids]
 
 
+def sampling_calls(
+    prompt_tokens: Sequence[int],
+    n: int,
+    max_new_tokens: int,
+    batch_prompts: int,
+    chunk_tokens: int | None,
+) -> list[tuple[int, int, int]]:
+    """The generate calls that draw `n` completions for each prompt (its length in tokens), as
+    (first prompt, past the last, completions of each): `batch_prompts` prompts a call, each call
+    split further until it holds at most `chunk_tokens` tokens (sequences x (the longest prompt,
+    to which the others are padded, + max_new_tokens): the KV cache's size), one prompt's
+    completions too; a call holds at least one sequence. A bound that does not bind changes no
+    call, so no draw.
+
+    >>> sampling_calls([10, 12, 14], n=4, max_new_tokens=8, batch_prompts=2, chunk_tokens=None)
+    [(0, 2, 4), (2, 3, 4)]
+    >>> sampling_calls([10, 12, 14], n=4, max_new_tokens=8, batch_prompts=3, chunk_tokens=160)
+    [(0, 2, 4), (2, 3, 4)]
+    >>> sampling_calls([10, 30], n=4, max_new_tokens=8, batch_prompts=2, chunk_tokens=80)
+    [(0, 1, 4), (1, 2, 2), (1, 2, 2)]
+    """
+    calls = []
+    for start in range(0, len(prompt_tokens), batch_prompts):
+        stop, first = min(start + batch_prompts, len(prompt_tokens)), start
+        while first < stop:
+            width = prompt_tokens[first] + max_new_tokens
+            if chunk_tokens is not None and n * width > chunk_tokens:  # its completions alone
+                each = max(1, chunk_tokens // width)
+                calls += [(first, first + 1, min(each, n - done)) for done in range(0, n, each)]
+                first += 1
+                continue
+            last, longest = first + 1, prompt_tokens[first]
+            while last < stop and (
+                chunk_tokens is None
+                or (last + 1 - first) * n * (max(longest, prompt_tokens[last]) + max_new_tokens)
+                <= chunk_tokens
+            ):
+                longest = max(longest, prompt_tokens[last])
+                last += 1
+            calls.append((first, last, n))
+            first = last
+    return calls
+
+
 def generate(
     model, tokenizer, prompts: Sequence[str], settings: SampleSettings
 ) -> list[tuple[list[str], list[list[int]]]]:
     """Completions (texts, token ids up to and with the first stop token) for each prompt:
-    settings.n, seeded."""
+    settings.n, seeded once for all the calls (sampling_calls) they take."""
     torch.manual_seed(settings.seed)
     model.eval()
     tokenizer.padding_side = "left"
     stops = stop_token_ids(model, tokenizer)
-    results = []
-    for start in range(0, len(prompts), settings.batch_prompts):
-        chunk = list(prompts[start : start + settings.batch_prompts])
+    lengths = [len(ids) for ids in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
+    calls = sampling_calls(
+        lengths, settings.n, settings.max_new_tokens, settings.batch_prompts, settings.chunk_tokens
+    )
+    results: list[tuple[list[str], list[list[int]]]] = [([], []) for _ in prompts]
+    for first, last, samples in calls:
+        chunk = list(prompts[first:last])
         encoded = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(
             model.device
         )
         kwargs = dict(
             max_new_tokens=settings.max_new_tokens,
-            num_return_sequences=settings.n,
+            num_return_sequences=samples,
             do_sample=settings.do_sample,
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=stops,
@@ -163,8 +216,8 @@ def generate(
             output = model.generate(**encoded, **kwargs)
         new_tokens = output[:, encoded["input_ids"].shape[1] :]
         for i in range(len(chunk)):
-            texts, token_ids = [], []
-            for ids in new_tokens[i * settings.n : (i + 1) * settings.n].tolist():
+            texts, token_ids = results[first + i]
+            for ids in new_tokens[i * samples : (i + 1) * samples].tolist():
                 end = next((k for k, t in enumerate(ids) if t in stops), None)
                 if end is not None:
                     ids = ids[: end + 1]
@@ -172,7 +225,6 @@ def generate(
                 ids = [t for k, t in enumerate(ids) if t != tokenizer.pad_token_id or k == end]
                 texts.append(tokenizer.decode(ids, skip_special_tokens=True))
                 token_ids.append(ids)
-            results.append((texts, token_ids))
     return results
 
 
