@@ -4,11 +4,13 @@ stages run as `python -m stages.<name>` runs them, and the figures.
     gpu_check.py deps                       the wheels' pins import, and what they need is there
     gpu_check.py params MODE BASE OUT       BASE (params.yaml + profiles/gpu.yaml) sized for MODE
     gpu_check.py stage NAME MODE [JSON]     run stages/NAME.py; for smoke print the figures
+    gpu_check.py budget MODE bounded|unbounded [JSON]   verified's sampling at 8x --cpu-full's budget
     gpu_check.py summary JSON               the --cpu-full figures: RSS, s/step, adapter size
 
 MODE is `cuda` (Qwen3-0.6B's shape, bf16 on the GPU), `cpu` (the --cpu-dry-run: tiny sizes,
 fp32, 2 steps) or `cpu_full` (the --cpu-full run: Qwen3-0.6B's shape in fp32 on the CPU, G = 2,
-2 prompts, 2 smoke and 2 train steps, then evaluate, report and publish). The figures come from
+2 prompts, 2 smoke and 2 train steps, then verified, evaluate, rft, recipe, report and publish,
+and verified's sampling again at 8 times its budget, in bounded calls and not). The figures come from
 what TRL already logs every step (step_time, num_tokens,
 completions/mean_length) and torch.cuda's peak-memory counters: nothing in the library knows it
 is being measured.
@@ -31,6 +33,14 @@ sys.path.insert(0, os.getcwd())  # the project copy the check runs in
 
 SMOKE_STEPS = {"cuda": 20, "cpu": 2, "cpu_full": 2}
 CHECK_ROWS = {"cuda": 16, "cpu": 16, "cpu_full": 2}  # the step-0 baseline samples each G times
+# runtime.sampling_chunk_tokens at --cpu-full: ~7 sequences a call (KV cache in fp32 at this
+# shape: 229 KiB a token, 115 MiB a call), so that its sampling splits
+CPU_FULL_CHUNK_TOKENS = 512
+# verified's sampling again at 8 times the check's budget (4 a prompt), bounded and not: a real
+# run's 300-800 a prompt takes hours at this shape on 2 cores; 32 is enough to show the peak
+# does not grow with the budget under the bound (unbounded, it holds 64 sequences in one call).
+BUDGET_SAMPLES_PER_PROMPT = 32
+UNBOUNDED = 10**9  # a chunk bound that never binds
 # Qwen3-0.6B's config.json, with model.local_llm's names (max_position_embeddings as Qwen's)
 QWEN3_0_6B = {
     "vocab_size": 151936,
@@ -85,10 +95,12 @@ def check_overrides(mode: str, vllm: bool) -> dict:
                 "train.log_every": 1,
                 "evaluate.samples": 2,
                 "evaluate.n_resamples": 200,
-                # one RL seed, no baseline: the recipe and the report need them; RFT at this
-                # size would sample and fine-tune the 0.6B model again (not the GPU path)
+                # small enough that verified's calls split (8 sequences of ~70 tokens)
+                "runtime.sampling_chunk_tokens": CPU_FULL_CHUNK_TOKENS,
+                # one RL seed (the copy keeps the committed reports: recipe would pool the
+                # committed seeds 1-2 with the check's seed 0) and its RFT baseline
                 "audit.seeds": [0],
-                "audit.baseline": "none",
+                "audit.baseline": "rft",
             }
         )
     else:
@@ -334,6 +346,51 @@ def run_stage(name: str, mode: str, report: str | None) -> int:
     return code
 
 
+def sample_budget(mode: str, bounded: bool, report: str | None) -> int:
+    """Stage verified's sampling (rlvr.policy.verified.sample_base) of the check's base at
+    BUDGET_SAMPLES_PER_PROMPT completions a prompt, in calls of at most
+    runtime.sampling_chunk_tokens (`bounded`) or in today's one-call-per-batch grouping: its time
+    and peak RSS, recorded as stage verified_budget[_unbounded]."""
+    from dataclasses import replace
+
+    from rlvr.params.config import load_params
+    from rlvr.policy.verified import sample_base
+
+    params = load_params("params.yaml")
+    grpo = params.train.grpo
+    per_step = (
+        grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps * params.train.processes
+    ) // grpo.num_iterations
+    steps = -(-BUDGET_SAMPLES_PER_PROMPT * CHECK_ROWS[mode] // per_step)  # the budget's run length
+    chunk = params.runtime.sampling_chunk_tokens if bounded else UNBOUNDED
+    sized = replace(
+        params,
+        train=replace(params.train, max_steps=steps),
+        runtime=replace(params.runtime, sampling_chunk_tokens=chunk),
+    )
+    start = time.perf_counter()
+    budget, scored = sample_base(sized, 0)
+    seconds = time.perf_counter() - start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB -> GiB
+    drawn = sum(len(row.completions) for row in scored)
+    name = "verified_budget" if bounded else "verified_budget_unbounded"
+    calls = f"calls of <= {chunk} tokens" if bounded else "one call per prompt batch (no bound)"
+    print(
+        f"gpu_check: {name}: {drawn} completions ({budget.samples_per_prompt} a prompt) in "
+        f"{seconds:.1f} s, {calls}, peak RSS {rss:.2f} GiB"
+    )
+    stage = {
+        "exit_code": 0 if drawn == budget.sampled else 1,
+        "seconds": round(seconds, 1),
+        "peak_rss_gib": round(rss, 2),
+        "completions": drawn,
+        "chunk_tokens": chunk if bounded else None,
+    }
+    if report:
+        record(report, name, stage)
+    return stage["exit_code"]
+
+
 def train_figures(trainer) -> dict:
     """Seconds per train step (TRL's step_time) and the size of what train saved."""
     from rlvr.core.metric_keys import LOSS, STEP_TIME
@@ -367,12 +424,20 @@ def record(report: str, stage: str | None, figures: dict) -> None:
 
 
 def summary(report: str) -> int:
-    """The --cpu-full run's figures in three lines, from the check's JSON."""
+    """The --cpu-full run's figures in four lines, from the check's JSON."""
     figures = json.loads(Path(report).read_text())
     stages, train = figures["stages"], figures["stages"]["train"]
     print(
         "gpu_check: peak RSS per stage, GiB: "
         + ", ".join(f"{name} {stage['peak_rss_gib']}" for name, stage in stages.items())
+    )
+    print(
+        "gpu_check: peak RSS against train's: "
+        + ", ".join(
+            f"{name} {stage['peak_rss_gib'] / train['peak_rss_gib']:.2f}x"
+            for name, stage in stages.items()
+            if name != "train"
+        )
     )
     print(
         f"gpu_check: seconds per step (median): smoke {figures['median_step_s']}, train "
@@ -397,6 +462,9 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "summary":
         return summary(*rest)
+    if command == "budget":
+        mode, bound, *report = rest
+        return sample_budget(mode, bound == "bounded", report[0] if report else None)
     if command == "stage":
         name, mode, *report = rest
         return run_stage(name, mode, report[0] if report else None)

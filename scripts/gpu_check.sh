@@ -10,12 +10,13 @@
 #   bash scripts/gpu_check.sh --cpu-dry-run here: the same steps on CPU, tiny sizes, fp32, 2 steps,
 #                                           with the project's .venv (no wheels needed)
 #   bash scripts/gpu_check.sh --cpu-full    here: Qwen3-0.6B's shape in fp32 on the CPU (LoRA r16,
-#                                           G = 2, 2 prompts, 2 steps, completions <= 16 tokens)
-#                                           through every stage after the gates, for one RL seed
-#                                           (audit.baseline none: verified and rft write markers):
-#                                           prepare_model, smoke, verified, train, evaluate, rft,
-#                                           recipe, report, publish; peak RSS,
-#                                           seconds per step and adapter size; at most 15 minutes
+#                                           G = 2, 2 prompts, 2 steps, completions <= 16 tokens,
+#                                           sampling calls of at most 512 tokens) through every
+#                                           stage after the gates, for one RL seed and its RFT
+#                                           baseline: prepare_model, smoke, verified, train,
+#                                           evaluate, rft, recipe, report, publish, then verified's
+#                                           sampling at 32 a prompt, bounded and not; peak RSS,
+#                                           seconds per step and adapter size; at most 25 minutes
 #
 # On the GPU machine it installs gpu_wheels/ with pip --target into a temporary folder put first on
 # PYTHONPATH (the machine's own torch and site-packages are not touched), copies the project to a
@@ -40,8 +41,8 @@ STARTED=$SECONDS
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
-LIMIT=470  # the whole check: under 8 minutes (15 for --cpu-full), whatever each phase may take
-[ "$MODE" = cpu_full ] && LIMIT=890
+LIMIT=470  # the whole check: under 8 minutes (25 for --cpu-full), whatever each phase may take
+[ "$MODE" = cpu_full ] && LIMIT=1490
 DEADLINE=$((SECONDS + LIMIT))
 # phase NAME SECONDS COMMAND...: run it in the project copy, time-boxed (its own limit or what is
 # left of the whole check's), and fail loudly
@@ -101,6 +102,9 @@ phase smoke 330 "$PY" scripts/gpu_check.py stage smoke "$MODE" $FIGURES
 if [ "$MODE" = cpu_full ]; then
   for stage in verified train evaluate rft recipe report publish; do
     phase $stage 600 "$PY" scripts/gpu_check.py stage $stage "$MODE" $FIGURES
+  done
+  for bound in bounded unbounded; do
+    phase "verified_budget ($bound)" 600 "$PY" scripts/gpu_check.py budget "$MODE" $bound $FIGURES
   done
   "$PY" "$ROOT/scripts/gpu_check.py" summary "$FIGURES" || fail "the figures are incomplete"
 fi

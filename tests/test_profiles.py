@@ -162,6 +162,9 @@ def test_the_gpu_checks_params_keep_every_rule(gpu_params, tmp_path, mode, monke
             params.train.max_steps,
             grpo.max_completion_length,
         ) == (2, 2, 2, 16)
+        # one RL seed and its RFT baseline; sampling in bounded calls
+        assert (params.audit.seeds, params.audit.baseline) == ([0], "rft")
+        assert params.runtime.sampling_chunk_tokens == gpu_check.CPU_FULL_CHUNK_TOKENS
     else:
         assert params.train.grpo.use_cpu and not params.train.grpo.bf16
     check_run_params(params)
@@ -201,6 +204,7 @@ def test_the_cpu_full_figures_are_printed_from_the_checks_json(tmp_path, capsys)
     assert gpu_check.summary(str(report)) == 0
     assert capsys.readouterr().out.splitlines() == [
         "gpu_check: peak RSS per stage, GiB: prepare_model 3.29, train 3.6",
+        "gpu_check: peak RSS against train's: prepare_model 0.91x",
         "gpu_check: seconds per step (median): smoke 12.6, train 26.1",
         "gpu_check: what train saved: adapter_model.safetensors 38.5 MiB",
     ]
