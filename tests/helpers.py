@@ -53,6 +53,29 @@ def set_params(project: Path, overrides: dict) -> None:
     yaml.dump(params, project / "params.yaml")
 
 
+def git(root: Path, *args: str) -> str:
+    """`git <args>` in root (it must succeed); its stdout, stripped."""
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def dvc_repo(root: Path, files: dict[str, str]) -> Path:
+    """A git repository on main (committer `dev`) with DVC set up and `files` (path: text)
+    written, not committed: the team tests' projects of their own."""
+    from rlvr.orchestration.runs import run_dvc
+
+    root.mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.name", "dev")
+    git(root, "config", "user.email", "dev@example.com")
+    assert run_dvc(root, "init", "-q").returncode == 0
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
 def commit_all(project: Path, message: str) -> None:
     """git init (if needed), add everything and commit."""
     for command in (

@@ -218,11 +218,41 @@ BAD_VALUES = [
     # paths
     (
         {"paths": {"final_model": "/tmp/final"}},
-        "paths.final_model = '/tmp/final': must be a non-empty path inside the repository",
+        "paths.final_model = '/tmp/final': must be a path inside reports/, models/, metrics/",
     ),
     (
         {"paths": {"final_model": "models/<x>"}},
-        "paths.final_model = 'models/<x>': must be a non-empty path inside the repository",
+        "paths.final_model = 'models/<x>': must be a path inside reports/, models/, metrics/",
+    ),
+    # the stages delete what paths.* name before they write it: a typo must not wipe the checkout
+    *(
+        (
+            {"paths": {"data_docs": bad}},
+            f"paths.data_docs = {bad!r}: must be a path inside reports/, models/, metrics/ "
+            "(relative, not the folder itself, no '..', no '<', '>' or line break): the stages "
+            "delete and rewrite what it names",
+        )
+        for bad in (
+            ".",
+            "./",
+            ".git",
+            ".dvc",
+            "rlvr",
+            "data",
+            "reports",
+            "models/",
+            "models/..",
+            "reports/../rlvr",
+            "~/x",
+            "",
+        )
+    ),
+    *(
+        (
+            {"paths": {"report_picture": bad}},
+            f"paths.report_picture = {bad!r}: must be a .png file inside docs/ or an output folder",
+        )
+        for bad in ("README.md", "docs/report.py", "rlvr/report.png", "docs/../rlvr/a.png", ".png")
     ),
     # blank values, bools and huge numbers where they do not belong
     ({"rewards": {"format_pattern": None}}, "rewards.format_pattern = None: must be a string"),

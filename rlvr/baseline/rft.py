@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlvr.core.files import share_with_umask
+from rlvr.core.files import remove_tree, share_with_umask
 from rlvr.policy.models import load_policy, policy_path, save_policy, supervised_fine_tune
 from rlvr.policy.verified import kept_digest
 
@@ -59,7 +59,7 @@ def kept_by_tag(lines: Sequence[dict]) -> dict[str, dict]:
 def _replace_folder(staging: Path, out_dir: Path) -> None:
     """The finished folder takes the old one's place (a reader never sees half of it)."""
     share_with_umask(staging)
-    shutil.rmtree(out_dir, ignore_errors=True)
+    remove_tree(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(staging), out_dir)
 

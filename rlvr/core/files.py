@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -76,3 +77,47 @@ def file_md5(path: str | Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# Every output the pipeline deletes or rewrites lies strictly inside one of these folders (params'
+# paths.* must name a path there, tests/test_config.py): never `.`, `.git`, `.dvc` or code.
+OUTPUT_FOLDERS = ("reports", "models", "metrics")
+# What else a run of the pipeline changes that git keeps (a nightly's results commit holds these).
+OUTPUT_FILES = ("dvc.lock",)
+
+
+def under_outputs(path: str | Path) -> bool:
+    """Does this repository-relative path lie strictly inside one of OUTPUT_FOLDERS (not the
+    folder itself, no `..`, not absolute)?"""
+    parts = Path(path).parts
+    return (
+        len(parts) >= 2
+        and parts[0] in OUTPUT_FOLDERS
+        and ".." not in parts
+        and not Path(path).is_absolute()
+    )
+
+
+def is_output(path: str | Path) -> bool:
+    """Is this repository-relative path one a run of the pipeline writes (under_outputs, or one
+    of OUTPUT_FILES)?"""
+    return str(path) in OUTPUT_FILES or under_outputs(path)
+
+
+def remove_tree(path: str | Path) -> None:
+    """shutil.rmtree(path, ignore_errors=True) for an output or staging folder, refusing (a bug:
+    params' paths cannot name one) a folder that holds the working directory or a git repository."""
+    path = Path(path)
+    if not path.exists():
+        return
+    target, here = path.resolve(), Path.cwd().resolve()
+    if (
+        target == here
+        or target in here.parents
+        or target.name in (".git", ".dvc")
+        or (target / ".git").exists()
+    ):
+        raise ValueError(
+            f"refusing to delete {path}: it holds the working directory or a git repository"
+        )
+    shutil.rmtree(path, ignore_errors=True)

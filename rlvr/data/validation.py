@@ -29,7 +29,7 @@ import pandas as pd
 from great_expectations.core.run_identifier import RunIdentifier
 from great_expectations.data_context.types.base import ProgressBarsConfig
 
-from rlvr.core.files import file_md5, share_with_umask
+from rlvr.core.files import file_md5, remove_tree, share_with_umask
 from rlvr.core.metric_keys import FORMAT_REWARD
 from rlvr.data.row_checks import DETAIL_COLUMNS, MAX_TAGS, lines_frame, quoted, rows_frame, shown
 from rlvr.data.rows import MAX_LINE_BYTES, read_lines
@@ -374,7 +374,7 @@ def validate_files(
         if staging is not None:
             docs_dir = Path(docs_dir)
             share_with_umask(staging)
-            shutil.rmtree(docs_dir, ignore_errors=True)
+            remove_tree(docs_dir)
             docs_dir.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(staging), docs_dir)
         return reports

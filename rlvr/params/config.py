@@ -20,6 +20,7 @@ from pydantic import Field, Strict, model_validator
 from ruamel.yaml import YAML, YAMLError
 
 from rlvr.core.errors import ParamsError
+from rlvr.core.files import OUTPUT_FOLDERS, under_outputs
 from rlvr.core.metric_keys import CORRECTNESS_REWARD
 from rlvr.core.numerics import REPRODUCIBLE_DEFAULT, THREADS_DEFAULT
 from rlvr.params.section import (
@@ -76,14 +77,39 @@ def _inside_repo(path: str) -> bool:
 
 
 Regex = Annotated[str, Strict(), holds(_compiles, "must be a regular expression that compiles")]
-RepoPath = Annotated[
+
+
+def _output_path(path: str) -> bool:
+    return _inside_repo(path) and under_outputs(path)
+
+
+# What the pipeline writes, and deletes before it writes again: never `.`, `.git` or code.
+OutputPath = Annotated[
     str,
     Strict(),
     holds(
-        _inside_repo,
-        "must be a non-empty path inside the "
-        "repository (relative, no '..', no '<', '>' or line "
-        "break)",
+        _output_path,
+        f"must be a path inside {', '.join(f + '/' for f in OUTPUT_FOLDERS)} (relative, not the "
+        "folder itself, no '..', no '<', '>' or line break): the stages delete and rewrite what "
+        "it names",
+    ),
+]
+
+
+def _picture_path(path: str) -> bool:
+    parts = Path(path).parts
+    docs = len(parts) >= 2 and parts[0] == "docs"
+    return _inside_repo(path) and path.endswith(".png") and (docs or under_outputs(path))
+
+
+# A picture drawn with the report: an output path, or one beside the docs that show it.
+PicturePath = Annotated[
+    str,
+    Strict(),
+    holds(
+        _picture_path,
+        "must be a .png file inside docs/ or an output folder (relative, no '..', no '<', '>' "
+        "or line break): the report stage rewrites it",
     ),
 ]
 
@@ -603,141 +629,141 @@ class PathsParams:
     """Where every stage output lives: dvc.yaml interpolates these (${paths.*}), the stages and
     the flows read them, so no path is spelled in two places."""
 
-    gate_verdict: RepoPath = Field(
+    gate_verdict: OutputPath = Field(
         "reports/gate/reward_tests.json",
         description="The reward-test gate's verdict (JSON: counts, failing tests).",
     )
-    gate_metrics: RepoPath = Field(
+    gate_metrics: OutputPath = Field(
         "metrics/gate.json",
         description="The gate's headline (a DVC metric): passed, tests, failed.",
     )
-    validation_summary: RepoPath = Field(
+    validation_summary: OutputPath = Field(
         "reports/validation/summary.json", description="Data validation: per file and rule."
     )
-    validation_metrics: RepoPath = Field(
+    validation_metrics: OutputPath = Field(
         "metrics/data.json",
         description="Data validation's headline (a DVC metric): passed, problems.",
     )
-    data_docs: RepoPath = Field(
+    data_docs: OutputPath = Field(
         "reports/validation/data_docs",
         description="Great Expectations "
         "Data Docs (HTML folder; not a DVC output: GX stamps each page "
         "with the run time).",
     )
-    base_model: RepoPath = Field(
+    base_model: OutputPath = Field(
         "models/base", description="The base policy: reference model and step 0."
     )
-    prepare_summary: RepoPath = Field(
+    prepare_summary: OutputPath = Field(
         "reports/prepare/summary.json", description="How the base policy was made."
     )
-    smoke_checks: RepoPath = Field(
+    smoke_checks: OutputPath = Field(
         "reports/smoke/checks.json", description="The smoke run's checks."
     )
-    smoke_metrics: RepoPath = Field(
+    smoke_metrics: OutputPath = Field(
         "metrics/smoke.json",
         description="The smoke run's headline "
         "(a DVC metric): passed, failed checks, step-0 reward.",
     )
-    step0: RepoPath = Field(
+    step0: OutputPath = Field(
         "reports/smoke/step0.json", description="The step-0 reward baseline and the first log line."
     )
-    checkpoints: RepoPath = Field(
+    checkpoints: OutputPath = Field(
         "models/checkpoints",
         description="Training checkpoints, "
         "one folder per RL seed (seed-<n>/): a resume cache, not a "
         "result (no DVC out).",
     )
-    trained_models: RepoPath = Field(
+    trained_models: OutputPath = Field(
         "models/trained",
         description="The trained policies, one folder per RL seed "
         "(seed-<n>/, rlvr/core/seeds.py), as train saves them (full weights or a LoRA adapter); "
         "evaluate, report and publish read them.",
     )
-    final_model: RepoPath = Field(
+    final_model: OutputPath = Field(
         "models/final",
         description="The published policy: one seed's trained weights (picked "
         "on the validation rows) and a README.md model card (stage publish).",
     )
-    train_runs: RepoPath = Field(
+    train_runs: OutputPath = Field(
         "reports/train",
         description="Each seed's training run in "
         "seed-<n>/: summary.json (first and last steps' means, final KL "
         "and beta, the selection), history.jsonl (every logged step), completions.jsonl (a group "
         "of completions at a few steps), curves.png and live/ (DVCLive).",
     )
-    eval_runs: RepoPath = Field(
+    eval_runs: OutputPath = Field(
         "reports/eval",
         description="Each seed's step 0 vs final in "
         "seed-<n>/: summary.json (every statistic of both splits, the "
         "seed's own verdict) and per_prompt.jsonl (one record per "
         "prompt).",
     )
-    verified: RepoPath = Field(
+    verified: OutputPath = Field(
         "reports/verified",
         description="The base's verified answers of each RL seed in seed-<n>/answers.json "
         "(stage verified: the budget, one line per training prompt, the distinct correct "
         "answers), which stage rft fine-tunes on and train.guidance puts in GRPO's groups.",
     )
-    rft_models: RepoPath = Field(
+    rft_models: OutputPath = Field(
         "models/rft",
         description="The RFT baseline's fine-tuned policies, one folder per RL seed (seed-<n>/; "
         "only a baseline.json when audit.baseline is none).",
     )
-    rft_runs: RepoPath = Field(
+    rft_runs: OutputPath = Field(
         "reports/rft",
         description="Each seed's RFT baseline in seed-<n>/: summary.json (the budget, what was "
         "kept per row, the fine-tune, the same audit as evaluate's) and per_prompt.jsonl.",
     )
-    recipe_summary: RepoPath = Field(
+    recipe_summary: OutputPath = Field(
         "reports/recipe/summary.json",
         description="The recipe's "
         "audit over the seeds: each seed's line, the pooled "
         "figures and intervals, the verdict, the published seed.",
     )
-    recipe_metrics: RepoPath = Field(
+    recipe_metrics: OutputPath = Field(
         "metrics/recipe.json",
         description="The recipe's headline "
         "(a DVC metric): seeds, verdict, the pooled delta with its "
         "interval, pass@1 and pass@n, per tag.",
     )
-    seeds_figure: RepoPath = Field(
+    seeds_figure: OutputPath = Field(
         "reports/figures/seeds.png",
         description="Each seed's held-out delta with its interval, and the pooled band (PNG).",
     )
-    answer_figure: RepoPath = Field(
+    answer_figure: OutputPath = Field(
         "reports/figures/answer.png",
         description="Step 0, GRPO and the baseline on the held-out rows, pooled over the seeds: "
         "the chart under the retrospective's answer box (PNG).",
     )
-    curves_figures: RepoPath = Field(
+    curves_figures: OutputPath = Field(
         "reports/figures/curves",
         description="The retrospective's training curves, every seed overlaid: a small PNG per "
         "quantity (rlvr/report/curves.py CURVES).",
     )
-    per_prompt_figure: RepoPath = Field(
+    per_prompt_figure: OutputPath = Field(
         "reports/figures/per_prompt.png",
         description="Per-prompt scatter of the retrospective (PNG).",
     )
-    pass_at_k_figure: RepoPath = Field(
+    pass_at_k_figure: OutputPath = Field(
         "reports/figures/pass_at_k.png",
         description="pass@k against k, step 0 and final, of the retrospective (PNG).",
     )
-    retrospective_md: RepoPath = Field(
+    retrospective_md: OutputPath = Field(
         "reports/retrospective.md", description="The retrospective, markdown."
     )
-    retrospective_html: RepoPath = Field(
+    retrospective_html: OutputPath = Field(
         "reports/retrospective.html", description="The retrospective, self-contained HTML."
     )
-    report_picture: RepoPath = Field(
+    report_picture: PicturePath = Field(
         "docs/report.png",
         description="The README's picture of the retrospective: its verdict, headline table and "
         "first curves (rlvr/report/picture.py), drawn with every report.",
     )
-    timing: RepoPath = Field(
+    timing: OutputPath = Field(
         "reports/timing",
         description="Wall time per stage (not an output: it differs on every run).",
     )
-    params_check: RepoPath = Field(
+    params_check: OutputPath = Field(
         "reports/params/check.json",
         description="The params check's "
         "verdict: the same bytes for every valid params.yaml, so only "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rlvr.core.code_closure import stage_code_files
 from rlvr.core.faults import DiskFull, Stopped, disk_full_line, folder_bytes, full_disk_folder
-from rlvr.core.files import file_md5, share_with_umask, write_jsonl
+from rlvr.core.files import file_md5, remove_tree, share_with_umask, write_jsonl
 from rlvr.core.metric_keys import (
     BETA,
     COMPLETIONS_SAMPLE,
@@ -292,7 +292,7 @@ def train_run(
     try:
         save_tokenizer(trainer.processing_class, staging)
         share_with_umask(staging)
-        shutil.rmtree(final_dir, ignore_errors=True)
+        remove_tree(final_dir)
         shutil.move(str(staging), final_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlvr.core.files import share_with_umask
+from rlvr.core.files import remove_tree, share_with_umask
 from rlvr.data.tasks.countdown import well_formed_expressions
 from rlvr.params.config import ParamsError
 from rlvr.params.training_params import TINY_ALPHABET, TinyModelParams
@@ -328,7 +328,7 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
             (staging / SOURCE_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         summary["seconds"] = round(time.perf_counter() - started, 1)
         share_with_umask(staging)
-        shutil.rmtree(out_dir, ignore_errors=True)
+        remove_tree(out_dir)
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(staging), out_dir)
         return summary

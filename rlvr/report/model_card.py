@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.core.errors import PipelineError
+from rlvr.core.files import remove_tree
 from rlvr.core.seeds import seed_paths
 from rlvr.params.config import data_files, test_file_reader
 from rlvr.report.metrics import eval_metrics
@@ -382,7 +383,7 @@ def publish_folder(weights: str | Path, final: str | Path, card: str) -> None:
             if old.exists():
                 old.rename(final)
             raise
-        shutil.rmtree(old, ignore_errors=True)  # the old weights: a leftover is cleared next time
+        remove_tree(old)  # the old weights: a leftover is cleared next time
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -29,6 +29,7 @@ from rlvr.report.render import md_escape
 from rlvr.team.clones import clone, git, rev
 from rlvr.team.registry import promote_after_run
 from rlvr.team.remote import push
+from rlvr.team.trust import check_results_files, declared_outs
 
 PENDING = "pending.json"  # under the workdir: kept clones whose push or record failed
 
@@ -57,7 +58,8 @@ class Night:
 
 def checkout(repo: str, branch: str, results_branch: str, workdir: Path, name: str) -> Night:
     """A fresh clone of `repo` at `branch`'s head in <workdir>/runs/<name>, on the machine's
-    shared DVC cache, with the last night's outputs laid over it."""
+    shared DVC cache, with the last night's outputs laid over it (Untrusted when that results
+    commit changed anything else)."""
     root = workdir / "runs" / name
     source = clone(repo, root, workdir, branch)
     before = rev(root, f"origin/{results_branch}")
@@ -65,6 +67,8 @@ def checkout(repo: str, branch: str, results_branch: str, workdir: Path, name: s
     if before:
         ran = git(root, "rev-parse", f"{before}^@").split()[-1]  # the branch commit it ran
         recorded = set(git(root, "diff", "--name-only", ran, before).splitlines())
+        # the results branch is laid over code that runs here: outputs only, or nothing
+        check_results_files(before, sorted(recorded), declared_outs(root))
         changed = set(git(root, "diff", "--name-only", ran, source).splitlines())
         night.carried = sorted(recorded - changed)
         if night.carried:

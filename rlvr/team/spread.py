@@ -35,11 +35,13 @@ from pathlib import Path
 from dvc.utils.serialize import dumps_yaml, loads_yaml
 
 from rlvr.core.errors import PipelineError
+from rlvr.core.files import remove_tree
 from rlvr.orchestration.runs import dvc_stages, run_dvc, seeded_stages, stages_ran
 from rlvr.params.config import ParamsError, load_params
 from rlvr.params.experiments import check_queued_runs, experiment_runs
 from rlvr.team.clones import clone, git, origin_url, rev
 from rlvr.team.remote import RemoteFailed, dvc_error, pull, push
+from rlvr.team.trust import check_lock_entry, declared
 
 EXPERIMENT_FLOW = "grpo-experiment-run"  # flows/experiments.py experiment_run
 DEPLOYMENT = f"{EXPERIMENT_FLOW}/experiment-run"
@@ -252,10 +254,21 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
     lock = root / "dvc.lock"
     ours = loads_yaml(lock.read_text()) if lock.exists() else {"schema": "2.0"}
     ours.setdefault("stages", {})
+    # a worker wrote that lock: it may name only what our dvc.yaml declares for those stages
+    # (an out of `.` would have the rmtree below take the workspace, one of `rlvr` the code)
+    own = declared(root, stages)
     paths = []
     for stage in stages:
         if stage not in theirs:
             raise SpreadError(f"experiment {name}: its dvc.lock has no stage {stage}")
+        if stage not in own:
+            raise SpreadError(f"experiment {name}: this dvc.yaml has no stage {stage}")
+        problems = check_lock_entry(stage, theirs[stage], own[stage])
+        if problems:
+            raise SpreadError(
+                f"experiment {name} ({commit[:8]}): its dvc.lock disagrees with this dvc.yaml, "
+                f"nothing taken: {'; '.join(problems)}"
+            )
         ours["stages"][stage] = theirs[stage]
         paths += [out["path"] for out in theirs[stage].get("outs", [])]
     tmp = lock.with_suffix(".lock.tmp")
@@ -265,7 +278,7 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
         if git(root, "ls-tree", "-r", "--name-only", commit, "--", path):  # git keeps it
             target = root / path
             if target.is_dir():
-                shutil.rmtree(target)  # files the run no longer wrote go
+                remove_tree(target)  # files the run no longer wrote go
             git(root, "restore", f"--source={commit}", "--worktree", "--", path)
     run = run_dvc(root, "checkout", *stages)
     if run.returncode != 0:

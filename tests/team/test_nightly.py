@@ -4,7 +4,6 @@ nothing new, then a params commit), the DVC remote stopped at the push (one line
 kept; the next night pushes and records it first). The flow on the real project, from a
 deployment on a real Prefect server: tests/team/test_nightly_deployment.py."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,8 @@ import yaml
 from rlvr.orchestration.runs import run_dvc, stages_ran
 from rlvr.team.nightly import NightlyError, checkout, finish, kept, plan, summary_line
 from rlvr.team.remote import pull
-from tests.helpers import commit_all
+from tests.helpers import commit_all, dvc_repo
+from tests.helpers import git as _git
 
 # The stage: a "model" and held-out records whose rewards follow params.yaml `quality`.
 MAKE = """
@@ -47,28 +47,12 @@ artifacts:
 """
 
 
-def _git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=root, check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
 @pytest.fixture
 def team(ssh_home, tmp_path):
     """(the bare git remote, a developer's clone of it)."""
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    _git(dev, "init", "-q", "-b", "main")
-    _git(dev, "config", "user.name", "dev")
-    _git(dev, "config", "user.email", "dev@example.com")
-    run_dvc(dev, "init", "-q")
-    (dev / "make.py").write_text(MAKE)
-    (dev / "dvc.yaml").write_text(DVC_YAML)
-    (dev / "params.yaml").write_text(
-        yaml.safe_dump(
-            {"quality": 0.5, "audit": {"seeds": [0, 1]}, "paths": {"eval_runs": "reports/eval"}}
-        )
-    )
+    params = {"quality": 0.5, "audit": {"seeds": [0, 1]}, "paths": {"eval_runs": "reports/eval"}}
+    files = {"make.py": MAKE, "dvc.yaml": DVC_YAML, "params.yaml": yaml.safe_dump(params)}
+    dev = dvc_repo(tmp_path / "dev", files)
     ssh_home.add_remote(dev)
     commit_all(dev, "the project")
     shared = tmp_path / "shared.git"

@@ -5,8 +5,6 @@ them, takes them in and finds nothing to train again. The flow on the real proje
 deployment on a real Prefect server with workers: tests/team/test_experiments_on_workers.py."""
 
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,7 +13,8 @@ from rlvr.orchestration.comparison import exp_show
 from rlvr.orchestration.runs import run_dvc, stages_ran
 from rlvr.params.config import load_params
 from rlvr.team import spread
-from tests.helpers import ROOT, commit_all
+from tests.helpers import ROOT, commit_all, dvc_repo
+from tests.helpers import git as _git
 
 TRAIN = """
 import json, pathlib, sys, yaml
@@ -55,27 +54,13 @@ DVC_YAML = """stages:
 """
 
 
-def _git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=root, check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
 @pytest.fixture
 def team(ssh_home, tmp_path):
     """(the bare git remote, a developer's clone of it, on the branch main)."""
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    _git(dev, "init", "-q", "-b", "main")
-    _git(dev, "config", "user.name", "dev")
-    _git(dev, "config", "user.email", "dev@example.com")
-    run_dvc(dev, "init", "-q")
-    (dev / "train.py").write_text(TRAIN)
-    (dev / "pool.py").write_text(POOL)
-    (dev / "dvc.yaml").write_text(DVC_YAML)
     # mode 'off': YAML 1.1 (PyYAML) reads it as false; dvc.lock must keep DVC's 1.2 reading
     params = {"quality": 0.5, "mode": "off", "audit": {"seeds": [0, 1]}}
-    (dev / "params.yaml").write_text(yaml.safe_dump(params))
+    files = {"train.py": TRAIN, "pool.py": POOL, "dvc.yaml": DVC_YAML}
+    dev = dvc_repo(tmp_path / "dev", {**files, "params.yaml": yaml.safe_dump(params)})
     ssh_home.add_remote(dev)
     commit_all(dev, "the project")
     shared = tmp_path / "shared.git"

@@ -1,0 +1,112 @@
+"""What the team's flows take from others, checked before it touches the workspace: an experiment's
+dvc.lock (a worker pushed it) and the last night's results commit (on the git remote) name only
+the outputs this checkout's own dvc.yaml declares, never `.`, `.git` or code (docs/security.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dvc.dependency.param import ParamsDependency
+from dvc.repo import Repo
+
+from rlvr.core.errors import PipelineError
+from rlvr.core.files import is_output
+
+
+class Untrusted(PipelineError):
+    """What another machine sent names more than the outputs; the message says what and why."""
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A stage as this checkout's dvc.yaml declares it (params.yaml interpolated)."""
+
+    cmd: str
+    deps: frozenset[str]  # file and folder deps
+    params: dict[str, frozenset[str]]  # params file -> its keys (empty: the whole file)
+    outs: frozenset[str]  # outs, metrics and plots DVC tracks
+
+
+def declared(root: str | Path, stages: list[str] | None = None) -> dict[str, Declared]:
+    """Each stage (train@0 for a per-seed one; every stage when None) as dvc.yaml declares it."""
+    found = {}
+    with Repo(str(root)) as repo:
+        for stage in repo.index.stages:  # by name: `addressing` is relative to the cwd
+            if stages is not None and stage.name not in stages:
+                continue
+            cmd = stage.cmd if isinstance(stage.cmd, str) else " && ".join(stage.cmd)
+            found[stage.name] = Declared(
+                cmd=cmd,
+                deps=frozenset(
+                    str(Path(d.def_path)) for d in stage.deps if not isinstance(d, ParamsDependency)
+                ),
+                params={
+                    str(Path(d.def_path)): frozenset(d.params or ())
+                    for d in stage.deps
+                    if isinstance(d, ParamsDependency)
+                },
+                outs=frozenset(str(Path(o.def_path)) for o in stage.outs),
+            )
+    return found
+
+
+def declared_outs(root: str | Path) -> frozenset[str]:
+    """Every output dvc.yaml declares, over all its stages."""
+    return frozenset(out for stage in declared(root).values() for out in stage.outs)
+
+
+def check_lock_entry(stage: str, entry: dict, ours: Declared) -> list[str]:
+    """What a dvc.lock entry of `stage` (an experiment's) says that this checkout's dvc.yaml does
+    not: another cmd, other deps or params keys, an out it does not declare. [] when it agrees."""
+    if not isinstance(entry, dict):
+        return [f"{stage}: not a mapping"]
+    problems = []
+    if entry.get("cmd") != ours.cmd:
+        problems.append(f"{stage}: cmd {entry.get('cmd')!r}, not {ours.cmd!r}")
+    deps = {str(d.get("path")) for d in entry.get("deps") or [] if isinstance(d, dict)}
+    if deps != ours.deps:
+        problems.append(f"{stage}: deps differ ({', '.join(sorted(deps ^ ours.deps))})")
+    params = entry.get("params") or {}
+    if not isinstance(params, dict) or set(params) != set(ours.params):
+        problems.append(f"{stage}: params files differ")
+    else:
+        for file, keys in ours.params.items():
+            theirs = set(params[file] or {}) if isinstance(params[file], dict) else None
+            if theirs is None or (keys and theirs != keys):
+                problems.append(f"{stage}: params of {file} differ")
+    outs = [o.get("path") if isinstance(o, dict) else o for o in entry.get("outs") or []]
+    strange = sorted({str(o) for o in outs} - ours.outs)
+    if strange:
+        problems.append(f"{stage}: outs this dvc.yaml does not declare: {', '.join(strange)}")
+    return problems
+
+
+def is_declared_output(path: str, outs: frozenset[str]) -> bool:
+    """Is this repository-relative file one a run writes: dvc.lock, a file in an output folder
+    (an out the branch has since moved there), inside a declared out, or the .gitignore DVC
+    keeps beside one?"""
+    if is_output(path):
+        return True
+    parent = str(Path(path).parent)
+    for out in outs:
+        if path == out or path.startswith(out.rstrip("/") + "/"):
+            return True
+        if Path(path).name == ".gitignore" and parent == str(Path(out).parent):
+            return True
+    return False
+
+
+def check_results_files(commit: str, files: list[str], outs: frozenset[str]) -> None:
+    """Untrusted naming the files a results commit changed that no run of this dvc.yaml writes:
+    a night lays those over the branch, so anything else (dvc.yaml, code) would run here."""
+    foreign = [f for f in files if not is_declared_output(f, outs)]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise Untrusted(
+            f"results commit {commit[:8]} changes {len(foreign)} file(s) no stage writes ({shown}): "
+            "a night carries over only dvc.lock and the stages' outputs; inspect that commit, and "
+            "reset the results branch to a night you trust"
+        )
