@@ -15,7 +15,7 @@ from rlvr.report.metrics import gate_metrics
 
 def main(params: ParamsView) -> int:
     print(f"reward_tests: running {' '.join(params.gate.tests)}")
-    verdict = run_reward_tests(params.gate.tests, params.paths.gate_verdict)
+    verdict = run_reward_tests(params.gate.tests, params.paths.gate_verdict, params.gate.min_tests)
     write_json(params.paths.gate_metrics, gate_metrics(verdict))
     counts = verdict["counts"]
     print(

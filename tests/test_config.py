@@ -108,7 +108,7 @@ BAD_VALUES = [
     ({"rewards": {"length": {"lam": -1}}}, "rewards.length.lam = -1.0: must be >= 0"),
     # gate
     ({"gate": {"tests": []}}, "gate.tests = []: must not be empty"),
-    ({"gate": {"tests": [""]}}, "gate.tests[0] = '': must not be empty"),
+    ({"gate": {"tests": [""]}}, "gate.tests[0] = '': must be a test file or folder under tests/"),
     # model
     ({"model": {"init": "huge"}}, "model.init = 'huge': must be one of: tiny, pretrained"),
     ({"model": {"init": "pretrained"}}, "model.name_or_path = '': must name a model folder"),
@@ -254,6 +254,15 @@ BAD_VALUES = [
         )
         for bad in ("README.md", "docs/report.py", "rlvr/report.png", "docs/../rlvr/a.png", ".png")
     ),
+    *(
+        (
+            {"gate": {"tests": ["tests/rewards", bad]}},
+            f"gate.tests[1] = {bad!r}: must be a test file or folder under tests/ or rlvr/ "
+            "(relative, no '..', no pytest option or ::node id): the gate runs what it names",
+        )
+        for bad in ("-k", "--co", "tests/rewards/test_x.py::test_one", "/tmp/t", "data", "..")
+    ),
+    ({"gate": {"min_tests": 0}}, "gate.min_tests = 0: must be >= 1"),
     # blank values, bools and huge numbers where they do not belong
     ({"rewards": {"format_pattern": None}}, "rewards.format_pattern = None: must be a string"),
     (
@@ -644,6 +653,39 @@ def test_train_grpo_extra_cannot_bypass_a_rule_or_the_pipeline():
     for key in PIPELINE_GRPO_FIELDS:
         with pytest.raises(ParamsError, match=f"train.grpo.extra.{key} = .*: is set by the "):
             parse_params({"train": {"grpo": {"extra": {key: 1}}}})
+
+
+def test_train_grpo_extra_opens_no_door():
+    """Remote code, the hub (its token never repeated), a vLLM server, resuming, logging, the
+    launch and how a model loads are refused through train.grpo.extra, each with its reason;
+    the GPU profile's extras still pass. Every refused key is a GRPOConfig field (a renamed one
+    would pass unseen)."""
+    from trl import GRPOConfig
+
+    from rlvr.params.training_params import EXTRA_REFUSED
+
+    assert set(EXTRA_REFUSED) <= set(GRPOConfig.__dataclass_fields__)
+    for key, why in EXTRA_REFUSED.items():
+        with pytest.raises(ParamsError) as error:
+            parse_params({"train": {"grpo": {"extra": {key: "hf_secret"}}}})
+        line = str(error.value)
+        assert line.startswith(f"params.yaml: train.grpo.extra.{key} = ") and why in line
+        assert ("hf_secret" in line) == ("token" not in key)
+    for extra, says in (
+        ({"model_init_kwargs": {"dtype": "bfloat16", "weights_only": False}}, "dtype only"),
+        ({"model_init_kwargs": {"trust_remote_code": True}}, "dtype only"),
+        ({"model_init_kwargs": "auto"}, "dtype only"),
+        ({"vllm_mode": "server"}, "must be colocate"),
+    ):
+        with pytest.raises(ParamsError, match=says):
+            parse_params({"train": {"grpo": {"extra": extra}}})
+    gpu = {
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": 0.3,
+        "activation_checkpointing": True,
+        "model_init_kwargs": {"dtype": "bfloat16"},
+    }
+    assert parse_params({"train": {"grpo": {"extra": gpu}}}).train.grpo.extra == gpu
 
 
 def test_what_trl_and_peft_reject_is_a_params_error():

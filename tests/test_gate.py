@@ -36,6 +36,34 @@ def test_no_tests_collected_does_not_pass(tmp_path):
     assert verdict["pytest_exit_code"] == 5 and verdict["reason"] == "no tests were collected"
 
 
+def test_a_gate_narrowed_below_its_floor_or_naming_nothing_does_not_pass(tmp_path):
+    tests = _write_tests(tmp_path / "t", "def test_ok():\n    assert True\n")
+    verdict = run_reward_tests([str(tests)], tmp_path / "gate.json", min_tests=2)
+    assert not verdict["passed"] and verdict["counts"]["passed"] == 1
+    assert verdict["reason"] == (
+        "1 tests collected, fewer than gate.min_tests (2): gate.tests names too few reward tests"
+    )
+    assert run_reward_tests([str(tests)], tmp_path / "gate.json", min_tests=1)["passed"]
+    verdict = run_reward_tests([str(tests), str(tmp_path / "gone")], tmp_path / "gate.json")
+    assert not verdict["passed"]
+    assert verdict["reason"] == f"gate.tests names {tmp_path / 'gone'}, which does not exist"
+
+
+def test_the_default_gate_collects_at_least_its_floor():
+    from rlvr.params.config import Params
+
+    gate = Params().gate
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+        + ["--confcutdir=tests/rewards", *gate.tests],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    collected = [line for line in listed.stdout.splitlines() if "::" in line]
+    assert len(collected) >= gate.min_tests, listed.stdout[-2000:]
+
+
 def test_the_gate_loads_no_conftest_above_its_tests(tmp_path, monkeypatch):
     """The gate runs pytest with --confcutdir at its tests' folder (rlvr.core.code_closure
     .conftest_cut), so the end-to-end tests' conftest, which its deps do not list, never runs in

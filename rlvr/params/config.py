@@ -96,6 +96,29 @@ OutputPath = Annotated[
 ]
 
 
+def _gate_path(path: str) -> bool:
+    parts = Path(path).parts
+    return (
+        _inside_repo(path)
+        and bool(parts)
+        and parts[0] in ("tests", "rlvr")
+        and not path.startswith("-")
+        and "::" not in path
+    )
+
+
+# What the gate runs: test files or folders, never a pytest option or one chosen test.
+GatePath = Annotated[
+    str,
+    Strict(),
+    holds(
+        _gate_path,
+        "must be a test file or folder under tests/ or rlvr/ (relative, no '..', no pytest "
+        "option or ::node id): the gate runs what it names",
+    ),
+]
+
+
 def _picture_path(path: str) -> bool:
     parts = Path(path).parts
     docs = len(parts) >= 2 and parts[0] == "docs"
@@ -239,11 +262,18 @@ class RewardsParams:
 
 @section("gate")
 class GateParams:
-    tests: Annotated[list[NonEmptyStr], Strict()] = Field(
+    tests: Annotated[list[GatePath], Strict()] = Field(
         default_factory=lambda: ["tests/rewards", "rlvr/rewards"],
         min_length=1,
         description="Pytest paths of the offline reward tests that gate every "
-        "stage (test files and the doctests of the reward modules).",
+        "stage (test files and the doctests of the reward modules): files or folders under "
+        "tests/ or rlvr/, no pytest options or node ids.",
+    )
+    min_tests: Int = Field(
+        250,
+        ge=1,
+        description="The fewest tests the gate must collect: a gate.tests narrowed to a few "
+        "tests fails the gate instead of passing it.",
     )
 
 

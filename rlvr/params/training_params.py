@@ -31,6 +31,55 @@ PIPELINE_GRPO_FIELDS = (
     "disable_tqdm",
     "chat_template_kwargs",
 )
+# GRPOConfig fields (TRL 1.16) train.grpo.extra must not set, and why: each opens a door the
+# pipeline keeps shut (docs/security.md; tests/test_config.py tries each).
+_HUB = (
+    "uploads to the Hugging Face hub (and the report would print a token): publish with the "
+    "registry"
+)
+_SERVER = (
+    "sends the policy and prompts to a vLLM server the pipeline does not start: use vllm_mode: "
+    "colocate"
+)
+EXTRA_REFUSED = {
+    "trust_remote_code": "would run the Python code of the model's repository",
+    **dict.fromkeys(
+        (
+            "push_to_hub",
+            "hub_token",
+            "hub_model_id",
+            "hub_strategy",
+            "hub_private_repo",
+            "hub_always_push",
+            "hub_revision",
+            "log_completions_hub_repo",
+        ),
+        _HUB,
+    ),
+    **dict.fromkeys(
+        (
+            "vllm_server_base_url",
+            "vllm_server_host",
+            "vllm_server_port",
+            "vllm_server_timeout",
+            "vllm_group_port",
+        ),
+        _SERVER,
+    ),
+    **dict.fromkeys(
+        ("resume_from_checkpoint", "restore_callback_states_from_checkpoint"),
+        "resuming is the pipeline's (train resumes from paths.checkpoints by itself)",
+    ),
+    **dict.fromkeys(
+        ("deepspeed", "fsdp", "fsdp_config", "accelerator_config"),
+        "the launch comes from train.processes and train.accelerate_config (configs/accelerate/)",
+    ),
+}
+# model_init_kwargs: a dtype only (profiles/gpu.yaml and the GPU check set it); the rest of a
+# model's loading is the pipeline's (weights_only, remote code, revision)
+MODEL_INIT_KWARGS = ("dtype",)
+VLLM_MODES = ("colocate",)  # vLLM inside the training process: no server to trust
+
 # TRL 1.16 GRPOConfig.loss_type values and transformers 5 SchedulerType values (tests check both
 # against the installed libraries).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -334,6 +383,27 @@ class GRPOParams:
                 if key in GRPOParams.__dataclass_fields__
                 else "is set by the pipeline (rlvr.grpo.config.grpo_config), not by params",
             )
+            require(
+                key not in EXTRA_REFUSED,
+                f"train.grpo.extra.{key}",
+                "***" if "token" in key else self.extra[key],  # a secret is not repeated
+                f"is refused: it {EXTRA_REFUSED.get(key)}",
+            )
+        kwargs = self.extra.get("model_init_kwargs", {})
+        require(
+            isinstance(kwargs, dict) and set(kwargs) <= set(MODEL_INIT_KWARGS),
+            "train.grpo.extra.model_init_kwargs",
+            kwargs,
+            f"must be a mapping of {', '.join(MODEL_INIT_KWARGS)} only (e.g. {{dtype: "
+            "bfloat16}): how a model loads is the pipeline's",
+        )
+        require(
+            self.extra.get("vllm_mode", VLLM_MODES[0]) in VLLM_MODES,
+            "train.grpo.extra.vllm_mode",
+            self.extra.get("vllm_mode"),
+            f"must be {' or '.join(VLLM_MODES)}: server mode talks to a vLLM server the "
+            "pipeline does not start",
+        )
         require(
             self.per_device_train_batch_size % self.num_generations == 0,
             "train.grpo.per_device_train_batch_size",

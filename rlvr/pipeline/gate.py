@@ -31,8 +31,12 @@ def _test_id(case: ET.Element) -> str:
     return f"{classname.replace('.', '/')}.py::{name}" if classname else name
 
 
-def run_reward_tests(test_paths: Sequence[str], report_path: str | Path) -> dict:
-    """Run pytest on the reward tests and write the verdict JSON: passed, counts, failing ids."""
+def run_reward_tests(
+    test_paths: Sequence[str], report_path: str | Path, min_tests: int = 1
+) -> dict:
+    """Run pytest on the reward tests and write the verdict JSON: passed, counts, failing ids.
+    Fewer than `min_tests` collected (gate.min_tests), or a path that does not exist, fails it."""
+    missing = [p for p in test_paths if not Path(p).exists()]
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
         command = [
@@ -60,16 +64,25 @@ def run_reward_tests(test_paths: Sequence[str], report_path: str | Path) -> dict
             counts[{"failure": "failed", "error": "errors"}.get(outcome, outcome)] += 1
             if outcome in ("failure", "error"):
                 failing.append(_test_id(case))
-    passed = completed.returncode == 0 and counts["tests"] > 0 and not failing
+    enough = counts["tests"] >= max(min_tests, 1)
+    passed = completed.returncode == 0 and enough and not failing and not missing
     verdict = {
         "passed": passed,
         "counts": counts,
+        "min_tests": min_tests,
         "failing": failing,
         "pytest_exit_code": completed.returncode,
         "command": " ".join(command[1:3] + list(test_paths)),
     }
-    if completed.returncode == PYTEST_NO_TESTS:
+    if missing:
+        verdict["reason"] = f"gate.tests names {', '.join(missing)}, which does not exist"
+    elif completed.returncode == PYTEST_NO_TESTS:
         verdict["reason"] = "no tests were collected"
+    elif completed.returncode == 0 and not enough:
+        verdict["reason"] = (
+            f"{counts['tests']} tests collected, fewer than gate.min_tests ({min_tests}): "
+            "gate.tests names too few reward tests"
+        )
     elif not passed and not failing:
         verdict["reason"] = (completed.stdout + completed.stderr).strip()[-2000:]
     write_json(report_path, verdict)
