@@ -53,6 +53,7 @@ from rlvr.params.config import ParamsError, load_params
 from rlvr.params.experiments import check_queued_runs
 from rlvr.team import spread
 from rlvr.team.clones import default_workdir
+from rlvr.team.trust import flow_repo
 
 
 def _dvc(root: str, *args: str, env: dict[str, str] | None = None) -> str:
@@ -109,16 +110,17 @@ def experiment_run(
     name: str,
     overrides: list[str] | None = None,
     targets: list[str] | None = None,
-    workdir: str | None = None,
 ) -> dict:
-    """One experiment on whichever worker took it (rlvr.team.spread.run_one)."""
+    """One experiment on whichever worker took it (rlvr.team.spread.run_one): `repo` must be the
+    worker folder's origin or one of its params.yaml orchestration.repos (it clones that one,
+    with its own credentials), in the machine's work folder (default_workdir)."""
     from prefect.runtime import flow_run
 
-    work = Path(workdir) if workdir else default_workdir()
     label = f"{name}-{(flow_run.id or 'local')[:8]}"
     try:
+        repo = flow_repo(ROOT, repo)
         result = spread.run_one(
-            repo, commit, spread.Run(name, overrides or [], targets or []), work, label
+            repo, commit, spread.Run(name, overrides or [], targets or []), default_workdir(), label
         )
     except PipelineError as error:
         return failed(error)

@@ -14,6 +14,7 @@ with one line naming the remote; the clone is kept and the next night pushes it 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HO
 from flows.pipeline import pipeline
 from rlvr.core.errors import PipelineError
 from rlvr.orchestration.runs import failed, quiet_returned_failures
-from rlvr.team.clones import default_workdir, origin_url
+from rlvr.team.clones import WORKDIR_ENV, default_workdir
 from rlvr.team.nightly import (
     Night,
     checkout,
@@ -38,6 +39,7 @@ from rlvr.team.nightly import (
 )
 from rlvr.team.registry import promotion_markdown
 from rlvr.team.remote import pull
+from rlvr.team.trust import flow_repo
 
 quiet_returned_failures()
 
@@ -65,14 +67,14 @@ def nightly(
     repo: str | None = None,
     branch: str = "main",
     results_branch: str = "results",
-    workdir: str | None = None,
 ) -> dict:
     """One night: clone, pull, run what changed, push, record, promote. Returns {"line",
-    "commit", "promoted"}."""
+    "commit", "promoted"}. `repo`: this folder's origin (None) or one of params.yaml
+    orchestration.repos; the work folder is the machine's (default_workdir), never a parameter."""
     logger = get_run_logger()
-    work = Path(workdir) if workdir else default_workdir()
+    work = default_workdir()
     try:
-        repo = repo or origin_url(ROOT)
+        repo = flow_repo(ROOT, repo)
     except PipelineError as error:
         return failed(error)
     for earlier in kept(work):  # a night whose push failed: pushed and recorded first
@@ -123,10 +125,14 @@ if __name__ == "__main__":
     parser.add_argument("--repo", help="the git remote (default: this folder's origin)")
     parser.add_argument("--branch", default="main")
     parser.add_argument("--results-branch", default="results")
-    parser.add_argument("--workdir", help=f"clones and the shared cache ({default_workdir()})")
+    parser.add_argument(
+        "--workdir", help=f"clones and the shared cache (${WORKDIR_ENV}, else {default_workdir()})"
+    )
     args = parser.parse_args()
+    if args.workdir:
+        os.environ[WORKDIR_ENV] = args.workdir
     try:
-        result = nightly(args.repo, args.branch, args.results_branch, args.workdir)
+        result = nightly(args.repo, args.branch, args.results_branch)
     except PipelineError as error:
         drain_prefect()
         raise SystemExit(f"nightly: {error}") from None

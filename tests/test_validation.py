@@ -47,6 +47,23 @@ def _validate(train, held_out, docs_dir=None):
     return validate_files(str(train), str(held_out), ROWS, MAX_PROMPT, docs_dir=docs_dir)
 
 
+def test_data_docs_show_row_text_escaped(files, tmp_path):
+    """A row's id, tags and values reach the Data Docs pages as text, never as HTML that runs in
+    the reader's browser (GX 1.24 writes result values into its pages unescaped)."""
+    train, _ = files
+
+    def evil(row):
+        row["id"] = "<img src=x onerror=alert(1)>"
+        row["tags"] = ["<script>alert(2)</script>"]
+
+    _edit_row(train, 3, evil)
+    reports = _validate(*files, docs_dir=tmp_path / "docs")
+    assert any("<img src=x onerror=alert(1)>" in p for p in reports[0].problems)  # said plainly
+    pages = "".join(p.read_text() for p in (tmp_path / "docs").rglob("validations/**/*.html"))
+    assert "&lt;img src=x onerror=alert(1)&gt;" in pages  # the row is shown, as text
+    assert "<img src=x" not in pages and "<script>alert(2)" not in pages
+
+
 def test_the_committed_data_passes_and_writes_data_docs(files, tmp_path):
     reports = _validate(*files, docs_dir=tmp_path / "docs")
     assert [r.problems for r in reports] == [[], []]

@@ -17,6 +17,8 @@ directory, not permitted) stops validation, with a DataError `<path>: <why>`.
 
 from __future__ import annotations
 
+import copy
+import html
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -255,23 +257,50 @@ class _Runner:
         definition = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=name, data=batch, suite=suite)
         )
-        actions = (
-            [gx.checkpoint.UpdateDataDocsAction(name="docs", site_names=self.sites)]
-            if self.sites
-            else []
-        )
         checkpoint = self.context.checkpoints.add(
             gx.Checkpoint(
                 name=name,
                 validation_definitions=[definition],
-                actions=actions,
+                actions=[],
                 result_format=_RESULT_FORMAT,
             )
         )
         result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=self.run_id)
-        (validation,) = result.run_results.values()
+        ((identifier, validation),) = result.run_results.items()
+        if self.sites:
+            self._docs(identifier, validation, name)
         by_name = {r.expectation_config.meta["rule"]: r for r in validation.results}
         return [(rule, by_name[rule.name]) for rule in rules]
+
+    def _docs(self, identifier: Any, validation: Any, suite: str) -> None:
+        """Data Docs of one validation, from a copy whose row text is HTML-escaped: GX 1.24 puts
+        result values (ids, details, unexpected values) into its pages as they are, so a row id
+        `<img src=x onerror=...>` would run in the reader's browser (tests/test_validation.py)."""
+        from great_expectations.data_context.types.resource_identifiers import (
+            ExpectationSuiteIdentifier,
+        )
+
+        shown = copy.deepcopy(validation)
+        for item in shown.results:
+            item.result = _escaped(item.result)
+            if item.exception_info:
+                item.exception_info = _escaped(item.exception_info)
+        self.context.validation_results_store.set(identifier, shown)
+        self.context.build_data_docs(
+            site_names=self.sites,
+            resource_identifiers=[identifier, ExpectationSuiteIdentifier(name=suite)],
+        )
+
+
+def _escaped(value: Any) -> Any:
+    """Every string inside `value` (lists, tuples, dicts' values) HTML-escaped."""
+    if isinstance(value, str):
+        return html.escape(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_escaped(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _escaped(v) for k, v in value.items()}
+    return value
 
 
 def _problem_lines(path: str, rule: Rule, result: Any) -> list[str]:

@@ -547,6 +547,12 @@ class OrchestrationParams:
         default_factory=lambda: {"train.grpo.beta": [0.01, 0.1]},
         description="Experiments flow: param -> values, queued as a grid.",
     )
+    repos: Annotated[list[NonEmptyStr], Strict()] = Field(
+        default_factory=list,
+        description="Git remotes the team's flows (the nightly, an experiment worker) may clone "
+        "besides their folder's origin: a flow run naming any other is refused, since the "
+        "clone's code runs on the worker (docs/security.md).",
+    )
     grids: Dict = Field(
         default_factory=dict,
         description="Experiments flow, only when named "

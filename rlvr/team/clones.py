@@ -49,7 +49,10 @@ def default_workdir() -> Path:
 
 def clone(repo: str, root: Path, workdir: Path, branch: str | None = None) -> str:
     """A fresh clone of `repo` (at `branch`, else its default branch) in root, its DVC cache the
-    machine's shared one (<workdir>/cache); the commit it checked out."""
+    machine's shared one (<workdir>/cache); the commit it checked out. `root` lies inside
+    `workdir` (it is deleted first: never anything else)."""
+    if Path(workdir).resolve() not in Path(root).resolve().parents:
+        raise GitFailed(f"{root} is not inside the work folder {workdir}: no clone made there")
     if root.exists():
         shutil.rmtree(root)
     root.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from rlvr.report.render import md_escape
 from rlvr.team.clones import clone, git, rev
 from rlvr.team.registry import promote_after_run
 from rlvr.team.remote import push
-from rlvr.team.trust import check_results_files, declared_outs
+from rlvr.team.trust import check_results_files, declared_outs, folder_name
 
 PENDING = "pending.json"  # under the workdir: kept clones whose push or record failed
 
@@ -60,7 +60,7 @@ def checkout(repo: str, branch: str, results_branch: str, workdir: Path, name: s
     """A fresh clone of `repo` at `branch`'s head in <workdir>/runs/<name>, on the machine's
     shared DVC cache, with the last night's outputs laid over it (Untrusted when that results
     commit changed anything else)."""
-    root = workdir / "runs" / name
+    root = workdir / "runs" / folder_name(name)
     source = clone(repo, root, workdir, branch)
     before = rev(root, f"origin/{results_branch}")
     night = Night(root, branch, results_branch, source, before)

@@ -28,6 +28,7 @@ from rlvr.core.seeds import seed_folder
 from rlvr.params.config import PathsParams
 from rlvr.report.render import md_escape
 from rlvr.team.clones import git
+from rlvr.team.remote import strict_ssh
 
 PROD = "prod"
 JUDGED = "validation"  # the split promotion reads (per_prompt.jsonl's "split")
@@ -112,6 +113,7 @@ def judged_runs(root: str | Path, rev: str | None = None) -> dict[int, list[dict
     """seed -> that seed's validation records, at a git revision (None: the workspace), through
     DVC: files the cache lacks come from the remote. A run evaluated before evaluate scored the
     validation rows gives empty lists."""
+    strict_ssh()  # files the cache lacks come over SSH: host key checked, no agent
     fs = DVCFileSystem(str(root), rev=rev)
     params = loads_yaml(fs.read_text("params.yaml")) or {}
     folder = (params.get("paths") or {}).get("eval_runs") or PathsParams().eval_runs

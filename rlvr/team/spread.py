@@ -40,8 +40,16 @@ from rlvr.orchestration.runs import dvc_stages, run_dvc, seeded_stages, stages_r
 from rlvr.params.config import ParamsError, load_params
 from rlvr.params.experiments import check_queued_runs, experiment_runs
 from rlvr.team.clones import clone, git, origin_url, rev
-from rlvr.team.remote import RemoteFailed, dvc_error, pull, push
-from rlvr.team.trust import check_lock_entry, declared
+from rlvr.team.remote import (
+    RemoteFailed,
+    default_remote,
+    dvc_error,
+    pull,
+    push,
+    remote_dvc,
+    verify_pulls,
+)
+from rlvr.team.trust import check_lock_entry, declared, folder_name, redacted
 
 EXPERIMENT_FLOW = "grpo-experiment-run"  # flows/experiments.py experiment_run
 DEPLOYMENT = f"{EXPERIMENT_FLOW}/experiment-run"
@@ -76,7 +84,7 @@ class Run:
     def parameters(self, repo: str, commit: str) -> dict:
         """The experiment-run flow's parameters for this run."""
         return {
-            "repo": repo,
+            "repo": redacted(repo),  # a flow-run parameter: kept on the server, shown in its UI
             "commit": commit,
             "name": self.name,
             "overrides": self.overrides,
@@ -136,7 +144,7 @@ def ready(root: str | Path) -> tuple[str, str]:
     git(root, "fetch", "--quiet", "--prune", "origin")
     if not git(root, "branch", "--remotes", "--contains", commit, "--list", "origin/*"):
         raise SpreadError(
-            f"{root}: HEAD {commit[:8]} is on no branch of the git remote {repo}: push it "
+            f"{root}: HEAD {commit[:8]} is on no branch of the git remote {redacted(repo)}: push it "
             "(each worker clones it from there)"
         )
     return repo, commit
@@ -189,7 +197,7 @@ def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict
         steps[step] = round(now - clock[0], 1)
         clock[0] = now
 
-    root = workdir / "experiments" / label
+    root = workdir / "experiments" / folder_name(label)
     clone(repo, root, workdir)
     git(root, "checkout", "--quiet", commit)
     lap("clone")
@@ -205,7 +213,7 @@ def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict
             f"{dvc_error(ran.stdout + ran.stderr)}"
         )
     lap("run")
-    pushed = run_dvc(root, "exp", "push", "--force", "origin", run.name)
+    pushed = remote_dvc(root, "exp", "push", "--force", "origin", run.name)
     if pushed.returncode != 0:
         raise SpreadError(
             f"experiment {run.name}: dvc exp push origin failed in {root} (kept; rerun "
@@ -226,7 +234,10 @@ def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict
 
 def collect(root: str | Path, names: list[str]) -> None:
     """`dvc exp pull` the runs from the remotes (their commits and their data)."""
-    run = run_dvc(root, "exp", "pull", "--force", "origin", *names)
+    found = default_remote(root)
+    if found:
+        verify_pulls(root, found[0])
+    run = remote_dvc(root, "exp", "pull", "--force", "origin", *names)
     if run.returncode != 0:
         raise RemoteFailed(
             f"dvc exp pull origin {' '.join(names)} failed: {dvc_error(run.stdout + run.stderr)}"

@@ -1,17 +1,23 @@
 """What the team's flows take from others, checked before it touches the workspace: an experiment's
 dvc.lock (a worker pushed it) and the last night's results commit (on the git remote) name only
-the outputs this checkout's own dvc.yaml declares, never `.`, `.git` or code (docs/security.md)."""
+the outputs this checkout's own dvc.yaml declares, never `.`, `.git` or code; a flow run's `repo`
+(anyone who reaches the Prefect API sets it) is this folder's origin or one params.yaml lists,
+and is shown without its credentials (docs/security.md)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from dvc.dependency.param import ParamsDependency
 from dvc.repo import Repo
 
 from rlvr.core.errors import PipelineError
 from rlvr.core.files import is_output
+from rlvr.params.config import load_params
+from rlvr.team.clones import origin_url
 
 
 class Untrusted(PipelineError):
@@ -110,3 +116,47 @@ def check_results_files(commit: str, files: list[str], outs: frozenset[str]) -> 
             "a night carries over only dvc.lock and the stages' outputs; inspect that commit, and "
             "reset the results branch to a night you trust"
         )
+
+
+def redacted(url: str) -> str:
+    """`url` without its userinfo (a token, a password): what messages, artifacts and flow-run
+    parameters show. An scp-like `user@host:path` has no secret and is kept."""
+    parts = urlsplit(url)
+    if parts.scheme and "@" in parts.netloc:
+        return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return url
+
+
+def _same_repo(a: str, b: str) -> bool:
+    def key(url: str) -> str:
+        return redacted(url).rstrip("/").removesuffix(".git")
+
+    return key(a) == key(b)
+
+
+def trusted_repo(repo: str | None, origin: str, allowed: list[str]) -> str:
+    """The URL a flow clones for a flow run's `repo`: this folder's `origin` (None: that one) or
+    an entry of params.yaml orchestration.repos, as configured here (with this machine's own
+    credentials); Untrusted for any other, since the clone's code runs here."""
+    if repo is None:
+        return origin
+    for url in (origin, *allowed):
+        if _same_repo(repo, url):
+            return url
+    raise Untrusted(
+        f"repo {redacted(repo)}: this worker clones only its folder's origin ({redacted(origin)}) "
+        "and params.yaml orchestration.repos: add it there (docs/security.md)"
+    )
+
+
+def flow_repo(root: str | Path, repo: str | None) -> str:
+    """trusted_repo for a flow run in the deployment folder `root`: its origin, its params.yaml's
+    orchestration.repos."""
+    allowed = load_params(Path(root) / "params.yaml").orchestration.repos
+    return trusted_repo(repo, origin_url(Path(root)), allowed)
+
+
+def folder_name(label: str) -> str:
+    """A flow run's name or label as one folder name (letters, digits, `.`, `_`, `-`; no leading
+    dot): a clone lands inside its work folder whatever the name says."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", label).lstrip(".-") or "run"

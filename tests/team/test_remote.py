@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.team.remote import RemoteFailed, pull, push
+from rlvr.team.remote import (
+    KNOWN_HOSTS_ENV,
+    RemoteFailed,
+    known_hosts,
+    pull,
+    push,
+    remote_dvc,
+    strict_ssh,
+)
 from tests.helpers import commit_all, dvc, project_env
 from tests.team.servers import SSHServer
 
@@ -163,3 +171,79 @@ def test_the_prod_model_is_fetched_by_name_in_a_clean_folder(ssh_home, tmp_path)
     )
     assert get.returncode == 0, get.stdout + get.stderr
     assert _digests(empty / "prod") == _digests(repo / "models" / "final")
+
+
+def _key_line(server: SSHServer, key: Path) -> str:
+    return f"[127.0.0.1]:{server.port} {' '.join(key.read_text().split()[:2])}\n"
+
+
+def test_a_server_whose_host_key_is_not_known_is_refused(ssh_home, tmp_path, monkeypatch):
+    """dvc-ssh alone checks no host key (sshfs sets known_hosts to None): a server that is not
+    the one known_hosts names would get the data. Through rlvr.team.remote the push is refused,
+    and with no known_hosts file at all it says where to add the key."""
+    repo = _repo(tmp_path / "repo", ssh_home)
+    other = tmp_path / "other_host"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    known = tmp_path / "known_hosts"
+    known.write_text(_key_line(ssh_home, other.with_suffix(".pub")))  # another server's key
+    monkeypatch.setenv(KNOWN_HOSTS_ENV, str(known))
+    before = _objects(ssh_home)
+    with pytest.raises(RemoteFailed) as failure:
+        push(repo)
+    line = str(failure.value)
+    assert "\n" not in line and "Host key is not trusted" in line, line
+    assert _objects(ssh_home) == before  # nothing sent
+    monkeypatch.setenv(KNOWN_HOSTS_ENV, str(tmp_path / "missing"))
+    with pytest.raises(RemoteFailed, match="no known_hosts file at .*missing: add the DVC"):
+        push(repo)
+    known.write_text((ssh_home.home / ".ssh" / "known_hosts").read_text())  # the right key
+    monkeypatch.setenv(KNOWN_HOSTS_ENV, str(known))
+    assert "pushed" in push(repo)
+
+
+def test_dvc_runs_without_the_ssh_agent(ssh_home, monkeypatch):
+    """What talks to the remote gets no SSH_AUTH_SOCK, and every dvc-ssh login names no agent
+    and forwards none (dvc-ssh forwards it by default)."""
+    from dvc_ssh import SSHFileSystem
+
+    import rlvr.team.remote as remote
+
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/agent.sock")
+    monkeypatch.setenv(KNOWN_HOSTS_ENV, str(ssh_home.home / ".ssh" / "known_hosts"))
+    seen = {}
+    real = subprocess.run
+
+    def run(command, **kwargs):
+        seen.update(command=command, env=kwargs["env"])
+        return real(command, **kwargs)
+
+    monkeypatch.setattr(remote.subprocess, "run", run)
+    shown = remote_dvc(".", "--version")
+    assert shown.returncode == 0 and shown.stdout.strip(), shown.stderr
+    assert seen["command"][1:4] == ["-m", "rlvr.team.remote", "--version"]
+    assert "SSH_AUTH_SOCK" not in seen["env"]
+    strict_ssh()
+    info = SSHFileSystem._prepare_credentials(object.__new__(SSHFileSystem), host="h")
+    assert info["agent_path"] is None and info["agent_forwarding"] is False
+    assert info["known_hosts"] == known_hosts()
+
+
+def test_a_damaged_object_on_the_remote_never_lands(ssh_home, tmp_path):
+    """The remote's `verify`: each pulled object is hashed again, so one changed on the server
+    (damaged, or forged without its md5) never lands in the clone: DVC drops it from the cache,
+    and the pull (--allow-missing) leaves that output to `dvc repro` to rebuild."""
+    repo = _repo(tmp_path / "repo", ssh_home, files=3)
+    push(repo)
+    target = repo / "models" / "final" / "part-0001.bin"
+    md5 = hashlib.md5(target.read_bytes()).hexdigest()
+    stored = ssh_home.storage / "files" / "md5" / md5[:2] / md5[2:]
+    stored.write_bytes(b"forged" + stored.read_bytes()[6:])
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    (clone / ".dvc" / "config.local").write_text((repo / ".dvc" / "config.local").read_text())
+    pull(clone)
+    assert dvc(clone, "config", "remote.team.verify").strip() == "true"
+    pulled = _digests(clone / "models" / "final") if (clone / "models" / "final").exists() else {}
+    assert "part-0001.bin" not in pulled and not list(
+        clone.glob(f".dvc/cache/files/md5/{md5[:2]}/*")
+    )

@@ -13,8 +13,10 @@ from dvc.utils.serialize import dumps_yaml, loads_yaml
 from rlvr.core.files import remove_tree
 from rlvr.orchestration.runs import run_dvc
 from rlvr.team import spread
+from rlvr.team.clones import GitFailed, clone
 from rlvr.team.nightly import checkout
-from rlvr.team.trust import Untrusted
+from rlvr.team.remote import default_remote
+from rlvr.team.trust import Untrusted, folder_name, redacted, trusted_repo
 from tests.helpers import commit_all, dvc_repo
 from tests.helpers import git as _git
 
@@ -216,3 +218,53 @@ def test_no_folder_holding_the_workspace_or_a_repository_is_deleted(tmp_path, mo
     remove_tree("reports/docs")  # an output: gone
     assert not (repo / "reports" / "docs").exists() and (repo / "reports").is_dir()
     remove_tree("reports/missing")  # nothing there: nothing to do
+
+
+def test_credentials_in_a_url_are_never_shown(tmp_path):
+    assert redacted("https://ci:ghp_secret@github.com/team/rlvr.git") == (
+        "https://github.com/team/rlvr.git"
+    )
+    assert redacted("ssh://deploy:pw@10.0.0.5:2222/srv/dvc") == "ssh://10.0.0.5:2222/srv/dvc"
+    for kept in ("git@github.com:team/rlvr.git", "/srv/git/rlvr.git", "https://github.com/t/r"):
+        assert redacted(kept) == kept
+    # what the submitter stores on the Prefect server as the worker's flow-run parameter
+    run = spread.Run("seed-0", [], ["train@0"])
+    assert run.parameters("https://ci:ghp_secret@h/t/r.git", "abc")["repo"] == "https://h/t/r.git"
+    # what a push or pull failure says of the DVC remote
+    project = dvc_repo(tmp_path / "p", {})
+    run_dvc(project, "remote", "add", "-d", "team", "ssh://deploy:pw@10.0.0.5/srv/dvc")
+    assert default_remote(project) == ("team", "ssh://10.0.0.5/srv/dvc")
+
+
+def test_a_flow_clones_only_its_origin_or_the_repos_params_names():
+    origin = "https://ci:ghp_secret@github.com/team/rlvr.git"
+    assert trusted_repo(None, origin, []) == origin
+    # the submitter's redacted URL: the worker clones with its own credentials
+    assert trusted_repo("https://github.com/team/rlvr", origin, []) == origin
+    fork = "https://github.com/team/rlvr-fork.git"
+    assert trusted_repo(fork, origin, [fork]) == fork
+    with pytest.raises(Untrusted) as error:
+        trusted_repo("https://evil.example/rlvr.git", origin, [fork])
+    assert str(error.value) == (
+        "repo https://evil.example/rlvr.git: this worker clones only its folder's origin "
+        "(https://github.com/team/rlvr.git) and params.yaml orchestration.repos: add it there "
+        "(docs/security.md)"
+    )
+
+
+def test_a_clone_lands_inside_the_work_folder_whatever_the_run_is_called(dev, tmp_path):
+    for name, folder in (
+        ("../../etc", "etc"),
+        (".git", "git"),
+        ("a/../b c", "a-..-b-c"),
+        ("", "run"),
+    ):
+        assert folder_name(name) == folder
+    work = tmp_path / "work"
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    with pytest.raises(GitFailed, match="is not inside the work folder"):
+        clone(str(dev), work / ".." / "precious", work)
+    assert outside.is_dir()
+    night = checkout(str(dev), "main", "results", work, "../../precious")
+    assert night.root == work / "runs" / "precious" and outside.is_dir()
