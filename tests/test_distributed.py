@@ -1,6 +1,9 @@
 """Several processes, offline: the launch command, the accelerate configs, params that need them,
 and how a rank hands an expected failure to its launcher."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from rlvr.grpo import distributed
@@ -32,6 +35,46 @@ def test_accelerate_launch_accepts_the_command_the_stage_builds(name):
     assert (args.num_processes, args.main_process_port, args.module) == (4, port, True)
     assert args.training_script == "stages.train"
     assert args.config_file == (str(distributed.accelerate_config_file(name)) if name else None)
+
+
+def _listening(port: int) -> set[str]:
+    """The local addresses sockets listen on at `port` (Linux: /proc/net/tcp and tcp6)."""
+    import socket
+
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                raw = bytes.fromhex(address)
+                if len(raw) == 4:
+                    found.add(socket.inet_ntoa(raw[::-1]))
+                else:
+                    found.add("::" if not any(raw) else address)
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/net")
+def test_the_one_machine_store_listens_on_the_loopback_only():
+    """Rank 0's store (every rank unpickles the object broadcast from it) takes connections from
+    this machine only: torch 2.13's TCPStore alone listens on every interface."""
+    from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCPRendezvous
+
+    def store(port):
+        rendezvous = StaticTCPRendezvous("127.0.0.1", port, 0, 1, "t", 30)
+        rendezvous.next_rendezvous().store.set("k", "v")
+        return rendezvous
+
+    port = distributed.free_port()
+    alone = store(port)
+    assert _listening(port) & {"0.0.0.0", "::"}, _listening(port)  # torch's own: everywhere
+    del alone
+    port = distributed.free_port()
+    with distributed.store_on_loopback():
+        kept = store(port)
+        assert _listening(port) == {"127.0.0.1"}
+    del kept
 
 
 @pytest.mark.parametrize(

@@ -263,13 +263,21 @@ DAMAGE = {
     "running_mean.json is missing": lambda c: None,  # asked for below, never written
     "running_mean.json is unreadable": lambda c: (c / "running_mean.json").write_text('{"va'),
     "model.safetensors is unreadable (AttributeError)": lambda c: _header(c, b"[1, 2]"),
+    # a crafted header length: read as it claims, 2**63 raised OverflowError, a few GB MemoryError
+    "model.safetensors is unreadable (its header claims 9223372036854775807 bytes)": lambda c: (
+        _header(c, b"{}", claimed=2**63 - 1)
+    ),
+    "model.safetensors is unreadable (its header claims 4000000000 bytes)": lambda c: _header(
+        c, b"{}", claimed=4_000_000_000
+    ),
 }
 
 
-def _header(checkpoint, header):
+def _header(checkpoint, header, claimed=None):
     import struct
 
-    (checkpoint / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    length = len(header) if claimed is None else claimed
+    (checkpoint / "model.safetensors").write_bytes(struct.pack("<Q", length) + header)
 
 
 @pytest.mark.parametrize("reason", sorted(DAMAGE))

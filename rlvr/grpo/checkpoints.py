@@ -22,14 +22,20 @@ from rlvr.grpo.distributed import world_size
 FINGERPRINT_FILE = "fingerprint.json"
 RUNNING_MEAN_FILE = "running_mean.json"  # the running-mean baseline (PipelineGRPOTrainer saves it)
 WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
+SAFETENSORS_MAX_HEADER = 100_000_000  # the format's own limit on its JSON header (safetensors 0.x)
 TORCH_STATE_FILES = ("optimizer.pt", "scheduler.pt")  # torch.save's zip format
 
 
 def _safetensors_problem(file: Path) -> str | None:
-    """Why a safetensors file is unreadable: its header must parse and its size must match."""
+    """Why a safetensors file is unreadable: its header must parse and its size must match. The
+    header's length is checked against the file before it is read: a crafted one (2**63, or
+    gigabytes) must not crash or exhaust the resume check."""
     try:
+        size = file.stat().st_size
         with open(file, "rb") as handle:
             (header_len,) = struct.unpack("<Q", handle.read(8))
+            if header_len > min(size - 8, SAFETENSORS_MAX_HEADER):
+                return f"{file.name} is unreadable (its header claims {header_len} bytes)"
             header = json.loads(handle.read(header_len))
         end = max(
             (v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0

@@ -27,6 +27,7 @@ import socket
 import sys
 import tempfile
 from collections.abc import Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import yaml
@@ -34,6 +35,7 @@ import yaml
 from rlvr.core.errors import ParamsError, PipelineError
 
 ACCELERATE_CONFIGS = Path("configs/accelerate")
+LOOPBACK = "127.0.0.1"  # where a one-machine run's ranks meet
 FAILURES_ENV = "RLVR_FAILURES_DIR"  # set by the launcher: where ranks report expected failures
 
 
@@ -118,7 +120,8 @@ def launch_args(
 
     >>> launch_args("stages.train", 2, use_cpu=True, port=29600)
     ['--multi_gpu', '--num_processes', '2', '--num_machines', '1', '--mixed_precision', 'no', \
-'--dynamo_backend', 'no', '--main_process_port', '29600', '-m', 'stages.train']
+'--dynamo_backend', 'no', '--main_process_ip', '127.0.0.1', '--main_process_port', '29600', '-m', \
+'stages.train']
     >>> launch_args("stages.train", 8, use_cpu=False, config_name="fsdp", port=1)[:4]
     ['--config_file', 'configs/accelerate/fsdp.yaml', '--num_processes', '8']
     """
@@ -138,8 +141,43 @@ def launch_args(
             "no",
         ]
     # several machines meet at the config's main_process_ip:port; one machine takes a free port
-    rendezvous = ["--main_process_port", str(port)] if machines(config_name) == 1 else []
+    # on the loopback (its store listens there only: store_on_loopback)
+    rendezvous = (
+        ["--main_process_ip", LOOPBACK, "--main_process_port", str(port)]
+        if machines(config_name) == 1
+        else []
+    )
     return [*head, *rendezvous, "-m", module, *script_args]
+
+
+@contextmanager
+def store_on_loopback():
+    """While it is open, the store torchrun's one-machine rendezvous makes in this process (rank
+    0's TCPStore, which every rank's object broadcast unpickles from) listens on 127.0.0.1 only.
+    torch 2.13's TCPStore binds every interface and has no bind option, but takes a socket
+    already listening (master_listen_fd): this wraps
+    torch.distributed.elastic.rendezvous.static_tcp_rendezvous.TCPStore, a module attribute of
+    torch's (2.13), to hand it one. Guarded by
+    tests/test_distributed.py::test_the_one_machine_store_listens_on_the_loopback_only."""
+    from torch.distributed.elastic.rendezvous import static_tcp_rendezvous as static
+
+    real = static.TCPStore
+
+    def loopback(host, port, world_size, is_master, *args, **kwargs):
+        if is_master and "master_listen_fd" not in kwargs:
+            listening = socket.socket()
+            listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listening.bind((LOOPBACK, port))
+            listening.listen()
+            # the store owns the descriptor from here (it closes it): Python must not
+            kwargs["master_listen_fd"] = listening.detach()
+        return real(host, port, world_size, is_master, *args, **kwargs)
+
+    static.TCPStore = loopback
+    try:
+        yield
+    finally:
+        static.TCPStore = real
 
 
 def free_port() -> int:
@@ -203,7 +241,8 @@ def launch(
     with tempfile.TemporaryDirectory(prefix="rlvr-ranks.") as failures:
         os.environ[FAILURES_ENV] = failures
         try:
-            launch_command(args)
+            with store_on_loopback() if machines(config_name) == 1 else nullcontext():
+                launch_command(args)
             return 0
         except ChildFailedError:
             reports = [p.read_text().strip() for p in Path(failures).glob("rank*")]

@@ -237,6 +237,9 @@ WARM_UP = [
 ]
 
 WATCH_INTERVAL_S = 0.2  # how soon a worker ends after the scoring process that started it
+# What a worker may allocate past its warm size: one value needs megabytes; an answer such as
+# `2^{2^{40}}` would need terabytes and fails at once instead of swapping the machine.
+MEMORY_HEADROOM = 1 << 30
 
 
 def die_with(parent: int) -> None:
@@ -262,11 +265,23 @@ def die_with(parent: int) -> None:
         os._exit(0)
 
 
+def limit_memory(headroom: int = MEMORY_HEADROOM) -> int:
+    """Cap this worker's address space at its warm size plus `headroom` (RLIMIT_AS, soft and
+    hard): an answer that would take more fails with MemoryError, which scores 0, instead of
+    taking the machine's memory from training. The limit, in bytes."""
+    import resource
+
+    limit = psutil.Process().memory_info().vms + headroom
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return limit
+
+
 def main() -> None:
     if len(sys.argv) > 1:
         die_with(int(sys.argv[1]))
     for request in WARM_UP:
         reply(request)
+    limit_memory()
     print("ready", flush=True)
     for line in sys.stdin:
         try:

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
 
 import psutil
 import pytest
@@ -26,6 +27,7 @@ from rlvr.rewards.math_answers import (
     math_reward,
     start_math_worker,
 )
+from rlvr.rewards.math_worker import MEMORY_HEADROOM
 from rlvr.rewards.registry import score_correctness, verifier_problems
 
 
@@ -702,6 +704,31 @@ def test_an_answer_past_its_bound_scores_0_and_the_next_one_is_scored_on_its_own
     assert math_reward("\\sqrt{2}", "\\sqrt{2}", timeout=0.0) == 0.0  # no reply can come in 0 s
     assert time.perf_counter() - start < 1.0  # the worker killed, not waited for
     assert math_reward("\\sqrt{2}", "\\sqrt{2}") == 1.0  # waits for the spare, then scores
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_worker_may_not_take_the_machines_memory():
+    """Its address space is capped at its warm size plus MEMORY_HEADROOM, so an answer that would
+    need more fails at once (MemoryError: it scores 0) instead of taking training's memory."""
+    start_math_worker()
+    pid = math_answers._workers[0].process.pid
+    limits = Path(f"/proc/{pid}/limits").read_text().splitlines()
+    soft, hard = next(line for line in limits if line.startswith("Max address space")).split()[3:5]
+    size = psutil.Process(pid).memory_info().vms
+    assert soft == hard and size < int(soft) <= size + MEMORY_HEADROOM
+    grab = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from rlvr.rewards.math_worker import limit_memory\n"
+            "limit_memory(256 << 20)\ntry:\n    bytearray(1 << 30)\nexcept MemoryError:\n"
+            "    print('refused')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert grab.stdout.strip() == "refused", grab.stderr
 
 
 def test_a_stopped_worker_costs_one_completion_its_wall_clock_bound():
