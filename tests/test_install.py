@@ -149,3 +149,16 @@ def test_the_pipeline_flows_help_prints_its_usage_and_runs_nothing(tmp_path):
     assert run.returncode == 0 and run.stdout.startswith("usage: python -m flows.pipeline")
     assert "the DVC pipeline, stage by stage" in run.stdout
     assert not any(tmp_path.iterdir())  # no Prefect database, no server, no flow run
+
+
+def test_every_package_the_install_takes_is_pinned():
+    """requirements.lock, requirements-nodeps.txt and the build backend name one version each
+    (name==version): a fresh clone builds what this one did."""
+    import tomllib
+
+    for name in ("requirements.lock", "requirements-nodeps.txt"):
+        lines = [line.split("#")[0].strip() for line in (ROOT / name).read_text().splitlines()]
+        unpinned = [line for line in lines if line and not re.fullmatch(r"[\w.-]+==[\w.+-]+", line)]
+        assert not unpinned, f"{name}: {unpinned}"
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    assert build and all(re.fullmatch(r"[\w.-]+==[\w.+-]+", r) for r in build), build

@@ -8,6 +8,7 @@ text, hold no tag, link, emphasis or image that came from it, and read no file i
 import dataclasses
 import html
 import re
+import unicodedata
 
 import pytest
 
@@ -325,6 +326,24 @@ def test_a_table_cell_shows_exactly_its_text(tmp_path, cell):
     page = to_html("\n".join(md_table(["h"], [[cell], [0.5]])), tmp_path, images=())
     (td, number) = re.findall(r"<td>(.*?)</td>", page, flags=re.S)
     assert "<" not in td and html.unescape(td) == shown(cell) and number == "0.500"
+
+
+@pytest.mark.parametrize(
+    "text, seen",
+    [
+        ("~~~\nimport os", "~~~ import os"),  # a fence: would open a code block
+        ("    indented", "    indented"),  # four spaces at a block's start: a code block
+        ("\tx", "\tx"),
+        ("invoice\u202egnp.exe", "invoice<U+202E>gnp.exe"),  # reads as invoiceexe.png
+        ("a\u2066b\u2069c\u200dd", "a<U+2066>b<U+2069>c<U+200D>d"),
+    ],
+)
+def test_a_paragraph_of_untrusted_text_shows_fences_indents_and_bidi_as_text(tmp_path, text, seen):
+    page = to_html(md_escape(text), tmp_path, images=())
+    body = page.split("<body>", 1)[1]
+    assert "<pre" not in body and "<code" not in body
+    assert not any(unicodedata.category(c) == "Cf" for c in body)
+    assert seen in html.unescape(re.sub(r"<[^>]+>", "", body))
 
 
 def test_the_report_says_which_kl_the_diagnosis_read(figures):

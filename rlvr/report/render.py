@@ -12,6 +12,7 @@ import base64
 import html
 import math
 import re
+import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,14 +39,22 @@ def md_escape(text: Any) -> Md:
     &lt;b&gt;\\*x\\*&lt;/b&gt; &amp; \\[a\\](b.png) \\`c\\` \\| d\\\\e
     >>> print(md_escape("# title"), md_escape("1. one\\ntwo"), md_escape("&amp;"), md_escape("0.5"))
     \\# title 1\\. one two &amp;amp; 0.5
+
+    A fence (`~~~`), an indent that would make a code block, and Unicode format characters (bidi
+    overrides, zero-width joiners: they change how the text around them reads, unseen) are shown
+    as what they are:
+
+    >>> print(md_escape("~~~py"), md_escape("    x"), md_escape("abc\\u202egnp.exe"))
+    &#126;&#126;&#126;py &#32;&#32;&#32;&#32;x abc&lt;U+202E&gt;gnp.exe
     """
     text = " ".join(str(text).replace("\r\n", "\n").replace("\r", "\n").split("\n"))
-    text = _INLINE_SPECIAL.sub(r"\\\1", html.escape(text, quote=False))
-    return Md(
-        _LINE_START.sub(
-            lambda m: m.group(1) + "\\" if m.group(1)[0].isdigit() else "\\" + m.group(1), text
-        )
+    text = "".join(f"<U+{ord(c):04X}>" if unicodedata.category(c) == "Cf" else c for c in text)
+    text = _INLINE_SPECIAL.sub(r"\\\1", html.escape(text, quote=False)).replace("~", "&#126;")
+    text = _LINE_START.sub(
+        lambda m: m.group(1) + "\\" if m.group(1)[0].isdigit() else "\\" + m.group(1), text
     )
+    indent = len(text) - len(text.lstrip(" \t"))  # four would open a code block
+    return Md("".join(f"&#{ord(c)};" for c in text[:indent]) + text[indent:])
 
 
 def md_code(text: Any) -> Md:
