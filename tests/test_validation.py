@@ -672,6 +672,11 @@ UNREADABLE_ROWS = {
         _ROW + "holds a control character other than \\n and \\t: prompt has U+001B at character "
         "5 [control_characters]",
     ),
+    "prompt_with_bidi_override": (
+        _set("prompt", "3 5 -> 15: \u202e:rewsna"),  # reads as `answer:` reversed
+        _ROW + "holds a control character other than \\n and \\t: prompt has U+202E at character "
+        "12 [control_characters]",
+    ),
     "exact_match_target_too_long": (
         _set("verifier", {"type": "exact_match", "target": "4" * 5000}),
         _ROW + "verifier values are out of bounds: target has 5000 characters, more than 1000 "

@@ -41,9 +41,11 @@ MAX_VERIFIER_TEXT_CHARS = 1_000
 MAX_REGEX_ELEMENTS = 10_000
 # Characters no id, prompt or verifier text may hold: Unicode category Cc (the C0 and C1 controls,
 # U+0000-U+001F and U+007F-U+009F: NUL, the ESC of terminal escape sequences, CR, ...) except the
-# line break and the tab that prompts use. (Lone surrogates, which are no text at all, are
+# line break and the tab that prompts use; and Unicode's bidirectional controls (U+061C, U+200E-F,
+# U+202A-E, U+2066-9), which reorder how the text around them reads without showing (an id
+# `invoice\u202egnp.exe` reads as invoiceexe.png). (Lone surrogates, which are no text at all, are
 # rejected when the line is read.)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 # A row's optional `tags`: 1 to MAX_TAGS distinct names of its kinds of problem, each made of
 # lowercase letters, digits and `_.-` (safe in a file name, a metric key and a report as is).
 MAX_TAGS = 8
