@@ -70,7 +70,7 @@ def check_lock_entry(stage: str, entry: dict, ours: Declared) -> list[str]:
     problems = []
     if entry.get("cmd") != ours.cmd:
         problems.append(f"{stage}: cmd {entry.get('cmd')!r}, not {ours.cmd!r}")
-    deps = {str(d.get("path")) for d in entry.get("deps") or [] if isinstance(d, dict)}
+    deps = {str(Path(str(d.get("path")))) for d in entry.get("deps") or [] if isinstance(d, dict)}
     if deps != ours.deps:
         problems.append(f"{stage}: deps differ ({', '.join(sorted(deps ^ ours.deps))})")
     params = entry.get("params") or {}
@@ -82,7 +82,7 @@ def check_lock_entry(stage: str, entry: dict, ours: Declared) -> list[str]:
             if theirs is None or (keys and theirs != keys):
                 problems.append(f"{stage}: params of {file} differ")
     outs = [o.get("path") if isinstance(o, dict) else o for o in entry.get("outs") or []]
-    strange = sorted({str(o) for o in outs} - ours.outs)
+    strange = sorted({str(Path(str(o))) for o in outs} - ours.outs)
     if strange:
         problems.append(f"{stage}: outs this dvc.yaml does not declare: {', '.join(strange)}")
     return problems
