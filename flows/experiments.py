@@ -52,7 +52,7 @@ from rlvr.orchestration.runs import (
 from rlvr.params.config import ParamsError, load_params
 from rlvr.params.experiments import check_queued_runs
 from rlvr.team import spread
-from rlvr.team.clones import default_workdir
+from rlvr.team.clones import default_workdir, deployment_root
 from rlvr.team.trust import flow_repo
 
 
@@ -118,7 +118,7 @@ def experiment_run(
 
     label = f"{name}-{(flow_run.id or 'local')[:8]}"
     try:
-        repo = flow_repo(ROOT, repo)
+        repo = flow_repo(deployment_root(ROOT), repo)
         result = spread.run_one(
             repo, commit, spread.Run(name, overrides or [], targets or []), default_workdir(), label
         )

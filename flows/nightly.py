@@ -27,7 +27,7 @@ from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HO
 from flows.pipeline import pipeline
 from rlvr.core.errors import PipelineError
 from rlvr.orchestration.runs import failed, quiet_returned_failures
-from rlvr.team.clones import WORKDIR_ENV, default_workdir
+from rlvr.team.clones import WORKDIR_ENV, default_workdir, deployment_root
 from rlvr.team.nightly import (
     Night,
     checkout,
@@ -74,7 +74,7 @@ def nightly(
     logger = get_run_logger()
     work = default_workdir()
     try:
-        repo = flow_repo(ROOT, repo)
+        repo = flow_repo(deployment_root(ROOT), repo)
     except PipelineError as error:
         return failed(error)
     for earlier in kept(work):  # a night whose push failed: pushed and recorded first

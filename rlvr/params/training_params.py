@@ -230,6 +230,12 @@ class ModelParams:
         description="A local Hugging Face causal-LM folder, or a hub id "
         "where the network allows (init: pretrained).",
     )
+    revision: Str = Field(
+        "",
+        description="The hub commit, branch or tag of name_or_path ('': the cached main); "
+        "prepare_model records the commit it resolved and the sha256 of each weight file in "
+        "models/base/source.json, and every stage loads that snapshot (init: pretrained).",
+    )
     chat_template: Bool = Field(
         False,
         description="Wrap prompts as chat messages (instruct "

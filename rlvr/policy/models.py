@@ -283,8 +283,9 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
     tiny: build the model and tokenizer locally, warm-start them on the training rows' numbers,
     save them. local_llm: train its tokenizer on the training rows, build the random-init model,
     save them as a hub model's folder; no warm start (it stands in for a hub model, which the
-    pipeline takes as it is). pretrained: record where the model lives (source.json) instead of
-    copying gigabytes; `policy_path(out_dir)` resolves it for the later stages.
+    pipeline takes as it is). pretrained: record where the model lives, its hub commit and its
+    weights' sha256 (source.json: pretrained_source) instead of copying gigabytes;
+    `policy_path(out_dir)` resolves it for the later stages.
     """
     out_dir = Path(out_dir)
     started = time.perf_counter()
@@ -324,7 +325,7 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
             }
             save_policy(model, tokenizer, staging)
         else:
-            summary = {"init": "pretrained", "name_or_path": model_params.name_or_path}
+            summary = pretrained_source(model_params.name_or_path, model_params.revision)
             (staging / SOURCE_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         summary["seconds"] = round(time.perf_counter() - started, 1)
         share_with_umask(staging)
@@ -336,9 +337,54 @@ def prepare_base(model_params, rows, seed: int, out_dir: str | Path) -> dict:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin")  # what a hub model's weights are saved as
+
+
+def _snapshot(name: str, revision: str | None) -> Path:
+    """The cached hub snapshot of `name` at `revision` (nothing is downloaded: HF_HUB_OFFLINE)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(name, revision=revision or None, local_files_only=True))
+    except Exception as error:  # noqa: BLE001 - not cached, no such revision: one line either way
+        raise ParamsError(
+            f"model.name_or_path = {name!r} (revision {revision or 'main'!r}): no such local "
+            f"folder, and the hub cache has no snapshot of it ({type(error).__name__}): download "
+            "it first (huggingface-cli download NAME --revision REV) or name a folder"
+        ) from None
+
+
+def pretrained_source(name_or_path: str, revision: str = "") -> dict:
+    """models/base/source.json for a pretrained base: its name, the hub commit it resolved to
+    (None for a local folder) and each weight file's sha256, so a model that changed under its
+    name changes the base's bytes and reruns every stage that read it."""
+    import hashlib
+
+    folder = Path(name_or_path)
+    commit = None
+    if not folder.is_dir():
+        folder = _snapshot(name_or_path, revision)
+        commit = folder.name  # the hub cache names each snapshot by its commit
+    weights = {}
+    for pattern in WEIGHT_PATTERNS:
+        for file in sorted(folder.glob(pattern)):
+            with open(file, "rb") as handle:
+                weights[file.name] = hashlib.file_digest(handle, "sha256").hexdigest()
+    return {
+        "init": "pretrained",
+        "name_or_path": name_or_path,
+        "revision": commit,
+        "weights_sha256": weights,
+    }
+
+
 def policy_path(base_dir: str | Path) -> str:
-    """What from_pretrained should load for a base written by prepare_base."""
+    """What from_pretrained should load for a base written by prepare_base: its folder, or for a
+    pretrained base the local folder or the very hub snapshot prepare_model recorded."""
     source = Path(base_dir) / SOURCE_FILE
     if source.exists():
-        return json.loads(source.read_text())["name_or_path"]
+        recorded = json.loads(source.read_text())
+        if recorded.get("revision"):
+            return str(_snapshot(recorded["name_or_path"], recorded["revision"]))
+        return recorded["name_or_path"]
     return str(base_dir)

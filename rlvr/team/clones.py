@@ -41,6 +41,16 @@ def rev(root: str | Path, ref: str) -> str | None:
     return run.stdout.strip() or None
 
 
+ROOT_ENV = "RLVR_ROOT"  # the folder a deployment's flow runs for (./dev and each worker set it)
+
+
+def deployment_root(default: Path) -> Path:
+    """The folder a flow run is for: $RLVR_ROOT, the worker's own (Prefect templates the
+    deployment's working directory when it is deployed, so the code may come from the deployer's
+    path), else `default` (the flows' folder)."""
+    return Path(os.environ.get(ROOT_ENV) or default)
+
+
 def default_workdir() -> Path:
     """Where the team's flows keep their clones and the machine's shared DVC cache:
     $RLVR_NIGHTLY_DIR, else ~/.cache/rlvr/nightly."""
