@@ -24,7 +24,6 @@ and wait_for_runs() submits a crashed run again, so the comparison has every run
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -124,7 +123,7 @@ def grid_runs(root: str | Path, grid: str | None = None) -> list[Run]:
     for where, overrides in experiment_runs(orchestration, grid):
         ablation = where.removeprefix("orchestration.ablations.")
         name = ablation if ablation != where else "-".join(overrides)
-        runs.append(Run(re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-."), list(overrides)))
+        runs.append(Run(folder_name(name), list(overrides)))
     return runs
 
 

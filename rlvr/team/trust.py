@@ -157,6 +157,7 @@ def flow_repo(root: str | Path, repo: str | None) -> str:
 
 
 def folder_name(label: str) -> str:
-    """A flow run's name or label as one folder name (letters, digits, `.`, `_`, `-`; no leading
-    dot): a clone lands inside its work folder whatever the name says."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", label).lstrip(".-") or "run"
+    """A flow run's name or label as one folder name (letters, digits, `.`, `_`, `-`; none at
+    either end): a clone lands inside its work folder whatever the name says; an experiment's
+    name (spread.grid_runs) is one too."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip(".-") or "run"
