@@ -21,7 +21,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import re
 import resource
 import runpy
 import statistics
@@ -168,13 +167,9 @@ def check_wheels(requirements: str = "scripts/gpu_wheels.txt") -> int:
 
     from packaging.requirements import Requirement
 
-    def canonical(name: str) -> str:  # PEP 503: pydantic_core, pydantic-core, Pydantic.Core
-        return re.sub(r"[-_.]+", "-", name).lower()
+    from rlvr.core.lock import canonical, pins
 
-    lock = {}
-    for line in Path("requirements.lock").read_text().split():
-        name, _, version = line.partition("==")
-        lock[canonical(name)] = version
+    lock = pins("requirements.lock")
     names = [line.split("#")[0].strip() for line in Path(requirements).read_text().splitlines()]
     problems = []
     for name in filter(None, names):

@@ -66,7 +66,7 @@ if [ "$MODE" = cuda ]; then
     || fail "gpu_wheels/ is missing: run bash scripts/gpu_wheels.sh where the package registry is reachable, then carry gpu_wheels"
   "$PY" -c 'import sys, torch; print(f"gpu_check: Python {sys.version.split()[0]}, torch {torch.__version__}, {torch.cuda.get_device_name()}")'
   timeout 60 "$PY" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
-    --no-compile --no-cache-dir --target "$WORK/site" --find-links "$ROOT/gpu_wheels" \
+    --require-hashes --no-compile --no-cache-dir --target "$WORK/site" --find-links "$ROOT/gpu_wheels" \
     -r "$ROOT/gpu_wheels/requirements.txt" \
     || fail "installing gpu_wheels/ for Python $("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])') (GPU_WHEELS_PYTHONS=that version bash scripts/gpu_wheels.sh builds its wheels)"
   export PYTHONPATH="$WORK/project:$WORK/site"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build gpu_wheels/ (git-ignored) HERE, where the package registry is reachable, for the GPU check
 # (scripts/gpu_check.sh) on a GPU machine that reaches no network:
-#   - the wheels of scripts/gpu_wheels.txt at requirements.lock's versions, no dependencies (the
-#     rest is on the GPU image), for CPython 3.11 and 3.12 where a wheel is binary (the GPU image has
-#     3.12; trl 1.16 needs >= 3.11; GPU_WHEELS_PYTHONS="3.12" narrows it); requirements.txt: the pins;
+#   - the wheels of scripts/gpu_wheels.txt at requirements.lock's versions and hashes, without
+#     dependencies (the rest is on the GPU image), for CPython 3.11 and 3.12 where a wheel is binary
+#     (the GPU image has 3.12; trl 1.16 needs >= 3.11; GPU_WHEELS_PYTHONS="3.12" narrows it);
+#     requirements.txt: their pins and hashes (the GPU check installs with --require-hashes);
 #   - params.yaml: params.yaml with profiles/gpu.yaml applied by DVC's code (DVC is not on the GPU
 #     machine); the check sizes the model and the run on top of it.
 # Usage: bash scripts/gpu_wheels.sh     then the device tool: command "bash scripts/gpu_check.sh",
@@ -15,19 +16,19 @@ PYTHONS=${GPU_WHEELS_PYTHONS:-3.11 3.12}  # not 3.10: trl 1.16 requires Python >
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
-pins=()
-for name in $(sed 's/#.*//' scripts/gpu_wheels.txt); do
-  pin=$(grep -i "^${name//./\\.}==" requirements.lock) \
-    || { echo "gpu_wheels: $name is not pinned in requirements.lock" >&2; exit 1; }
-  pins+=("$pin")
+for name in $(sed 's/#.*//' scripts/gpu_wheels.txt); do  # each pin with its hashes
+  awk -v pin="$name==" 'tolower(substr($0, 1, length(pin))) == tolower(pin) {on = 1}
+                        on {print; if (!/\\$/) exit}' requirements.lock > "$OUT/entry"
+  [ -s "$OUT/entry" ] || { echo "gpu_wheels: $name is not pinned in requirements.lock" >&2; exit 1; }
+  cat "$OUT/entry" >> "$OUT/requirements.txt"
 done
-printf '%s\n' "${pins[@]}" > "$OUT/requirements.txt"
+rm "$OUT/entry"
 log=$(mktemp)
-for python in $PYTHONS; do  # fails when a pin has no wheel for this Python
-  ./dev run python -m pip download --quiet --disable-pip-version-check --no-deps \
+for python in $PYTHONS; do  # fails when a pin has no wheel for this Python, or other bytes
+  ./dev run python -m pip download --quiet --disable-pip-version-check --no-deps --require-hashes \
     --only-binary=:all: --implementation cp --python-version "$python" \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d "$OUT" "${pins[@]}" >"$log" 2>&1 \
+    --platform manylinux2014_x86_64 -d "$OUT" -r "$OUT/requirements.txt" >"$log" 2>&1 \
     || { grep -v "is ignored: it is neither" "$log" >&2; echo "gpu_wheels: FAILED for Python $python" >&2; exit 1; }
 done
 rm -f "$log"

@@ -4,6 +4,7 @@ names another index. The set-up runs here against a stand-in `.venv/bin/python` 
 pip was asked (no package is installed)."""
 
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import re
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from rlvr.core.lock import canonical, entries, pins
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -35,16 +38,22 @@ def test_the_default_install_has_torchs_cpu_build_and_no_cuda_libraries():
 
 def test_dev_and_the_dockerfile_take_torch_from_the_same_cpu_index():
     dev, docker = (ROOT / "dev").read_text(), (ROOT / "Dockerfile").read_text()
-    assert f"TORCH_INDEX_URL-{CPU_INDEX}" in dev
+    assert f"\nCPU_INDEX={CPU_INDEX}\n" in dev and "TORCH_INDEX_URL-$CPU_INDEX}" in dev
     assert f"ARG TORCH_INDEX_URL={CPU_INDEX}" in docker
 
 
 # The stand-in: `-m pip show torch` answers $TORCH_HAVE's version (fails as pip does without one);
-# every pip call is logged; installing torch fails when $PIP_FAILS is set.
+# every pip call is logged, with the text of a `-r` file other than the project's; installing
+# torch fails when $PIP_FAILS is set.
 STAND_IN = """#!/bin/sh
-echo "$*" >> "$LOG"
+line="$*" prev=""
+for a in "$@"; do  # what a requirements file of its own (torch's entry) asks for
+  [ "$prev" = -r ] && case "$a" in requirements*) ;; *) line="$line [$(tr '\\n' ' ' < "$a")]" ;; esac
+  prev="$a"
+done
+echo "$line" >> "$LOG"
 if [ "$1 $2 $3" = "-m pip show" ]; then [ -n "$TORCH_HAVE" ] || exit 1; echo "Version: $TORCH_HAVE"; exit 0; fi
-case "$*" in *"pip install"*" torch=="*) [ -n "$PIP_FAILS" ] && { echo "ERROR: no torch here"; exit 1; } ;; esac
+case "$line" in *"pip install"*"torch=="*) [ -n "$PIP_FAILS" ] && { echo "ERROR: no torch here"; exit 1; } ;; esac
 exit 0
 """
 
@@ -78,12 +87,13 @@ def torch_installs(calls: list[str]) -> list[str]:
     reason="./dev picks the CPU index on Linux x86-64 only",
 )
 def test_a_cuda_torch_is_replaced_by_the_cpu_build_from_the_cpu_index(tmp_path):
-    pin = re.search(r"^torch==\S+$", (ROOT / "requirements.lock").read_text(), re.M).group(0)
+    (torch,) = [e for e in entries((ROOT / "requirements.lock").read_text()) if e[0] == "torch"]
     done, calls = set_up(tmp_path, TORCH_HAVE="2.13.0")  # PyPI's CUDA build carries no tag
     assert done.returncode == 0, done.stderr
     (install,) = torch_installs(calls)
-    assert f"--index-url {CPU_INDEX} {pin}" in install and "--force-reinstall" in install
-    assert "--no-deps" in install
+    assert f"--index-url {CPU_INDEX} --require-hashes -r " in install
+    assert f"[torch=={torch[1]} \\" in install and all(h in install for h in torch[2])
+    assert "--force-reinstall" in install and "--no-deps" in install
     # the lock's install comes after, and finds torch there
     assert calls.index(install) < next(
         i for i, c in enumerate(calls) if "-r requirements.lock" in c
@@ -104,7 +114,8 @@ def test_an_empty_index_leaves_torch_to_pypi_and_another_index_is_used(tmp_path)
     done, calls = set_up(tmp_path / "gpu", TORCH_INDEX_URL=cuda)
     assert done.returncode == 0, done.stderr
     (install,) = torch_installs(calls)
-    assert f"--index-url {cuda} " in install
+    assert f"--index-url {cuda} torch==" in install  # its builds' hashes are not the lock's
+    assert "--require-hashes" not in install
 
 
 def test_a_failed_torch_install_stops_with_one_line_naming_the_index(tmp_path):
@@ -151,14 +162,108 @@ def test_the_pipeline_flows_help_prints_its_usage_and_runs_nothing(tmp_path):
     assert not any(tmp_path.iterdir())  # no Prefect database, no server, no flow run
 
 
-def test_every_package_the_install_takes_is_pinned():
-    """requirements.lock, requirements-nodeps.txt and the build backend name one version each
-    (name==version): a fresh clone builds what this one did."""
+def test_every_package_the_install_takes_is_pinned_with_its_hashes():
+    """requirements.lock, requirements-nodeps.txt and the build backend name one version each, the
+    two files with the sha256 of its files: a fresh clone builds what this one did, or stops."""
     import tomllib
 
     for name in ("requirements.lock", "requirements-nodeps.txt"):
-        lines = [line.split("#")[0].strip() for line in (ROOT / name).read_text().splitlines()]
-        unpinned = [line for line in lines if line and not re.fullmatch(r"[\w.-]+==[\w.+-]+", line)]
-        assert not unpinned, f"{name}: {unpinned}"
-    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+        found = entries((ROOT / name).read_text())  # ValueError on anything but a pin
+        assert found and all(hashes for _, _, hashes in found), name
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    build = project["build-system"]["requires"]
     assert build and all(re.fullmatch(r"[\w.-]+==[\w.+-]+", r) for r in build), build
+    lock = pins(ROOT / "requirements.lock")
+    # the project is built without isolation, by the lock's (hashed) backend
+    assert all(lock[canonical(r.split("==")[0])] == r.split("==")[1] for r in build), build
+    # and installed without its dependencies: the lock holds each, at the version it names
+    wanted = project["project"]["dependencies"] + project["project"]["optional-dependencies"]["dev"]
+    for requirement in wanted:
+        name, _, version = re.sub(r"\[.*?\]", "", requirement).partition("==")
+        assert lock.get(canonical(name)) == version, requirement
+
+
+def test_dev_installs_every_file_by_its_hash_and_the_project_apart(tmp_path):
+    done, calls = set_up(tmp_path, TORCH_HAVE="2.13.0+cpu", TORCH_INDEX_URL=CPU_INDEX)
+    assert done.returncode == 0, done.stderr
+    installs = [c for c in calls if c.startswith("-m pip install")]
+    project = [c for c in installs if " -e " in f"{c} "]
+    assert project == [installs[-1]] and "--no-deps --no-build-isolation -e ." in project[0]
+    rest = installs[:-1]
+    assert rest and all("--require-hashes" in c and " -r " in c for c in rest), rest
+    assert [c for c in rest if c.endswith("-r requirements-nodeps.txt")] != []
+    assert rest[0].endswith("]") and "[pip==25.3 \\" in rest[0]  # pip itself first
+
+
+def _wheel(folder: Path, version: str, body: str) -> Path:
+    """A minimal wheel of a package `demo`: one module (body) and its metadata."""
+    import base64
+    import hashlib
+    import zipfile
+
+    folder.mkdir(exist_ok=True)
+    path = folder / f"demo-{version}-py3-none-any.whl"
+    info = f"demo-{version}.dist-info"
+    files = {
+        "demo.py": body,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: demo\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+            record.append(f"{name},sha256={digest.decode()},{len(text)}")
+        wheel.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+    return path
+
+
+def test_lock_hashes_writes_each_files_hash_and_pip_refuses_other_bytes(tmp_path):
+    """scripts/lock_hashes.py hashes what an index holds; pip, given the lock, installs that file
+    and refuses a file of the same name and version with other bytes (what the hashes stop)."""
+    import hashlib
+
+    spec = importlib.util.spec_from_file_location("lock_hashes", ROOT / "scripts/lock_hashes.py")
+    lock_hashes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lock_hashes)
+    wheel = _wheel(tmp_path / "good", "1.0", "VERSION = '1.0'\n")
+    _wheel(tmp_path / "bad", "1.0", "import os  # not the bytes that were locked\n")
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("# the demo\ndemo==1.0\n")
+    assert lock_hashes.main([str(lock), "--find-links", str(wheel.parent)]) == 0
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert lock.read_text() == f"# the demo\ndemo==1.0 \\\n    --hash=sha256:{sha}\n"
+    other = tmp_path / "other.lock"
+    other.write_text("demo==2.0\n")  # no index holds it: it says so and writes nothing
+    assert lock_hashes.main([str(other), "--find-links", str(wheel.parent)]) == 1
+    assert other.read_text() == "demo==2.0\n"
+
+    def pip(folder: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-index",
+                "--find-links",
+                str(tmp_path / folder),
+                "--require-hashes",
+                "--target",
+                str(tmp_path / f"site-{folder}"),
+                "-r",
+                str(lock),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert pip("good").returncode == 0
+    assert (tmp_path / "site-good/demo.py").read_text() == "VERSION = '1.0'\n"
+    refused = pip("bad")
+    assert refused.returncode != 0 and "DO NOT MATCH THE HASHES" in refused.stderr, refused.stderr
+    assert not (tmp_path / "site-bad").exists()

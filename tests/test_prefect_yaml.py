@@ -4,6 +4,7 @@ the docker deployment's image and job variables, and the rule that deployments g
 import ast
 import io
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -146,9 +147,12 @@ def test_the_docker_deployment_runs_the_image_the_dockerfile_builds(deployments)
     assert pull["prefect.deployments.steps.set_working_directory"]["directory"] == workdir
     assert variables["env"]["RLVR_ROOT"] == workdir
     assert all(volume.split(":")[1].startswith(workdir + "/") for volume in variables["volumes"])
-    assert re.search(r"^FROM python:3\.11-slim$", dockerfile, re.M)
-    torch_pin = re.search(r"^torch==\S+$", (ROOT / "requirements.lock").read_text(), re.M)
-    assert torch_pin.group(0) in dockerfile and "-r requirements.lock" in dockerfile
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim$", dockerfile, re.M)
+    assert re.search(r"^FROM \$\{PYTHON_IMAGE\}$", dockerfile, re.M)
+    # as ./dev installs: every file by its hash (torch's CPU wheel too), the project apart
+    assert "--require-hashes -r requirements.lock" in dockerfile
+    assert "--require-hashes -r torch.txt" in dockerfile
+    assert "--no-deps --no-build-isolation -e ." in dockerfile
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".venv/" in ignored and ".git/" not in ignored  # DVC needs the repository
 
@@ -166,3 +170,24 @@ def test_deployments_go_out_by_name_never_all():
             continue
         text = path.read_text()
         assert not re.search(r"deploy\W+--all", text), path
+
+
+def test_the_dockerfile_takes_pip_and_torch_with_the_hashes_the_lock_holds(tmp_path):
+    """The Dockerfile's `awk` lines, run on the lock, write each one entry whole (pin and hashes)."""
+    from rlvr.core.lock import entries, format_entry
+
+    run = re.search(
+        r"^RUN (awk .*? > pip\.txt) \\\n \&\& (awk .*? > torch\.txt)",
+        (ROOT / "Dockerfile").read_text(),
+        re.M,
+    )
+    (tmp_path / "requirements.lock").write_text((ROOT / "requirements.lock").read_text())
+    for command in run.groups():
+        subprocess.run(["sh", "-c", command], cwd=tmp_path, check=True)
+    lock = {
+        name: format_entry(name, v, h)
+        for name, v, h in entries((ROOT / "requirements.lock").read_text())
+    }
+    assert (tmp_path / "pip.txt").read_text() == lock["pip"]
+    assert (tmp_path / "torch.txt").read_text() == lock["torch"]
+    assert lock["torch"].count("--hash=sha256:") > 1

@@ -9,6 +9,7 @@ import shutil
 import pytest
 from ruamel.yaml import YAML
 
+from rlvr.core.lock import canonical, pins
 from rlvr.params.config import ParamsError, load_params, read_params_file
 from rlvr.params.profiles import apply_profile, read_profile
 from rlvr.pipeline.checks import check_run_params
@@ -212,14 +213,12 @@ def test_the_cpu_full_figures_are_printed_from_the_checks_json(tmp_path, capsys)
 
 def test_the_gpu_wheels_are_pinned_and_the_stages_need_nothing_else():
     gpu_check = _gpu_check()
-    lock = {
-        line.split("==")[0].lower() for line in (ROOT / "requirements.lock").read_text().split()
-    }
+    lock = pins(ROOT / "requirements.lock")
     names = [
         line.split("#")[0].strip()
         for line in (ROOT / "scripts/gpu_wheels.txt").read_text().splitlines()
     ]
     names = [name for name in names if name]
     assert {"trl", "datasets", "transformers", "ruamel.yaml"} <= set(names)
-    assert {name.lower() for name in names} <= lock
+    assert {canonical(name) for name in names} <= set(lock)
     assert not set(names) & set(gpu_check.ABSENT_ON_GPU)

@@ -15,6 +15,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from rlvr.core import metric_keys
+from rlvr.core.lock import pins
 from rlvr.grpo import trainer
 from rlvr.grpo.trainer import PipelineGRPOTrainer
 
@@ -27,9 +28,9 @@ def _params(function) -> list[str]:
 
 
 def test_the_contract_names_the_pinned_versions():
-    lock = (ROOT / "requirements.lock").read_text()
+    lock = pins(ROOT / "requirements.lock")
     for name, module in (("trl", trl), ("transformers", transformers)):
-        pinned = re.search(rf"^{name}==(\S+)$", lock, re.M).group(1)
+        pinned = lock[name]
         assert f"{name}=={pinned}" in CONTRACT
         assert module.__version__ == pinned
 
