@@ -44,6 +44,7 @@ from rlvr.orchestration.experiments import (
 )
 from rlvr.orchestration.runs import (
     StageFailed,
+    ended,
     failed,
     provenance_line,
     run_dvc,
@@ -141,7 +142,7 @@ def _spread(root: str, grid: str | None, seeds: bool) -> list[list] | dict:
     spread.take_seeds(root, runs)
     state = pipeline(root=root, lock=False, return_state=True)  # (this flow holds it)
     if not state.is_completed():
-        return state
+        return ended(state)
     result = state.result()
     again = spread.trained_here(root, result["ran"])
     if again:

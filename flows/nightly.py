@@ -26,7 +26,7 @@ from prefect.runtime import flow_run
 from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HOME)
 from flows.pipeline import pipeline
 from rlvr.core.errors import PipelineError
-from rlvr.orchestration.runs import failed, quiet_returned_failures
+from rlvr.orchestration.runs import ended, failed, quiet_returned_failures
 from rlvr.team.clones import WORKDIR_ENV, default_workdir, deployment_root
 from rlvr.team.nightly import (
     Night,
@@ -86,7 +86,7 @@ def nightly(
             return_state=True,
         )
         if not state.is_completed():
-            return state
+            return ended(state)
     name = f"{flow_run.name or 'local'}-{time.strftime('%Y%m%dT%H%M%S')}"
     try:
         night = checkout(repo, branch, results_branch, work, name)
@@ -100,7 +100,7 @@ def nightly(
         state = pipeline(root=str(night.root), return_state=True)
         if not state.is_completed():
             logger.info("nightly: the clone is kept at %s", night.root)
-            return state
+            return ended(state)
         night.ran = state.result()["ran"]
     done = finish_task(
         night,
@@ -110,7 +110,7 @@ def nightly(
         return_state=True,
     )
     if not done.is_completed():
-        return done
+        return ended(done)
     result = done.result()
     line = summary_line(night, result["commit"])
     create_markdown_artifact(

@@ -263,24 +263,32 @@ def failed(error: PipelineError):
     return Failed(message=str(error), data=error)
 
 
-def stage_failure(stage: str, state):
-    """How the flow ends after stage `stage`'s task did not complete (`state`, from
-    return_state=True): Failed with the stage's line if the stage failed on expected grounds (a
-    StageFailed, or the stage ran past its timeout); a bug raises its exception, traceback and
-    all, as it would have without return_state."""
+def ended(state):
+    """How a flow ends after a task or subflow it ran with return_state=True did not complete:
+    Failed with that run's own line when it failed on expected grounds (a PipelineError), so the
+    line is the flow run's message too (the state returned as it is, Prefect 3.9.1 would name the
+    flow "1/1 states failed.": states.py return_value_to_state aggregates a state holding a run
+    id; guarded by tests/team/test_headlines.py); a bug, a crash or a cancellation raises, as it
+    would have without return_state."""
     if state.is_failed():
         error = state.result(raise_on_failure=False)
-        if isinstance(error, StageFailed):
+        if isinstance(error, PipelineError):
             return failed(error)
-        # Prefect 3.9.1 names a task's timeout state "TimedOut" (task_engine.py handle_timeout)
-        if state.name == "TimedOut":
-            return failed(
-                StageFailed(
-                    f"stage {stage} failed: {state.message} (params.yaml orchestration.timeouts)"
-                )
-            )
     state.result()  # raises for any state that is not Completed
     return state
+
+
+def stage_failure(stage: str, state):
+    """How the flow ends after stage `stage`'s task did not complete (`state`, from
+    return_state=True): as `ended`, and a stage that ran past its timeout is named with the knob."""
+    # Prefect 3.9.1 names a task's timeout state "TimedOut" (task_engine.py handle_timeout)
+    if state.is_failed() and state.name == "TimedOut":
+        return failed(
+            StageFailed(
+                f"stage {stage} failed: {state.message} (params.yaml orchestration.timeouts)"
+            )
+        )
+    return ended(state)
 
 
 class _NoEmptyExcInfo(logging.Filter):

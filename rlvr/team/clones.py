@@ -5,6 +5,7 @@ takes)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,14 +19,26 @@ WORKDIR_ENV = (
 
 
 class GitFailed(PipelineError):
-    """A git or DVC command of a team flow failed; the message is its own last line."""
+    """A git or DVC command of a team flow failed; the message is the line that says why."""
+
+
+def git_cause(output: str) -> str:
+    """The line of git's output that says why it failed: a push's rejected ref (`! [rejected]
+    results -> results (non-fast-forward)`) and git's first `fatal:` or `error:` line, which
+    names the URL; not its last line, often a `hint:` or "and the repository exists."; any
+    userinfo in a URL (a token) is dropped."""
+    lines = [" ".join(line.split()) for line in output.splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith("! [")][:1]
+    said += [line for line in lines if line.startswith(("fatal:", "error:"))][:1]
+    text = "; ".join(said) or (lines or ["no output"])[-1]
+    return re.sub(r"([a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1", text)
 
 
 def git(root: str | Path, *args: str) -> str:
-    """`git <args>` in root; its stdout, or GitFailed with git's own last line."""
+    """`git <args>` in root; its stdout, or GitFailed with the line that says why (git_cause)."""
     run = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
     if run.returncode != 0:
-        said = (run.stderr.strip() or run.stdout.strip() or "no output").splitlines()[-1]
+        said = git_cause(run.stderr + "\n" + run.stdout)
         raise GitFailed(f"git {' '.join(args[:2])} failed in {root}: {said}")
     return run.stdout.strip()
 

@@ -66,17 +66,19 @@ class RemoteFailed(PipelineError):
 
 def default_remote(root: str | Path) -> tuple[str, str] | None:
     """(name, url) of the repository's default DVC remote, or None when it has none."""
-    name = run_dvc(root, "remote", "default").stdout.strip()
-    if not name:
+    run = run_dvc(root, "remote", "default")  # DVC 3: "No default remote set", exit 1, if none
+    name = run.stdout.strip()
+    if run.returncode != 0 or not name:
         return None
     url = run_dvc(root, "config", f"remote.{name}.url").stdout.strip() or "?"
     return name, redacted(url)  # what the messages show: never a password in the URL
 
 
 def dvc_error(output: str) -> str:
-    """DVC's own ERROR line, without its boilerplate."""
+    """DVC's first ERROR line, without its boilerplate: the cause (`Permission denied for user
+    root`), where the last is its consequence (`6 files failed to download`)."""
     errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
-    text = errors[-1] if errors else (output.strip().splitlines() or ["no output"])[-1]
+    text = errors[0] if errors else (output.strip().splitlines() or ["no output"])[-1]
     return re.sub(r"^ERROR:\s*(unexpected error - )?", "", text).strip()
 
 
