@@ -160,8 +160,11 @@ def _spread(root: str, grid: str | None, seeds: bool) -> list[list] | dict:
 
 @flow(name="grpo-experiments", log_prints=True)
 def experiments(
-    root: str = str(ROOT), grid: str | None = None, workers: bool = False, seeds: bool = False
+    root: str | None = None, grid: str | None = None, workers: bool = False, seeds: bool = False
 ) -> list[list] | dict:
+    """`root`: the workspace (default: the worker's own folder, $RLVR_ROOT, else this checkout;
+    a deployment's code is a temporary clone, never the workspace)."""
+    root = root or str(deployment_root(ROOT))
     with ExitStack() as held:
         try:
             held.enter_context(workspace_lock(root))

@@ -36,7 +36,12 @@ def test_every_deployment_passes_prefects_own_model(deployments):
     configs, actions, printed = deployments
     assert printed == ""  # no validation error, nothing skipped
     assert set(configs) == {"nightly", "experiments", SPREAD_DEPLOYMENT, DOCKER_DEPLOYMENT}
-    assert actions["pull"]  # the process pool's working directory
+    # the process pool's deployments run the git remote's committed code, cloned at each run on
+    # the worker, never a folder named when deploying (tests/team/test_deployed_code.py)
+    (step,) = actions["pull"]
+    assert step == {
+        "prefect.deployments.steps.git_clone": {"repository": "{{ $RLVR_REPO }}", "branch": "main"}
+    }
     for name, config in configs.items():
         assert config["work_pool"]["name"], name
         path, function = config["entrypoint"].split(":")

@@ -58,9 +58,9 @@ ROOT_ENV = "RLVR_ROOT"  # the folder a deployment's flow runs for (./dev and eac
 
 
 def deployment_root(default: Path) -> Path:
-    """The folder a flow run is for: $RLVR_ROOT, the worker's own (Prefect templates the
-    deployment's working directory when it is deployed, so the code may come from the deployer's
-    path), else `default` (the flows' folder)."""
+    """The folder a flow run is for: $RLVR_ROOT, the worker's own (a deployment's code is a fresh
+    clone of the git remote, prefect.yaml's pull step, so the flows' folder is a temporary one),
+    else `default` (the flows' folder, when they run from a checkout)."""
     return Path(os.environ.get(ROOT_ENV) or default)
 
 

@@ -74,7 +74,12 @@ def test_the_default_seeds_spread_over_workers_and_a_killed_worker_loses_nothing
     _git(project, "branch", "-q", "--set-upstream-to=origin/main")
     home = {"HOME": str(ssh_server.home)}  # every process's ~/.ssh trusts the sshd
     assert "grpo-experiment-run/experiment-run" in prefect_server.cli(
-        "--no-prompt", "deploy", "--name", "experiment-run", cwd=project, env=home
+        "--no-prompt",
+        "deploy",
+        "--name",
+        "experiment-run",
+        cwd=project,
+        env={**home, "RLVR_REPO": str(shared)},  # its code: the remote's, cloned at each run
     )
     workers: dict[str, subprocess.Popen] = {}
 

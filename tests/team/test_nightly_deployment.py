@@ -57,6 +57,7 @@ def test_two_nights_from_the_deployment_on_a_real_server_and_worker(
         "HOME": str(ssh_server.home),  # the worker's ~/.ssh: the server's host key, its own key
         "RLVR_ROOT": str(project),
         "RLVR_NIGHTLY_DIR": str(tmp_path / "nightly"),
+        "RLVR_REPO": str(shared),  # what the deployment's runs clone their code from
     }
 
     def cli(*args):
