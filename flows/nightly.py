@@ -8,7 +8,10 @@ flow there (the stages DVC says are stale), `dvc push`es, records the night as a
 results branch of the git remote, and lets the model registry decide whether the new model
 replaces `prod` (rlvr.team.registry). Artifacts: `nightly` (what ran, where it went) and
 `promotion` (the decision, both models' figures, the reason). A push that fails ends the run
-with one line naming the remote; the clone is kept and the next night pushes it first.
+with one line naming the remote; the clone is kept and the next night pushes it first. A night
+whose results commit another night beat to the branch (a manual one beside the deployment's) is
+re-based onto it, or dropped when that night recorded the same commit or a newer one: one line
+says which (rlvr.team.nightly.record).
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ def finish_task(night: Night, workdir: Path, message: str) -> dict:
         result = finish(night, workdir, message)
     except PipelineError as error:
         return failed(error)
+    if result.get("dropped"):  # the results branch holds its commit or a newer one
+        get_run_logger().info(result["dropped"])
+        return result
+    if result.get("rebased"):
+        get_run_logger().info(result["rebased"])
     decision = result["decision"]
     for warning in decision.warnings:
         get_run_logger().warning(warning)
@@ -112,6 +120,8 @@ def nightly(
     if not done.is_completed():
         return ended(done)
     result = done.result()
+    if result.get("dropped"):
+        return {"line": result["dropped"], "commit": None, "promoted": False}
     line = summary_line(night, result["commit"])
     create_markdown_artifact(
         markdown=night_markdown(night, line, result, pulled), key="nightly", description=line

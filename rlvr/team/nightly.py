@@ -20,16 +20,22 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.core.errors import PipelineError
 from rlvr.orchestration.runs import dvc_stages, stale_stages
 from rlvr.report.render import md_escape
-from rlvr.team.clones import clone, git, rev
+from rlvr.team.clones import GitFailed, clone, git, rev
 from rlvr.team.registry import promote_after_run
 from rlvr.team.remote import push
-from rlvr.team.trust import check_results_files, declared_outs, folder_name
+from rlvr.team.trust import (
+    check_results_files,
+    declared_outs,
+    folder_name,
+    is_declared_output,
+)
 
 PENDING = "pending.json"  # under the workdir: kept clones whose push or record failed
 
@@ -50,6 +56,7 @@ class Night:
     carried: list[str] = field(default_factory=list)  # output files laid over from it
     stale: list[str] = field(default_factory=list)  # the stages DVC said were stale
     ran: list[str] = field(default_factory=list)  # the stages `dvc repro` ran (train@0, ...)
+    rebased: str | None = None  # the results head it was re-based onto (another night's)
 
     @property
     def nothing_new(self) -> bool:
@@ -87,23 +94,73 @@ def plan(night: Night) -> list[str]:
     return night.stale
 
 
+class Dropped(PipelineError):
+    """A night not recorded because the results branch already holds its commit or a newer one;
+    the message says which (its clone is removed, never kept)."""
+
+
+def _outputs_changed(root: Path) -> list[str]:
+    """The files of the night's clone that differ from its checkout and that a run of this
+    dvc.yaml writes (dvc.lock, the outputs git keeps): what a results commit may hold."""
+    listed = git(
+        root, "ls-files", "--modified", "--deleted", "--others", "--exclude-standard", "-z"
+    )
+    outs = declared_outs(root)
+    return sorted({p for p in listed.split("\0") if p and is_declared_output(p, outs)})
+
+
 def record(night: Night, message: str) -> str | None:
-    """Commit the night's files (dvc.lock, metrics/, the reports git keeps) as the next results
-    commit and push it to the git remote's results branch; its hash, or None when the tree is
-    the last night's (nothing to record). HEAD is then that commit (the registry tags it)."""
+    """Commit the night's outputs (dvc.lock, metrics/, the reports git keeps: nothing else its
+    clone holds) as the next results commit and push it to the git remote's results branch; its
+    hash, or None when the tree is the last night's (nothing to record). HEAD is then that commit
+    (the registry tags it). When another night recorded meanwhile (the push is rejected): Dropped
+    if it recorded this night's commit or a newer one, else this night is re-based onto it."""
     root = night.root
-    git(root, "add", "-A")
+    changed = _outputs_changed(root)
+    if changed:
+        git(root, "add", "-A", "--", *changed)
     tree = git(root, "write-tree")
     if night.results_before and tree == git(root, "rev-parse", f"{night.results_before}^{{tree}}"):
         git(root, "checkout", "--quiet", night.results_before)
         return None
     parents = [night.results_before, night.source] if night.results_before else [night.source]
-    commit = git(root, "commit-tree", tree, *[a for p in parents for a in ("-p", p)], "-m", message)
-    # first parent is the remote's results head: the push fast-forwards, or fails if another
-    # night recorded meanwhile (the concurrency limit keeps nights apart)
-    git(root, "push", "--quiet", "origin", f"{commit}:refs/heads/{night.results_branch}")
+    commit = _push_results(night, tree, parents, message)
     git(root, "checkout", "--quiet", "-B", night.results_branch, commit)
     return commit
+
+
+def _push_results(night: Night, tree: str, parents: list[str], message: str) -> str:
+    """The results commit of `tree` on `parents`, pushed; its first parent is the results head
+    the night read, so the push fast-forwards, or is rejected when another night recorded
+    meanwhile (a manual night beside the deployment's): then the newer record wins."""
+    root = night.root
+    commit = git(root, "commit-tree", tree, *[a for p in parents for a in ("-p", p)], "-m", message)
+    try:
+        git(root, "push", "--quiet", "origin", f"{commit}:refs/heads/{night.results_branch}")
+        return commit
+    except GitFailed as error:
+        if "[rejected]" not in str(error):
+            raise
+    git(root, "fetch", "--quiet", "origin", night.results_branch)
+    head = git(root, "rev-parse", "FETCH_HEAD")
+    recorded = git(root, "rev-parse", f"{head}^@").split()[-1]  # the branch commit it ran
+    if recorded == night.source:
+        raise Dropped(
+            f"nightly: not recorded: results {head[:8]} already records {night.source[:8]} "
+            "(another night ran it meanwhile)"
+        )
+    if _is_ancestor(root, night.source, recorded):
+        raise Dropped(
+            f"nightly: not recorded: results {head[:8]} records {recorded[:8]}, newer than this "
+            f"night's {night.source[:8]}: an older night never lays its outputs over a newer one"
+        )
+    night.rebased = head
+    return _push_results(night, tree, [head, night.source], message)
+
+
+def _is_ancestor(root: Path, older: str, newer: str) -> bool:
+    run = subprocess.run(["git", "merge-base", "--is-ancestor", older, newer], cwd=root)
+    return run.returncode == 0
 
 
 def keep(workdir: Path, night: Night) -> None:
@@ -161,10 +218,14 @@ def summary_line(night: Night, commit: str | None) -> str:
 def finish(night: Night, workdir: Path, message: str) -> dict:
     """Push the night's data to the DVC remote, record it on the results branch, and let the
     registry decide on its model. A failed push or record keeps the clone for the next night
-    (keep) and raises NightlyError in one line; a recorded night's clone is removed."""
+    (keep) and raises NightlyError in one line; a recorded night's clone is removed, and so is a
+    dropped one's ({"dropped": its line}: the results branch holds its commit or a newer one)."""
     try:
         pushed = push(night.root)
         commit = record(night, message)
+    except Dropped as dropped:
+        forget(workdir, night)
+        return {"pushed": pushed, "commit": None, "decision": None, "dropped": str(dropped)}
     except PipelineError as error:
         keep(workdir, night)
         raise NightlyError(
@@ -173,7 +234,13 @@ def finish(night: Night, workdir: Path, message: str) -> dict:
         ) from None
     decision = promote_after_run(night.root, push=True)
     forget(workdir, night)
-    return {"pushed": pushed, "commit": commit, "decision": decision}
+    result = {"pushed": pushed, "commit": commit, "decision": decision}
+    if night.rebased:
+        result["rebased"] = (
+            f"nightly: re-based onto results {night.rebased[:8]} (another night recorded "
+            f"meanwhile, an older commit than this night's {night.source[:8]}): {commit[:8]}"
+        )
+    return result
 
 
 def night_markdown(night: Night, line: str, result: dict | None, pulled: str) -> str:

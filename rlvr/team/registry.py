@@ -216,7 +216,10 @@ def decide(comparison: dict | None) -> tuple[bool, str]:
 def promote_after_run(root: str | Path, push: bool = False) -> Decision:
     """After a run whose results are committed at HEAD: register HEAD's model as a new version
     (unless the latest version already is this model), compare it with `prod` and move `prod`
-    when decide() says so. `push`: push the new tags to the git remote `origin`."""
+    when decide() says so. `push`: push the new tags to the git remote `origin`, after fetching
+    its tags (another night may have registered a version meanwhile: ours is the next one)."""
+    if push:
+        git(root, "fetch", "--quiet", "--tags", "origin")
     name, path = published_artifact(root)
     warnings = stray_tags(root, name)
     md5 = model_md5(root, None, path)

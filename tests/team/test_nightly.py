@@ -62,12 +62,7 @@ def team(ssh_home, tmp_path):
 
 
 def _night(shared: Path, workdir: Path, name: str) -> dict:
-    night = checkout(str(shared), "main", "results", workdir, name)
-    pull(night.root)
-    if plan(night):
-        run = run_dvc(night.root, "repro")
-        assert run.returncode == 0, run.stdout + run.stderr
-        night.ran = stages_ran(run.stdout)
+    night = _run_night(shared, workdir, name)
     result = finish(night, workdir, f"nightly {name}")
     return {"night": night, **result, "line": summary_line(night, result["commit"])}
 
@@ -151,3 +146,77 @@ def test_the_remote_down_at_the_push_keeps_the_night_and_the_next_one_pushes_it(
     assert _ran(shared) == _git(shared, "rev-parse", "main")
     after = _night(shared, work, "n3")
     assert after["night"].nothing_new and after["commit"] is None
+
+
+def _run_night(shared: Path, workdir: Path, name: str):
+    """A night up to its finish: cloned, pulled, run (as a night still running when another
+    records)."""
+    night = checkout(str(shared), "main", "results", workdir, name)
+    pull(night.root)
+    if plan(night):
+        run = run_dvc(night.root, "repro")
+        assert run.returncode == 0, run.stdout + run.stderr
+        night.ran = stages_ran(run.stdout)
+    return night
+
+
+def test_overlapping_nights_never_block_each_other(team, tmp_path):
+    """Two nights at once (the deployment's and a manual one): the one that records second is
+    re-based onto the first's record when its commit is newer, dropped when it is the same or
+    older, each with one line; nothing is kept to block the next night."""
+    shared, dev = team
+    work = tmp_path / "work"
+    _night(shared, work, "n1")
+
+    # the same commit twice: the second to finish is dropped, its clone removed
+    _set_quality(dev, 0.3)
+    late = _run_night(shared, work, "deployed")
+    manual = _night(shared, work, "manual")
+    done = finish(late, work, "nightly deployed")
+    assert done["dropped"] == (
+        f"nightly: not recorded: results {manual['commit'][:8]} already records "
+        f"{late.source[:8]} (another night ran it meanwhile)"
+    )
+    assert not late.root.exists() and kept(work) == []
+    assert _git(shared, "rev-parse", "results") == manual["commit"]
+
+    # a newer commit finishing second: re-based onto the older one's record
+    _set_quality(dev, 0.4)
+    older = _run_night(shared, work, "older")
+    _set_quality(dev, 0.5)
+    newer = _run_night(shared, work, "newer")
+    first = finish(older, work, "nightly older")["commit"]
+    second = finish(newer, work, "nightly newer")
+    assert second["rebased"] == (
+        f"nightly: re-based onto results {first[:8]} (another night recorded meanwhile, an older "
+        f"commit than this night's {newer.source[:8]}): {second['commit'][:8]}"
+    )
+    assert _git(shared, "rev-parse", "results^@").split() == [first, newer.source]
+    assert "quality 0.5" in _git(shared, "show", "results:dvc.lock") or "0.5" in _git(
+        shared, "show", "results:metrics/quality.json"
+    )
+
+    # an older commit finishing second: dropped, never laid over the newer record
+    _set_quality(dev, 0.6)
+    old = _run_night(shared, work, "old")
+    _set_quality(dev, 0.7)
+    recorded = _night(shared, work, "new")["commit"]
+    done = finish(old, work, "nightly old")
+    assert done["dropped"] == (
+        f"nightly: not recorded: results {recorded[:8]} records "
+        f"{_git(shared, 'rev-parse', 'main')[:8]}, newer than this night's {old.source[:8]}: an "
+        "older night never lays its outputs over a newer one"
+    )
+    assert _git(shared, "rev-parse", "results") == recorded and kept(work) == []
+    assert _night(shared, work, "next")["night"].nothing_new  # and the next night goes on
+
+
+def test_a_results_commit_holds_the_outputs_only(team, tmp_path):
+    """A night's stray file (a stage writing beside its outputs) stays out of the record."""
+    shared, _ = team
+    work = tmp_path / "work"
+    night = _run_night(shared, work, "n1")
+    (night.root / "stray.txt").write_text("not an output\n")
+    commit = finish(night, work, "nightly n1")["commit"]
+    files = _git(shared, "show", "--name-only", "--format=", commit).split()
+    assert "dvc.lock" in files and "metrics/quality.json" in files and "stray.txt" not in files
