@@ -240,19 +240,19 @@ def test_dev_test_runs_on_both_cores_with_one_torch_thread_each():
 def test_what_the_readme_says_the_default_run_shows_is_what_the_committed_run_shows():
     """'over three seeds, on the sealed test rows, the mean reward gains nothing significant
     (interval holds 0), and the final models solve fewer prompts in 32 tries than the base and
-    regress on add and mul: the verdict is `mixed`', read from the committed run's outputs (a
+    regress on add, mul and sub: the verdict is `mixed`', read from the committed run's outputs (a
     rerun that changes them must change the README too)."""
     text = " ".join(README.read_text().split())
     assert (
         "over three seeds, on the sealed test rows, the mean reward gains nothing significant "
         "(interval holds 0), and the final models solve fewer prompts in 32 tries than the base "
-        "and regress on add and mul: the verdict is `mixed`"
+        "and regress on add, mul and sub: the verdict is `mixed`"
     ) in text
     recipe = json.loads((ROOT / "metrics/recipe.json").read_text())
     assert recipe["seeds"] == [0, 1, 2] and recipe["verdict"] == "mixed"
     assert recipe["delta_mean_reward"]["ci_low"] < 0 < recipe["delta_mean_reward"]["ci_high"]
     assert recipe["passn_final"] < recipe["passn_step0"]
-    assert {tag for tag, t in recipe["tags"].items() if t["regressed"]} == {"add", "mul"}
+    assert {tag for tag, t in recipe["tags"].items() if t["regressed"]} == {"add", "mul", "sub"}
     summary = json.loads((ROOT / "reports/recipe/summary.json").read_text())
     assert summary["split"] == "heldout"
     assert load_params(ROOT / "params.yaml").data.eval_path == "data/grpo_test.jsonl"
