@@ -431,8 +431,9 @@ class RuntimeParams:
     reproducible: Bool = Field(
         REPRODUCIBLE_DEFAULT,
         description="Pin the CPU's numerics (ATen's AVX2 kernels, oneDNN "
-        "capped at AVX2, MKL's COMPATIBLE branch) so that any x86-64 machine computes the same "
-        "bits; false lets each machine take its fastest kernels (rlvr/core/numerics.py; its cost: "
+        "capped at AVX2, MKL's COMPATIBLE branch) so that x86-64 machines compute the same bits "
+        "(measured: the warm start's across Intel and AMD, not yet training's); false lets each "
+        "machine take its fastest kernels (rlvr/core/numerics.py; its cost and what it holds: "
         "docs/reliability.md#the-same-bits-on-another-cpu).",
     )
     sampling_chunk_tokens: Int = Field(
@@ -546,6 +547,13 @@ class OrchestrationParams:
     sweep: Dict = Field(
         default_factory=lambda: {"train.grpo.beta": [0.01, 0.1]},
         description="Experiments flow: param -> values, queued as a grid.",
+    )
+    start_deadline: Int = Field(
+        600,
+        ge=1,
+        description="Experiments on workers: seconds a submitted run may wait for a worker to "
+        "start it (Scheduled, Late or Pending); then it is cancelled and the flow names the work "
+        "pool, once the other runs have ended.",
     )
     repos: Annotated[list[NonEmptyStr], Strict()] = Field(
         default_factory=list,

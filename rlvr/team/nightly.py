@@ -4,7 +4,7 @@ and records the run as a commit on a results branch of the git remote.
 
 Why a results branch (not `dvc exp push`): the registry's versions are git tags on the commit
 whose dvc.lock holds the model, `dvc artifacts get` and `git log` read it with no DVC experiment
-refs, and a teammate sees every night with `git log --first-parent results`. Each results commit
+refs, and a teammate sees every night with `git log --first-parent results ^main`. Each results commit
 has two parents: the previous night's results commit (first) and the branch commit it ran
 (second), so each night's code is one `git show results^2` away.
 
@@ -178,7 +178,14 @@ def keep(workdir: Path, night: Night) -> None:
 
 
 def kept(workdir: Path) -> list[Night]:
-    """The nights kept by keep(), oldest first, whose clones still exist."""
+    """The nights kept by keep(), oldest first, whose clones still exist (an entry whose clone
+    someone removed is dropped from the list)."""
+    pending = _pending(workdir)
+    gone = [root for root in pending if not Path(root).exists()]
+    if gone:
+        for root in gone:
+            del pending[root]
+        (workdir / PENDING).write_text(json.dumps(pending, indent=1))
     return [
         Night(
             Path(root),

@@ -25,6 +25,7 @@ and wait_for_runs() submits a crashed run again, so the comparison has every run
 from __future__ import annotations
 
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -281,22 +282,51 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
             )
         ours["stages"][stage] = theirs[stage]
         paths += [out["path"] for out in theirs[stage].get("outs", [])]
-    tmp = lock.with_suffix(".lock.tmp")
-    tmp.write_text(dumps_yaml(ours))
-    tmp.replace(lock)
-    for path in paths:
-        if git(root, "ls-tree", "-r", "--name-only", commit, "--", path):  # git keeps it
-            target = root / path
-            if target.is_dir():
-                remove_tree(target)  # files the run no longer wrote go
-            git(root, "restore", f"--source={commit}", "--worktree", "--", path)
-    run = run_dvc(root, "checkout", *stages)
-    if run.returncode != 0:
-        raise SpreadError(
-            f"experiment {name}: dvc checkout {' '.join(stages)} failed: "
-            f"{dvc_error(run.stdout + run.stderr)}"
-        )
+    # all or nothing: what it replaces is kept aside until `dvc checkout` has worked, and put
+    # back (the lock, git's files, the cached outputs by a checkout of the old lock) if not
+    before = lock.read_bytes() if lock.exists() else None
+    (root / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
+    aside = Path(tempfile.mkdtemp(prefix="adopt-", dir=root / ".dvc" / "tmp"))
+    moved: list[tuple[Path, Path | None]] = []  # (workspace path, where its old one waits)
+    try:
+        _write_lock(lock, dumps_yaml(ours).encode())
+        for i, path in enumerate(paths):
+            if git(root, "ls-tree", "-r", "--name-only", commit, "--", path):  # git keeps it
+                target = root / path
+                kept = aside / str(i) if target.exists() else None
+                if kept is not None:  # files the run no longer wrote go with it
+                    shutil.move(target, kept)
+                moved.append((target, kept))
+                git(root, "restore", f"--source={commit}", "--worktree", "--", path)
+        run = run_dvc(root, "checkout", *stages)
+        if run.returncode != 0:
+            raise SpreadError(
+                f"experiment {name}: dvc checkout {' '.join(stages)} failed, nothing taken: "
+                f"{dvc_error(run.stdout + run.stderr)}"
+            )
+    except BaseException:
+        for target, kept in reversed(moved):
+            if target.is_dir() and not target.is_symlink():
+                remove_tree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+            if kept is not None:
+                shutil.move(kept, target)
+        if before is None:
+            lock.unlink(missing_ok=True)
+        else:
+            _write_lock(lock, before)
+        run_dvc(root, "checkout", *stages)  # the old lock's cached outputs, where DVC took them
+        raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
     return paths
+
+
+def _write_lock(lock: Path, data: bytes) -> None:
+    tmp = lock.with_suffix(".lock.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(lock)
 
 
 # Prefect: the automation that crashes silent runs, and submitting and waiting for the runs.
@@ -304,19 +334,16 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
 
 def ensure_crash_detection() -> str:
     """Create (once per server) the automation that marks a run of the experiment flow Crashed
-    when its heartbeats stop (Prefect's "Detect zombie flows" automation); its name."""
+    when its heartbeats stop (Prefect's "Detect zombie flows" automation), or update the one
+    there when its trigger or action differ from these (the heartbeat settings changed); its
+    name."""
     from prefect.automations import Automation
     from prefect.client.schemas.objects import StateType
     from prefect.events.actions import ChangeFlowRunState
     from prefect.events.schemas.automations import EventTrigger, Posture
     from prefect.events.schemas.events import ResourceSpecification
 
-    try:
-        Automation.read(name=CRASH_AUTOMATION)
-        return CRASH_AUTOMATION
-    except ValueError:  # none yet
-        pass
-    Automation(
+    wanted = Automation(
         name=CRASH_AUTOMATION,
         trigger=EventTrigger(
             after={"prefect.flow-run.heartbeat"},
@@ -342,8 +369,35 @@ def ensure_crash_detection() -> str:
                 "worker or machine is gone",
             )
         ],
-    ).create()
+    )
+    try:
+        there = Automation.read(name=CRASH_AUTOMATION)
+    except ValueError:  # none yet
+        wanted.create()
+        return CRASH_AUTOMATION
+
+    def settings(automation) -> list:
+        return [
+            automation.trigger.model_dump(mode="json", exclude={"id"}),
+            [action.model_dump(mode="json") for action in automation.actions],
+        ]
+
+    if settings(there) != settings(wanted):
+        there.trigger, there.actions = wanted.trigger, wanted.actions
+        there.update()
     return CRASH_AUTOMATION
+
+
+class RunsFailed(SpreadError):
+    """Some runs failed, were cancelled or never started; `done` holds those that completed
+    (wait_for_runs waited for every run to end first)."""
+
+    def __init__(self, message: str, done: dict[str, dict]):
+        super().__init__(message)
+        self.done = done
+
+
+STARTED = ("RUNNING", *FINAL)  # a worker's engine has the run; before it: SCHEDULED (Late), PENDING
 
 
 def wait_for_runs(
@@ -352,10 +406,10 @@ def wait_for_runs(
     resubmits: int = 2,
     say: Callable[[str], None] = print,
     poll_seconds: float = 3,
+    start_deadline: float = 600,
 ) -> dict[str, dict]:
-    """Submit each run to DEPLOYMENT and wait for all; a run that crashes is submitted again (at
-    most `resubmits` times). name -> {"flow_run", "worker_seconds", "submissions"}; SpreadError
-    naming the run when one fails, is cancelled or keeps crashing."""
+    """Submit each run to DEPLOYMENT (its work pool named in what goes wrong) and wait until
+    every one has ended (settle); SpreadError when the deployment is not on the server."""
     from prefect import get_client
     from prefect.deployments import run_deployment
     from prefect.exceptions import ObjectNotFound
@@ -367,7 +421,7 @@ def wait_for_runs(
         )
     with get_client(sync_client=True) as client:
         try:
-            client.read_deployment_by_name(DEPLOYMENT)
+            pool = client.read_deployment_by_name(DEPLOYMENT).work_pool_name
         except ObjectNotFound:
             raise SpreadError(
                 f"no deployment {DEPLOYMENT} on the Prefect server ({client.api_url}): deploy it "
@@ -375,40 +429,81 @@ def wait_for_runs(
                 "the pool rlvr-process)"
             ) from None
 
-    def submit(run: Run):
-        flow_run = run_deployment(
-            DEPLOYMENT, parameters=parameters(run), timeout=0, flow_run_name=f"exp-{run.name}"
-        )
-        say(f"experiments: {run.name} submitted (flow run {flow_run.name})")
-        return flow_run.id
+        def submit(run: Run):
+            flow_run = run_deployment(
+                DEPLOYMENT, parameters=parameters(run), timeout=0, flow_run_name=f"exp-{run.name}"
+            )
+            say(f"experiments: {run.name} submitted (flow run {flow_run.name})")
+            return flow_run.id
 
-    pending = {run.name: {"id": submit(run), "submissions": 1, "run": run} for run in runs}
+        return settle(runs, submit, client, pool, resubmits, say, poll_seconds, start_deadline)
+
+
+def settle(
+    runs: list[Run],
+    submit: Callable[[Run], object],
+    client,
+    pool: str,
+    resubmits: int,
+    say: Callable[[str], None],
+    poll_seconds: float,
+    start_deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, dict]:
+    """Wait until every run has ended: a run that crashes is submitted again (at most
+    `resubmits` times); one that no worker starts within `start_deadline` seconds of its
+    submission (Scheduled, Late or Pending) is cancelled. name -> {"flow_run",
+    "worker_seconds", "submissions"} when all completed; else RunsFailed naming each run that
+    did not, after the others ended (they are not cancelled: what finished is taken in)."""
+    from prefect.states import Cancelled
+
+    pending = {
+        run.name: {"id": submit(run), "submissions": 1, "run": run, "at": clock()} for run in runs
+    }
     done: dict[str, dict] = {}
-    with get_client(sync_client=True) as client:
-        while pending:
-            time.sleep(poll_seconds)
-            for name, entry in list(pending.items()):
-                flow_run = client.read_flow_run(entry["id"])
-                kind = flow_run.state.type.value if flow_run.state else "PENDING"
-                if kind not in FINAL:
-                    continue
-                if kind == "COMPLETED":
-                    done[name] = {
-                        "flow_run": flow_run.name,
-                        "worker_seconds": round(flow_run.total_run_time.total_seconds(), 1),
-                        "submissions": entry["submissions"],
-                    }
-                    del pending[name]
-                    continue
-                message = ((flow_run.state.message or "").strip().splitlines() or [kind.lower()])[0]
-                if kind == "CRASHED" and entry["submissions"] <= resubmits:
-                    say(f"experiments: {name} crashed ({message}): submitted again")
-                    entry["id"] = submit(entry["run"])
-                    entry["submissions"] += 1
-                    continue
-                raise SpreadError(
-                    f"experiment {name}: flow run {flow_run.name} {kind.lower()}: {message}"
+    failures: list[str] = []
+    while pending:
+        sleep(poll_seconds)
+        for name, entry in list(pending.items()):
+            flow_run = client.read_flow_run(entry["id"])
+            kind = flow_run.state.type.value if flow_run.state else "PENDING"
+            if kind not in STARTED and clock() - entry["at"] > start_deadline:
+                client.set_flow_run_state(
+                    entry["id"], Cancelled(message="no worker started it"), force=True
                 )
+                failures.append(
+                    f"{name}: no worker of the pool {pool} started flow run {flow_run.name} "
+                    f"within {start_deadline:.0f} s (orchestration.start_deadline): cancelled; "
+                    f"start one: prefect worker start --pool {pool}"
+                )
+                say(f"experiments: {failures[-1]}")
+                del pending[name]
+                continue
+            if kind not in FINAL:
+                continue
+            if kind == "COMPLETED":
+                done[name] = {
+                    "flow_run": flow_run.name,
+                    "worker_seconds": round(flow_run.total_run_time.total_seconds(), 1),
+                    "submissions": entry["submissions"],
+                }
+                del pending[name]
+                continue
+            message = ((flow_run.state.message or "").strip().splitlines() or [kind.lower()])[0]
+            if kind == "CRASHED" and entry["submissions"] <= resubmits:
+                say(f"experiments: {name} crashed ({message}): submitted again")
+                entry.update(id=submit(entry["run"]), at=clock())
+                entry["submissions"] += 1
+                continue
+            failures.append(f"{name}: flow run {flow_run.name} {kind.lower()}: {message}")
+            say(f"experiments: {failures[-1]}; waiting for the other runs")
+            del pending[name]
+    if failures:
+        raise RunsFailed(
+            f"{len(failures)} of {len(runs)} run(s) did not complete: " + "; ".join(failures),
+            done,
+        )
     return done
 
 
@@ -424,8 +519,18 @@ def spread(
         ran = prepare_seeds(root)
         say(f"experiments: the stages before train here first: {', '.join(ran) or 'none'}; pushed")
     ensure_crash_detection()
+    deadline = load_params(Path(root) / "params.yaml").orchestration.start_deadline
     started = time.monotonic()
-    done = wait_for_runs(runs, lambda run: run.parameters(repo, commit), say=say)
+    try:
+        done = wait_for_runs(
+            runs, lambda run: run.parameters(repo, commit), say=say, start_deadline=deadline
+        )
+    except RunsFailed as failed:  # what finished is taken in, for `dvc exp show`
+        if failed.done:
+            collect(root, list(failed.done))
+        raise RunsFailed(
+            f"{failed}; taken in: {', '.join(failed.done) or 'none'}", failed.done
+        ) from None
     seconds = time.monotonic() - started
     collect(root, [run.name for run in runs])
     again = sum(d["submissions"] - 1 for d in done.values())

@@ -4,13 +4,24 @@ nothing new, then a params commit), the DVC remote stopped at the push (one line
 kept; the next night pushes and records it first). The flow on the real project, from a
 deployment on a real Prefect server: tests/team/test_nightly_deployment.py."""
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from rlvr.orchestration.runs import run_dvc, stages_ran
-from rlvr.team.nightly import NightlyError, checkout, finish, kept, plan, summary_line
+from rlvr.team.nightly import (
+    PENDING,
+    Night,
+    NightlyError,
+    checkout,
+    finish,
+    keep,
+    kept,
+    plan,
+    summary_line,
+)
 from rlvr.team.remote import pull
 from tests.helpers import commit_all, dvc_repo
 from tests.helpers import git as _git
@@ -111,6 +122,9 @@ def test_nights_in_a_row_run_what_changed_and_promote_only_a_better_model(team, 
     assert _git(shared, "rev-parse", "results^2") == _git(shared, "rev-parse", "main")
     tags = set(_git(shared, "tag").split())
     assert {"policy@v0.0.1", "policy@v0.0.2", "policy#prod#1", "policy#prod#2"} <= tags
+    # what docs/orchestration.md tells a teammate to run: the nights, and nothing of main's
+    nights = _git(shared, "log", "--first-parent", "--format=%H", "results", "^main").split()
+    assert nights == [third["commit"], first["commit"]]  # the second recorded nothing
 
 
 def test_the_remote_down_at_the_push_keeps_the_night_and_the_next_one_pushes_it(
@@ -220,3 +234,12 @@ def test_a_results_commit_holds_the_outputs_only(team, tmp_path):
     commit = finish(night, work, "nightly n1")["commit"]
     files = _git(shared, "show", "--name-only", "--format=", commit).split()
     assert "dvc.lock" in files and "metrics/quality.json" in files and "stray.txt" not in files
+
+
+def test_a_kept_night_whose_clone_was_removed_is_forgotten(tmp_path):
+    work = tmp_path / "work"
+    (work / "runs" / "a").mkdir(parents=True)
+    for name in ("a", "b"):
+        keep(work, Night(work / "runs" / name, "main", "results", "0" * 40, None))
+    assert [n.root.name for n in kept(work)] == ["a"]  # b's clone was never there
+    assert list(json.loads((work / PENDING).read_text())) == [str(work / "runs" / "a")]

@@ -268,3 +268,25 @@ def test_a_clone_lands_inside_the_work_folder_whatever_the_run_is_called(dev, tm
     assert outside.is_dir()
     night = checkout(str(dev), "main", "results", work, "../../precious")
     assert night.root == work / "runs" / "precious" and outside.is_dir()
+
+
+def test_an_experiment_whose_checkout_fails_leaves_the_workspace_as_it_was(dev):
+    """adopt is all or nothing: when `dvc checkout` cannot lay out the experiment's cached
+    outputs (an object missing from the cache), the lock, git's files and the cached outputs are
+    the workspace's own again."""
+    ran = run_dvc(dev, "repro")  # the workspace's own run, quality 0.5
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (dev / "notes.txt").write_text("uncommitted work\n")
+    before = _files(dev)  # dvc.lock included
+    theirs = loads_yaml(_git(dev, "show", f"{spread.experiment_commit(dev, 'good')}:dvc.lock"))
+    (model,) = [o for o in theirs["stages"]["train@0"]["outs"] if o["path"] == "models/seed-0"]
+    md5 = model["md5"]
+    (dev / ".dvc/cache/files/md5" / md5[:2] / md5[2:]).unlink()  # its .dir object
+    with pytest.raises(spread.SpreadError) as error:
+        spread.adopt(dev, "good", ["train@0"])
+    line = str(error.value)
+    assert "\n" not in line and line.startswith("experiment good: dvc checkout train@0 failed, ")
+    assert _files(dev) == before  # metrics and models at 0.5, the lock, notes.txt
+    assert (dev / "models/seed-0/weights.txt").read_text() == "0.5 0\n"
+    assert not list((dev / ".dvc/tmp").glob("adopt-*"))  # nothing left aside
+    assert run_dvc(dev, "status").stdout.strip() == "Data and pipelines are up to date."
