@@ -36,13 +36,15 @@ from rlvr.team.nightly import (
     checkout,
     finish,
     kept,
+    leftovers,
+    night_held,
     night_markdown,
     plan,
     summary_line,
 )
 from rlvr.team.registry import promotion_markdown
 from rlvr.team.remote import pull
-from rlvr.team.trust import flow_repo
+from rlvr.team.trust import flow_repo, folder_name
 
 quiet_returned_failures()
 
@@ -96,6 +98,31 @@ def nightly(
         if not state.is_completed():
             return ended(state)
     name = f"{flow_run.name or 'local'}-{time.strftime('%Y%m%dT%H%M%S')}"
+    root = work / "runs" / folder_name(name)
+    try:
+        with night_held(root):  # no other night here takes its clone for a leftover
+            outcome = _tonight(repo, branch, results_branch, work, name)
+    except PipelineError as error:
+        return failed(error)
+    if isinstance(outcome, dict):  # it ended well: earlier nights' leftovers go
+        root.with_name(root.name + ".lock").unlink(missing_ok=True)
+        removed = leftovers(work, remove=True)
+        if removed:
+            logger.info(
+                "nightly: removed %s leftover clone(s) of earlier nights: %s",
+                len(removed),
+                ", ".join(r.name for r in removed),
+            )
+    else:
+        left = leftovers(work, remove=False)
+        if left:
+            logger.info("nightly: clones kept for a look: %s", ", ".join(str(r) for r in left))
+    return outcome
+
+
+def _tonight(repo: str, branch: str, results_branch: str, work: Path, name: str):
+    """The night itself, in its own clone: its result, or the state the flow ends with."""
+    logger = get_run_logger()
     try:
         night = checkout(repo, branch, results_branch, work, name)
         pulled = pull(night.root)

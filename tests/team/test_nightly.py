@@ -243,3 +243,23 @@ def test_a_kept_night_whose_clone_was_removed_is_forgotten(tmp_path):
         keep(work, Night(work / "runs" / name, "main", "results", "0" * 40, None))
     assert [n.root.name for n in kept(work)] == ["a"]  # b's clone was never there
     assert list(json.loads((work / PENDING).read_text())) == [str(work / "runs" / "a")]
+
+
+def test_leftover_clones_are_named_or_removed_but_never_a_running_or_kept_night(tmp_path):
+    """After a night that ended well, the clones of failed or killed nights go; a night running
+    now (its lock held) and a kept one (pending.json) stay, whatever their age."""
+    from rlvr.team.nightly import leftovers, night_held
+
+    work = tmp_path / "work"
+    for name in ("failed", "running", "kept"):
+        (work / "runs" / name / ".git").mkdir(parents=True)
+    keep(work, Night(work / "runs" / "kept", "main", "results", "0" * 40, None))
+    with night_held(work / "runs" / "running"):
+        with pytest.raises(NightlyError, match="another running night's clone"):
+            with night_held(work / "runs" / "running"):
+                pass
+        assert leftovers(work, remove=False) == [work / "runs" / "failed"]
+        assert (work / "runs" / "failed").exists()
+        assert leftovers(work, remove=True) == [work / "runs" / "failed"]
+    assert sorted(p.name for p in (work / "runs").iterdir() if p.is_dir()) == ["kept", "running"]
+    assert leftovers(work, remove=False) == [work / "runs" / "running"]  # its night ended
