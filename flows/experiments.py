@@ -188,7 +188,8 @@ if __name__ == "__main__":
     parser.add_argument("--workers", action="store_true", help="each run on a worker of the pool")
     args = parser.parse_args()
     try:
-        rows = experiments(grid=args.grid, workers=args.workers, seeds=args.seeds)
+        # this checkout, whatever $RLVR_ROOT says (a worker's folder, for the deployment's runs)
+        rows = experiments(str(ROOT), grid=args.grid, workers=args.workers, seeds=args.seeds)
     except PipelineError as error:  # StageFailed, WorkspaceBusy
         drain_prefect()
         raise SystemExit(f"experiments: {error}") from None
