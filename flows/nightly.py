@@ -36,11 +36,11 @@ from rlvr.team.nightly import (
     checkout,
     finish,
     kept,
-    leftovers,
     night_held,
     night_markdown,
     plan,
     summary_line,
+    tidy,
 )
 from rlvr.team.registry import promotion_markdown
 from rlvr.team.remote import pull
@@ -104,19 +104,9 @@ def nightly(
             outcome = _tonight(repo, branch, results_branch, work, name)
     except PipelineError as error:
         return failed(error)
-    if isinstance(outcome, dict):  # it ended well: earlier nights' leftovers go
-        root.with_name(root.name + ".lock").unlink(missing_ok=True)
-        removed = leftovers(work, remove=True)
-        if removed:
-            logger.info(
-                "nightly: removed %s leftover clone(s) of earlier nights: %s",
-                len(removed),
-                ", ".join(r.name for r in removed),
-            )
-    else:
-        left = leftovers(work, remove=False)
-        if left:
-            logger.info("nightly: clones kept for a look: %s", ", ".join(str(r) for r in left))
+    said = tidy(work, root, ended_well=isinstance(outcome, dict))
+    if said:
+        logger.info(said)
     return outcome
 
 

@@ -248,6 +248,20 @@ def leftovers(workdir: Path, remove: bool) -> list[Path]:
     return found
 
 
+def tidy(workdir: Path, root: Path, ended_well: bool) -> str | None:
+    """After the night whose clone was `root`: when it ended well, its lock and the leftovers of
+    earlier nights go; else the leftovers are named. The line to log, or None."""
+    if ended_well:
+        root.with_name(root.name + ".lock").unlink(missing_ok=True)
+        removed = leftovers(workdir, remove=True)
+        if removed:
+            names = ", ".join(r.name for r in removed)
+            return f"nightly: removed {len(removed)} leftover clone(s) of earlier nights: {names}"
+        return None
+    left = leftovers(workdir, remove=False)
+    return f"nightly: clones kept for a look: {', '.join(map(str, left))}" if left else None
+
+
 def _pending(workdir: Path) -> dict:
     path = workdir / PENDING
     return json.loads(path.read_text()) if path.exists() else {}

@@ -263,3 +263,21 @@ def test_leftover_clones_are_named_or_removed_but_never_a_running_or_kept_night(
         assert leftovers(work, remove=True) == [work / "runs" / "failed"]
     assert sorted(p.name for p in (work / "runs").iterdir() if p.is_dir()) == ["kept", "running"]
     assert leftovers(work, remove=False) == [work / "runs" / "running"]  # its night ended
+
+
+def test_tidy_names_leftovers_after_a_failed_night_and_removes_them_after_one_that_ended_well(
+    tmp_path,
+):
+    from rlvr.team.nightly import tidy
+
+    work = tmp_path / "work"
+    (work / "runs" / "failed" / ".git").mkdir(parents=True)
+    tonight = work / "runs" / "tonight"
+    tonight.with_name("tonight.lock").write_text("")
+    assert tidy(work, tonight, ended_well=False) == (
+        f"nightly: clones kept for a look: {work / 'runs' / 'failed'}"
+    )
+    assert tidy(work, tonight, ended_well=True) == (
+        "nightly: removed 1 leftover clone(s) of earlier nights: failed"
+    )
+    assert list((work / "runs").iterdir()) == [] and tidy(work, tonight, ended_well=True) is None
