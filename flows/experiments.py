@@ -130,6 +130,8 @@ def experiment_run(
         f"experiment {name}: ran {', '.join(result['ran']) or 'nothing'}; pushed "
         f"{result['exp'][:8]} in {result['seconds']} s ({steps})"
     )
+    if result["removed"]:
+        print(f"experiment {name}: removed leftover clone(s) here: {', '.join(result['removed'])}")
     return result
 
 

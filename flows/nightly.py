@@ -30,13 +30,12 @@ from flows import ROOT, drain_prefect  # (the package, run first, set PREFECT_HO
 from flows.pipeline import pipeline
 from rlvr.core.errors import PipelineError
 from rlvr.orchestration.runs import ended, failed, quiet_returned_failures
-from rlvr.team.clones import WORKDIR_ENV, default_workdir, deployment_root
+from rlvr.team.clones import WORKDIR_ENV, default_workdir, deployment_root, held
 from rlvr.team.nightly import (
     Night,
     checkout,
     finish,
     kept,
-    night_held,
     night_markdown,
     plan,
     summary_line,
@@ -100,7 +99,7 @@ def nightly(
     name = f"{flow_run.name or 'local'}-{time.strftime('%Y%m%dT%H%M%S')}"
     root = work / "runs" / folder_name(name)
     try:
-        with night_held(root):  # no other night here takes its clone for a leftover
+        with held(root):  # no other night here takes its clone for a leftover
             outcome = _tonight(repo, branch, results_branch, work, name)
     except PipelineError as error:
         return failed(error)

@@ -4,10 +4,13 @@ takes)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rlvr.core.errors import PipelineError
@@ -20,6 +23,10 @@ WORKDIR_ENV = (
 
 class GitFailed(PipelineError):
     """A git or DVC command of a team flow failed; the message is the line that says why."""
+
+
+class CloneHeld(PipelineError):
+    """Another running flow on this machine holds the clone (held)."""
 
 
 def git_cause(output: str) -> str:
@@ -98,3 +105,40 @@ def origin_url(root: Path) -> str:
         raise GitFailed(
             f"{root} has no git remote 'origin': pass the flow's repo parameter (a git URL)"
         ) from None
+
+
+@contextmanager
+def held(root: Path) -> Iterator[Path]:
+    """Hold the clone `root` (a lock file beside it, taken before the clone is made), so no other
+    flow run on this machine takes it for a leftover; CloneHeld when another process holds it.
+    (flock: a killed run's lock goes with its process.)"""
+    lock = root.with_name(root.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CloneHeld(f"{root} is the clone of another running flow") from None
+        try:
+            yield root
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def leftovers(folder: Path, keep: set[str], remove: bool) -> list[Path]:
+    """The clones under `folder` that no running flow holds (held) and `keep` does not name:
+    those of runs that failed (kept for a look) or were killed. `remove`: delete them, and their
+    lock files (after a run that ended well); else only name them."""
+    found = []
+    for clone_root in sorted(folder.glob("*/")) if folder.is_dir() else []:
+        if str(clone_root) in keep:
+            continue
+        try:
+            with held(clone_root):
+                if remove:
+                    shutil.rmtree(clone_root, ignore_errors=True)
+                    clone_root.with_name(clone_root.name + ".lock").unlink(missing_ok=True)
+                found.append(clone_root)
+        except CloneHeld:  # a run going on now
+            continue
+    return found

@@ -18,18 +18,16 @@ and the next night pushes and records it before it runs.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 import subprocess
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.core.errors import PipelineError
 from rlvr.orchestration.runs import dvc_stages, stale_stages
 from rlvr.report.render import md_escape
-from rlvr.team.clones import GitFailed, clone, git, rev
+from rlvr.team.clones import GitFailed, clone, git, leftovers, rev
 from rlvr.team.registry import promote_after_run
 from rlvr.team.remote import push
 from rlvr.team.trust import (
@@ -210,55 +208,17 @@ def forget(workdir: Path, night: Night) -> None:
     shutil.rmtree(night.root, ignore_errors=True)
 
 
-@contextmanager
-def night_held(root: Path):
-    """Hold the night whose clone is `root` (a lock beside it, taken before the clone is made),
-    so no other night on this machine takes it for a leftover; NightlyError when another
-    process holds it."""
-    lock = root.with_name(root.name + ".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise NightlyError(f"{root} is another running night's clone") from None
-        try:
-            yield root
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def leftovers(workdir: Path, remove: bool) -> list[Path]:
-    """The clones under <workdir>/runs that no night holds or keeps (pending.json): those of
-    nights that failed in the pipeline (kept for a look) or were killed. `remove`: delete them
-    (after a night that succeeded); else only name them."""
-    keep = set(_pending(workdir))
-    found = []
-    for folder in sorted((workdir / "runs").glob("*/")) if (workdir / "runs").is_dir() else []:
-        if str(folder) in keep:
-            continue
-        try:
-            with night_held(folder):
-                if remove:
-                    shutil.rmtree(folder, ignore_errors=True)
-                    folder.with_name(folder.name + ".lock").unlink(missing_ok=True)
-                found.append(folder)
-        except NightlyError:  # a night running now
-            continue
-    return found
-
-
 def tidy(workdir: Path, root: Path, ended_well: bool) -> str | None:
     """After the night whose clone was `root`: when it ended well, its lock and the leftovers of
     earlier nights go; else the leftovers are named. The line to log, or None."""
     if ended_well:
         root.with_name(root.name + ".lock").unlink(missing_ok=True)
-        removed = leftovers(workdir, remove=True)
+        removed = leftovers(workdir / "runs", set(_pending(workdir)), remove=True)
         if removed:
             names = ", ".join(r.name for r in removed)
             return f"nightly: removed {len(removed)} leftover clone(s) of earlier nights: {names}"
         return None
-    left = leftovers(workdir, remove=False)
+    left = leftovers(workdir / "runs", set(_pending(workdir)), remove=False)
     return f"nightly: clones kept for a look: {', '.join(map(str, left))}" if left else None
 
 

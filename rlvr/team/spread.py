@@ -39,7 +39,7 @@ from rlvr.core.files import remove_tree
 from rlvr.orchestration.runs import dvc_stages, run_dvc, seeded_stages, stages_ran
 from rlvr.params.config import ParamsError, load_params
 from rlvr.params.experiments import check_queued_runs, experiment_runs
-from rlvr.team.clones import clone, git, origin_url, rev
+from rlvr.team.clones import clone, git, held, leftovers, origin_url, rev
 from rlvr.team.remote import (
     RemoteFailed,
     default_remote,
@@ -187,8 +187,28 @@ def _outputs_moved(root: str | Path, stages: list[str]) -> list[str]:
 def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict:
     """A worker's run: clone `repo` at `commit` into <workdir>/experiments/<label>, pull what the
     run needs, `dvc exp run`, `dvc exp push`; {"name", "exp" (the experiment's commit),
-    "seconds", "steps" (seconds per step), "ran" (the stages DVC ran)}. The clone is removed
-    when the run is pushed, kept (and named) when it failed."""
+    "seconds", "steps" (seconds per step), "ran" (the stages DVC ran), "removed" (leftover
+    clones of earlier runs on this machine, removed)}. The clone is removed when the run is
+    pushed, and so are the leftovers of runs that failed or were killed; a failed run keeps
+    its clone and names the others kept."""
+    root = workdir / "experiments" / folder_name(label)
+    with held(root):  # no other run on this machine takes its clone for a leftover
+        try:
+            result = _run_in(repo, commit, run, workdir, root)
+        except PipelineError as error:
+            left = [p for p in leftovers(root.parent, set(), remove=False) if p != root]
+            if not left:
+                raise
+            raise type(error)(
+                f"{error}; other clones kept for a look: {', '.join(map(str, left))}"
+            ) from None
+        shutil.rmtree(root, ignore_errors=True)
+    root.with_name(root.name + ".lock").unlink(missing_ok=True)
+    result["removed"] = [p.name for p in leftovers(root.parent, set(), remove=True)]
+    return result
+
+
+def _run_in(repo: str, commit: str, run: Run, workdir: Path, root: Path) -> dict:
     steps: dict[str, float] = {}
     clock = [time.monotonic()]
 
@@ -197,7 +217,6 @@ def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict
         steps[step] = round(now - clock[0], 1)
         clock[0] = now
 
-    root = workdir / "experiments" / folder_name(label)
     clone(repo, root, workdir)
     git(root, "checkout", "--quiet", commit)
     lap("clone")
@@ -221,11 +240,9 @@ def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict
             f"{dvc_error(pushed.stdout + pushed.stderr)}"
         )
     lap("push")
-    exp = experiment_commit(root, run.name)
-    shutil.rmtree(root, ignore_errors=True)
     return {
         "name": run.name,
-        "exp": exp,
+        "exp": experiment_commit(root, run.name),
         "seconds": round(sum(steps.values()), 1),
         "steps": steps,
         "ran": stages_ran(ran.stdout),

@@ -248,21 +248,22 @@ def test_a_kept_night_whose_clone_was_removed_is_forgotten(tmp_path):
 def test_leftover_clones_are_named_or_removed_but_never_a_running_or_kept_night(tmp_path):
     """After a night that ended well, the clones of failed or killed nights go; a night running
     now (its lock held) and a kept one (pending.json) stay, whatever their age."""
-    from rlvr.team.nightly import leftovers, night_held
+    from rlvr.team.clones import CloneHeld, held, leftovers
 
     work = tmp_path / "work"
     for name in ("failed", "running", "kept"):
         (work / "runs" / name / ".git").mkdir(parents=True)
     keep(work, Night(work / "runs" / "kept", "main", "results", "0" * 40, None))
-    with night_held(work / "runs" / "running"):
-        with pytest.raises(NightlyError, match="another running night's clone"):
-            with night_held(work / "runs" / "running"):
+    pending = set(json.loads((work / PENDING).read_text()))
+    with held(work / "runs" / "running"):
+        with pytest.raises(CloneHeld, match="the clone of another running flow"):
+            with held(work / "runs" / "running"):
                 pass
-        assert leftovers(work, remove=False) == [work / "runs" / "failed"]
+        assert leftovers(work / "runs", pending, remove=False) == [work / "runs" / "failed"]
         assert (work / "runs" / "failed").exists()
-        assert leftovers(work, remove=True) == [work / "runs" / "failed"]
+        assert leftovers(work / "runs", pending, remove=True) == [work / "runs" / "failed"]
     assert sorted(p.name for p in (work / "runs").iterdir() if p.is_dir()) == ["kept", "running"]
-    assert leftovers(work, remove=False) == [work / "runs" / "running"]  # its night ended
+    assert leftovers(work / "runs", pending, remove=False) == [work / "runs" / "running"]
 
 
 def test_tidy_names_leftovers_after_a_failed_night_and_removes_them_after_one_that_ended_well(

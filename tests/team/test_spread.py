@@ -137,6 +137,29 @@ def test_a_failed_experiment_keeps_its_clone_and_says_where(team, tmp_path):
     assert clone.exists()
 
 
+def test_a_run_that_ends_well_removes_the_leftover_clones_but_never_a_running_one(team, tmp_path):
+    """A failed run names the clones kept before it; a run pushed removes them (a worker killed
+    mid-run leaves one too), but never the clone of a run going on now on the machine."""
+    from rlvr.team.clones import held
+
+    shared, dev = team
+    _, commit = spread.ready(dev)
+    runs = tmp_path / "machine" / "experiments"
+    broken = spread.Run("broken", ["quality=[1, 2]"], ["train@0"])
+    with pytest.raises(spread.SpreadError):
+        spread.run_one(str(shared), commit, broken, tmp_path / "machine", "broken-1")
+    with pytest.raises(spread.SpreadError) as error:
+        spread.run_one(str(shared), commit, broken, tmp_path / "machine", "broken-2")
+    assert str(error.value).endswith(f"; other clones kept for a look: {runs / 'broken-1'}")
+    (runs / "running" / ".git").mkdir(parents=True)
+    with held(runs / "running"):  # another worker's run, going on
+        result = spread.run_one(
+            str(shared), commit, spread.Run("seed-0", [], ["train@0"]), tmp_path / "machine", "ok"
+        )
+    assert result["removed"] == ["broken-1", "broken-2"]
+    assert sorted(p.name for p in runs.iterdir()) == ["running", "running.lock"]
+
+
 def test_the_runs_of_the_default_seeds_and_of_the_grids():
     seeds = load_params(ROOT / "params.yaml").audit.seeds
     assert len(seeds) >= 2
