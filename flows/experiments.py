@@ -140,9 +140,14 @@ def _spread(root: str, grid: str | None, seeds: bool) -> list[list] | dict:
     runs = spread.seed_runs(root) if seeds else spread.grid_runs(root, grid)
     done, seconds = spread.spread(root, runs, say)
     if not seeds:
+        say(spread.laps_line(seconds))
         return publish_comparison(root)
+    laps = spread.Laps()
     spread.take_seeds(root, runs)
+    seconds[spread.LAPS[3]] = laps.lap(spread.LAPS[3])
     state = pipeline(root=root, lock=False, return_state=True)  # (this flow holds it)
+    seconds[spread.LAPS[4]] = laps.lap(spread.LAPS[4])
+    say(spread.laps_line(seconds))
     if not state.is_completed():
         return ended(state)
     result = state.result()
@@ -154,7 +159,7 @@ def _spread(root: str, grid: str | None, seeds: bool) -> list[list] | dict:
     say(f"experiments: the recipe over {', '.join(r.name for r in runs)}: {result['verdict']}")
     return {
         "runs": done,
-        "seconds": round(seconds, 1),
+        "seconds": seconds,
         "ran_here": result["ran"],
         "verdict": result["verdict"],
     }

@@ -31,6 +31,7 @@ from flows.pipeline import pipeline
 from rlvr.core.errors import PipelineError
 from rlvr.orchestration.runs import ended, failed, quiet_returned_failures
 from rlvr.team.clones import WORKDIR_ENV, default_workdir, deployment_root, held
+from rlvr.team.crashes import NIGHTLY_FLOW, ensure_crash_detection
 from rlvr.team.nightly import (
     Night,
     checkout,
@@ -71,7 +72,7 @@ def finish_task(night: Night, workdir: Path, message: str) -> dict:
     return result
 
 
-@flow(name="grpo-nightly", log_prints=True)
+@flow(name=NIGHTLY_FLOW, log_prints=True)
 def nightly(
     repo: str | None = None,
     branch: str = "main",
@@ -86,6 +87,7 @@ def nightly(
         repo = flow_repo(deployment_root(ROOT), repo)
     except PipelineError as error:
         return failed(error)
+    ensure_crash_detection()  # a night whose worker dies ends Crashed, freeing the next night
     for earlier in kept(work):  # a night whose push failed: pushed and recorded first
         logger.info("nightly: finishing the night kept at %s first", earlier.root)
         state = finish_task.with_options(name="finish-kept-night")(

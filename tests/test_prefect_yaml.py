@@ -85,22 +85,25 @@ def test_a_deployment_runs_one_flow_run_at_a_time_and_queues_the_next(deployment
     } == {"nightly", DOCKER_DEPLOYMENT}
 
 
-def test_the_experiment_runs_send_the_heartbeats_the_crash_automation_expects(deployments):
-    """A killed worker's run is Crashed after SILENT_HEARTBEATS missed heartbeats of the
-    frequency the deployment sets (rlvr.team.spread): the two must agree, and Prefect must accept
-    the frequency (its minimum is 30 s)."""
+def test_the_runs_the_crash_automation_watches_send_the_heartbeats_it_expects(deployments):
+    """A killed worker's run (an experiment's, a night's) is Crashed after SILENT_HEARTBEATS
+    missed heartbeats of the frequency the deployment sets (rlvr.team.crashes): the two must
+    agree, and Prefect must accept the frequency (its minimum is 30 s)."""
     from prefect.settings.models.flows import FlowsSettings
 
     from flows.experiments import experiment_run
-    from rlvr.team import spread
+    from flows.nightly import nightly
+    from rlvr.team import crashes, spread
 
     configs, _, _ = deployments
-    config = configs[SPREAD_DEPLOYMENT]
-    env = config["work_pool"]["job_variables"]["env"]
-    frequency = FlowsSettings(heartbeat_frequency=int(env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]))
-    assert frequency.heartbeat_frequency == spread.HEARTBEAT_SECONDS
+    for name, flow in ((SPREAD_DEPLOYMENT, experiment_run), ("nightly", nightly)):
+        config = configs[name]
+        env = config["work_pool"]["job_variables"]["env"]
+        every = FlowsSettings(heartbeat_frequency=int(env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]))
+        assert every.heartbeat_frequency == crashes.HEARTBEAT_SECONDS, name
+        assert flow.name in crashes.WATCHED, name
     assert spread.DEPLOYMENT == f"{experiment_run.name}/{SPREAD_DEPLOYMENT}"
-    assert config["entrypoint"] == "flows/experiments.py:experiment_run"
+    assert configs[SPREAD_DEPLOYMENT]["entrypoint"] == "flows/experiments.py:experiment_run"
 
 
 def test_serving_the_nightly_in_one_process_keeps_its_schedule_and_limit():

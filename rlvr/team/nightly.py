@@ -206,6 +206,7 @@ def forget(workdir: Path, night: Night) -> None:
     pending.pop(str(night.root), None)
     (workdir / PENDING).write_text(json.dumps(pending, indent=1))
     shutil.rmtree(night.root, ignore_errors=True)
+    night.root.with_name(night.root.name + ".lock").unlink(missing_ok=True)
 
 
 def tidy(workdir: Path, root: Path, ended_well: bool) -> str | None:

@@ -18,7 +18,7 @@ runs waits for them, `dvc exp pull`s them and compares them:
 
 A worker killed mid-run (its machine lost) leaves its flow run Running. Prefect's answer is flow
 run heartbeats and an automation that marks a run whose heartbeats stop Crashed (docs: "Detect
-zombie flows"); ensure_crash_detection() creates it, the deployment sets the heartbeat frequency,
+zombie flows"); rlvr.team.crashes creates it, the deployment sets the heartbeat frequency,
 and wait_for_runs() submits a crashed run again, so the comparison has every run.
 """
 
@@ -29,7 +29,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 from dvc.utils.serialize import dumps_yaml, loads_yaml
@@ -40,6 +39,7 @@ from rlvr.orchestration.runs import dvc_stages, run_dvc, seeded_stages, stages_r
 from rlvr.params.config import ParamsError, load_params
 from rlvr.params.experiments import check_queued_runs, experiment_runs
 from rlvr.team.clones import clone, git, held, leftovers, origin_url, rev
+from rlvr.team.crashes import EXPERIMENT_FLOW, FINAL, ensure_crash_detection
 from rlvr.team.remote import (
     RemoteFailed,
     default_remote,
@@ -51,12 +51,7 @@ from rlvr.team.remote import (
 )
 from rlvr.team.trust import check_lock_entry, declared, folder_name, redacted
 
-EXPERIMENT_FLOW = "grpo-experiment-run"  # flows/experiments.py experiment_run
 DEPLOYMENT = f"{EXPERIMENT_FLOW}/experiment-run"
-CRASH_AUTOMATION = "rlvr: crash flow runs whose heartbeats stopped"
-HEARTBEAT_SECONDS = 30  # PREFECT_FLOWS_HEARTBEAT_FREQUENCY of the deployment (Prefect's minimum)
-SILENT_HEARTBEATS = 3  # a run silent this many heartbeats is Crashed by the automation
-FINAL = ("COMPLETED", "FAILED", "CANCELLED", "CRASHED")
 # what the stages run: the workers run it as committed (outputs may differ here: they are rebuilt)
 WHAT_RUNS = (
     "params.yaml",
@@ -151,10 +146,13 @@ def ready(root: str | Path) -> tuple[str, str]:
 
 
 def prepare_seeds(root: str | Path) -> list[str]:
-    """Run the stages before `train` here and push their data, so every worker pulls the same
-    inputs instead of rebuilding them; the stages that ran."""
+    """Run the stages before `train` that all seeds share here and push their data, so every
+    worker pulls the same inputs instead of rebuilding them; the stages that ran. A per-seed
+    stage before train (verified@k) is left to its seed's worker: here it would run once per
+    seed, one after another."""
     order = dvc_stages(Path(root) / "dvc.yaml")
-    upstream = order[: order.index("train")]
+    seeded = seeded_stages(Path(root) / "dvc.yaml")
+    upstream = [stage for stage in order[: order.index("train")] if stage not in seeded]
     run = run_dvc(root, "repro", *upstream)
     if run.returncode != 0:
         raise SpreadError(
@@ -346,63 +344,7 @@ def _write_lock(lock: Path, data: bytes) -> None:
     tmp.replace(lock)
 
 
-# Prefect: the automation that crashes silent runs, and submitting and waiting for the runs.
-
-
-def ensure_crash_detection() -> str:
-    """Create (once per server) the automation that marks a run of the experiment flow Crashed
-    when its heartbeats stop (Prefect's "Detect zombie flows" automation), or update the one
-    there when its trigger or action differ from these (the heartbeat settings changed); its
-    name."""
-    from prefect.automations import Automation
-    from prefect.client.schemas.objects import StateType
-    from prefect.events.actions import ChangeFlowRunState
-    from prefect.events.schemas.automations import EventTrigger, Posture
-    from prefect.events.schemas.events import ResourceSpecification
-
-    wanted = Automation(
-        name=CRASH_AUTOMATION,
-        trigger=EventTrigger(
-            after={"prefect.flow-run.heartbeat"},
-            expect={
-                "prefect.flow-run.heartbeat",
-                *(f"prefect.flow-run.{s.title()}" for s in FINAL),
-            },
-            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
-            # only the experiment runs: a flow whose heartbeats come every 180 s (Prefect's
-            # default) would otherwise be crashed between two of them
-            match_related=ResourceSpecification(
-                {"prefect.resource.role": "flow", "prefect.resource.name": EXPERIMENT_FLOW}
-            ),
-            for_each={"prefect.resource.id"},
-            posture=Posture.Proactive,
-            threshold=1,
-            within=timedelta(seconds=HEARTBEAT_SECONDS * SILENT_HEARTBEATS),
-        ),
-        actions=[
-            ChangeFlowRunState(
-                state=StateType.CRASHED,
-                message=f"no heartbeat for {HEARTBEAT_SECONDS * SILENT_HEARTBEATS} s: its "
-                "worker or machine is gone",
-            )
-        ],
-    )
-    try:
-        there = Automation.read(name=CRASH_AUTOMATION)
-    except ValueError:  # none yet
-        wanted.create()
-        return CRASH_AUTOMATION
-
-    def settings(automation) -> list:
-        return [
-            automation.trigger.model_dump(mode="json", exclude={"id"}),
-            [action.model_dump(mode="json") for action in automation.actions],
-        ]
-
-    if settings(there) != settings(wanted):
-        there.trigger, there.actions = wanted.trigger, wanted.actions
-        there.update()
-    return CRASH_AUTOMATION
+# Prefect: submitting the runs and waiting for them (a silent one is Crashed: rlvr.team.crashes).
 
 
 class RunsFailed(SpreadError):
@@ -526,18 +468,19 @@ def settle(
 
 def spread(
     root: str | Path, runs: list[Run], say: Callable[[str], None] = print
-) -> tuple[dict[str, dict], float]:
+) -> tuple[dict[str, dict], dict[str, float]]:
     """Everything between the runs and their comparison: the commit the workers run (ready),
     for seeds the stages before train first (prepare_seeds), the crash automation, every run
     submitted and waited for (a crashed one again), and all pulled here. (name -> what
-    wait_for_runs says of it, the seconds from the first submission to the last run's end)."""
+    wait_for_runs says of it, the seconds of each part here: LAPS' first three)."""
+    laps = Laps()
     repo, commit = ready(root)
     if any(run.targets for run in runs):
         ran = prepare_seeds(root)
         say(f"experiments: the stages before train here first: {', '.join(ran) or 'none'}; pushed")
+    laps.lap(LAPS[0])
     ensure_crash_detection()
     deadline = load_params(Path(root) / "params.yaml").orchestration.start_deadline
-    started = time.monotonic()
     try:
         done = wait_for_runs(
             runs, lambda run: run.parameters(repo, commit), say=say, start_deadline=deadline
@@ -548,13 +491,42 @@ def spread(
         raise RunsFailed(
             f"{failed}; taken in: {', '.join(failed.done) or 'none'}", failed.done
         ) from None
-    seconds = time.monotonic() - started
+    seconds = laps.lap(LAPS[1])
     collect(root, [run.name for run in runs])
+    laps.lap(LAPS[2])
     again = sum(d["submissions"] - 1 for d in done.values())
     say(
         f"experiments: {len(runs)} run(s) on the workers in {seconds:.0f} s ({again} submitted again); pulled"
     )
-    return done, seconds
+    return done, laps.seconds
+
+
+# the parts of a spread as the flow times them: here, on the workers, here again
+LAPS = ("before the runs", "the runs", "pull", "take in", "the pipeline here")
+
+
+class Laps:
+    """Seconds between calls of lap(), each under its name."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, name: str) -> float:
+        now = time.monotonic()
+        self.seconds[name] = round(now - self._last, 1)
+        self._last = now
+        return self.seconds[name]
+
+
+def laps_line(seconds: dict[str, float]) -> str:
+    """The parts of a spread in one line.
+
+    >>> laps_line({"before the runs": 9.2, "the runs": 150.4, "pull": 6.0})
+    'experiments: where the time went: before the runs 9 s, the runs 150 s, pull 6 s; 166 s in all'
+    """
+    parts = ", ".join(f"{name} {value:.0f} s" for name, value in seconds.items())
+    return f"experiments: where the time went: {parts}; {sum(seconds.values()):.0f} s in all"
 
 
 def take_seeds(root: str | Path, runs: list[Run]) -> None:

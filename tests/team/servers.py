@@ -24,6 +24,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
+
 from rlvr.grpo.distributed import free_port
 
 # RLVR_SSHD names another sshd program (tests/team/test_without_sshd.py names a missing one)
@@ -275,3 +277,29 @@ class PrefectServer:
     def stop(self) -> None:
         for process in reversed(self.started):
             stop_group(process)
+
+
+def training(worker: subprocess.Popen) -> bool:
+    """Whether a worker's flow run is training now (a `stages.train` process under it)."""
+    try:
+        children = psutil.Process(worker.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return False
+    for child in children:
+        try:
+            if "stages.train" in " ".join(child.cmdline()):
+                return True
+        except psutil.Error:  # gone, or a zombie, since the listing
+            pass
+    return False
+
+
+def kill_machine(worker: subprocess.Popen) -> None:
+    """SIGKILL the worker and everything under it, as a machine that is lost."""
+    processes = [psutil.Process(worker.pid), *psutil.Process(worker.pid).children(recursive=True)]
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    worker.wait(timeout=30)

@@ -134,18 +134,18 @@ def test_the_crash_automation_is_created_once_and_updated_when_its_settings_chan
 ):
     from prefect.automations import Automation
 
-    from rlvr.team import spread
+    from rlvr.team import crashes
 
     def within() -> float:
-        return Automation.read(name=spread.CRASH_AUTOMATION).trigger.within.total_seconds()
+        return Automation.read(name=crashes.CRASH_AUTOMATION).trigger.within.total_seconds()
 
-    assert spread.ensure_crash_detection() == spread.CRASH_AUTOMATION
-    first = Automation.read(name=spread.CRASH_AUTOMATION).id
-    assert within() == spread.HEARTBEAT_SECONDS * spread.SILENT_HEARTBEATS
-    monkeypatch.setattr(spread, "SILENT_HEARTBEATS", 5)  # the team waits longer for a worker
-    spread.ensure_crash_detection()
-    assert within() == spread.HEARTBEAT_SECONDS * 5
-    again = Automation.read(name=spread.CRASH_AUTOMATION)
+    assert crashes.ensure_crash_detection() == crashes.CRASH_AUTOMATION
+    first = Automation.read(name=crashes.CRASH_AUTOMATION).id
+    assert within() == crashes.HEARTBEAT_SECONDS * crashes.SILENT_HEARTBEATS
+    monkeypatch.setattr(crashes, "SILENT_HEARTBEATS", 5)  # the team waits longer for a worker
+    crashes.ensure_crash_detection()
+    assert within() == crashes.HEARTBEAT_SECONDS * 5
+    again = Automation.read(name=crashes.CRASH_AUTOMATION)
     assert again.id == first and "150 s" in again.actions[0].message  # updated, not doubled
-    spread.ensure_crash_detection()  # nothing to change: the same one
-    assert Automation.read(name=spread.CRASH_AUTOMATION).id == first
+    crashes.ensure_crash_detection()  # nothing to change: the same one
+    assert Automation.read(name=crashes.CRASH_AUTOMATION).id == first

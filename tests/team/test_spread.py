@@ -201,3 +201,37 @@ def test_a_grid_params_yaml_lacks_is_one_line_before_anything_is_submitted():
     assert str(error.value) == (
         f"--grid nope: params.yaml orchestration.grids has no such grid (it has: {grids})"
     )
+
+
+def test_the_parent_runs_only_what_every_seed_shares_before_train(ssh_home, tmp_path):
+    """prepare_seeds runs and pushes the stages before train that all seeds share; a per-seed
+    one (verified@k) is left to each seed's worker, not run here once per seed in a row."""
+    stages = """stages:
+  prep:
+    cmd: python -c "import pathlib; pathlib.Path('prep.txt').write_text('shared')"
+    outs: [prep.txt]
+  verified:
+    foreach: ${audit.seeds}
+    do:
+      cmd: python -c "import pathlib; pathlib.Path('verified-${item}.txt').write_text('v')"
+      deps: [prep.txt]
+      outs:
+        - verified-${item}.txt
+  train:
+    foreach: ${audit.seeds}
+    do:
+      cmd: python -c "import pathlib; pathlib.Path('model-${item}.txt').write_text('m')"
+      deps:
+        - verified-${item}.txt
+      outs:
+        - model-${item}.txt
+"""
+    params = yaml.safe_dump({"audit": {"seeds": [0, 1]}})
+    dev = dvc_repo(tmp_path / "dev", {"dvc.yaml": stages, "params.yaml": params})
+    ssh_home.add_remote(dev, folder="prepare")
+    run = run_dvc(dev, "repro", "prep")  # the commit's lock names prep's output
+    assert run.returncode == 0, run.stdout + run.stderr
+    commit_all(dev, "the project")
+    assert spread.prepare_seeds(dev) == []  # up to date, pushed
+    assert not (dev / "verified-0.txt").exists() and not (dev / "verified-1.txt").exists()
+    assert [r.targets[0] for r in spread.seed_runs(dev)] == ["verified@0", "verified@1"]
