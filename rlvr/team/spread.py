@@ -272,31 +272,40 @@ def experiment_commit(root: str | Path, name: str) -> str:
 def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
     """Take `stages`' dvc.lock entries and outputs from experiment `name` into the workspace:
     files git keeps from its commit, cached ones by `dvc checkout`. The paths taken."""
+    return adopt_all(root, {name: stages})
+
+
+def adopt_all(root: str | Path, runs: dict[str, list[str]]) -> list[str]:
+    """adopt() for several experiments (name -> its stages) at once: one `dvc checkout` for all
+    (each costs seconds: per seed, it was most of the flow's time to take seeds in), all or
+    nothing. The paths taken."""
     root = Path(root)
-    commit = experiment_commit(root, name)
-    # DVC's own YAML (1.2): PyYAML's 1.1 would read a param `off` as false and write it
-    # back so, and the stage would look changed (tests/team/test_spread.py)
-    theirs = loads_yaml(git(root, "show", f"{commit}:dvc.lock"))["stages"]
     lock = root / "dvc.lock"
     ours = loads_yaml(lock.read_text()) if lock.exists() else {"schema": "2.0"}
     ours.setdefault("stages", {})
+    stages = [stage for each in runs.values() for stage in each]
     # a worker wrote that lock: it may name only what our dvc.yaml declares for those stages
     # (an out of `.` would have the rmtree below take the workspace, one of `rlvr` the code)
     own = declared(root, stages)
-    paths = []
-    for stage in stages:
-        if stage not in theirs:
-            raise SpreadError(f"experiment {name}: its dvc.lock has no stage {stage}")
-        if stage not in own:
-            raise SpreadError(f"experiment {name}: this dvc.yaml has no stage {stage}")
-        problems = check_lock_entry(stage, theirs[stage], own[stage])
-        if problems:
-            raise SpreadError(
-                f"experiment {name} ({commit[:8]}): its dvc.lock disagrees with this dvc.yaml, "
-                f"nothing taken: {'; '.join(problems)}"
-            )
-        ours["stages"][stage] = theirs[stage]
-        paths += [out["path"] for out in theirs[stage].get("outs", [])]
+    taken: list[tuple[str, str]] = []  # (the experiment's commit, a path it outputs)
+    for name, its_stages in runs.items():
+        commit = experiment_commit(root, name)
+        # DVC's own YAML (1.2): PyYAML's 1.1 would read a param `off` as false and write it
+        # back so, and the stage would look changed (tests/team/test_spread.py)
+        theirs = loads_yaml(git(root, "show", f"{commit}:dvc.lock"))["stages"]
+        for stage in its_stages:
+            if stage not in theirs:
+                raise SpreadError(f"experiment {name}: its dvc.lock has no stage {stage}")
+            if stage not in own:
+                raise SpreadError(f"experiment {name}: this dvc.yaml has no stage {stage}")
+            problems = check_lock_entry(stage, theirs[stage], own[stage])
+            if problems:
+                raise SpreadError(
+                    f"experiment {name} ({commit[:8]}): its dvc.lock disagrees with this "
+                    f"dvc.yaml, nothing taken: {'; '.join(problems)}"
+                )
+            ours["stages"][stage] = theirs[stage]
+            taken += [(commit, out["path"]) for out in theirs[stage].get("outs", [])]
     # all or nothing: what it replaces is kept aside until `dvc checkout` has worked, and put
     # back (the lock, git's files, the cached outputs by a checkout of the old lock) if not
     before = lock.read_bytes() if lock.exists() else None
@@ -305,7 +314,7 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
     moved: list[tuple[Path, Path | None]] = []  # (workspace path, where its old one waits)
     try:
         _write_lock(lock, dumps_yaml(ours).encode())
-        for i, path in enumerate(paths):
+        for i, (commit, path) in enumerate(taken):
             if git(root, "ls-tree", "-r", "--name-only", commit, "--", path):  # git keeps it
                 target = root / path
                 kept = aside / str(i) if target.exists() else None
@@ -316,8 +325,8 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
         run = run_dvc(root, "checkout", *stages)
         if run.returncode != 0:
             raise SpreadError(
-                f"experiment {name}: dvc checkout {' '.join(stages)} failed, nothing taken: "
-                f"{dvc_error(run.stdout + run.stderr)}"
+                f"experiment {', '.join(runs)}: dvc checkout {' '.join(stages)} failed, nothing "
+                f"taken: {dvc_error(run.stdout + run.stderr)}"
             )
     except BaseException:
         for target, kept in reversed(moved):
@@ -335,7 +344,7 @@ def adopt(root: str | Path, name: str, stages: list[str]) -> list[str]:
         raise
     finally:
         shutil.rmtree(aside, ignore_errors=True)
-    return paths
+    return [path for _, path in taken]
 
 
 def _write_lock(lock: Path, data: bytes) -> None:
@@ -530,9 +539,8 @@ def laps_line(seconds: dict[str, float]) -> str:
 
 
 def take_seeds(root: str | Path, runs: list[Run]) -> None:
-    """Each seed's run taken into the workspace (adopt), for the pipeline to pool."""
-    for run in runs:
-        adopt(root, run.name, run.targets)
+    """Every seed's run taken into the workspace at once (adopt_all), for the pipeline to pool."""
+    adopt_all(root, {run.name: run.targets for run in runs})
 
 
 def trained_here(root: str | Path, ran: list[str]) -> list[str]:

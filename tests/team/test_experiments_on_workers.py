@@ -174,13 +174,14 @@ def test_the_default_seeds_spread_over_workers_and_a_killed_worker_loses_nothing
 @pytest.mark.slow
 @pytest.mark.long
 def test_four_seeds_on_one_worker_then_on_two(team):
-    """The same work twice (every seed trains: a knob of no cost that only train reads
-    changed), on one worker, then two; prints each round's wall time and where it went."""
+    """The same work twice (every seed trains: evaluate.seed changed, which train reads and
+    no stage before it), on one worker, then two; prints each round's wall time and where it
+    went."""
     team = team([0, 1, 2, 3])
     team.start_worker("machine-1")
-    one = team.spread_seeds({"train": {"max_steps": 30, "positive_weight": 0.95}})
+    one = team.spread_seeds({"train": {"max_steps": 30}, "evaluate": {"seed": 1235}})
     team.start_worker("machine-2")
-    two = team.spread_seeds({"train": {"max_steps": 30, "positive_weight": 0.9}})
+    two = team.spread_seeds({"train": {"max_steps": 30}, "evaluate": {"seed": 1236}})
     for workers, round_ in ((1, one), (2, two)):
         print(f"{workers} worker(s): {round_['seconds']:.0f} s; {round_['laps']}")
     print(

@@ -90,9 +90,13 @@ def test_each_seed_runs_in_a_clone_of_its_own_and_the_parent_trains_none_again(t
     assert {f"{pushed[k]} {base}/seed-{k}" for k in (0, 1)} <= set(refs)
 
     spread.collect(dev, ["seed-0", "seed-1"])
+    paths = spread.adopt_all(dev, {"seed-0": ["train@0"], "seed-1": ["train@1"]})  # at once
+    assert paths == [
+        f"{kind}/seed-{seed}{ext}"
+        for seed in (0, 1)
+        for kind, ext in (("models", ""), ("reports", ".json"))
+    ]
     for seed in (0, 1):
-        paths = spread.adopt(dev, f"seed-{seed}", [f"train@{seed}"])
-        assert paths == [f"models/seed-{seed}", f"reports/seed-{seed}.json"]
         assert json.loads((dev / f"reports/seed-{seed}.json").read_text()) == {
             "seed": seed,
             "reward": 0.5 + seed,
