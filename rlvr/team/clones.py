@@ -112,7 +112,7 @@ def held(root: Path) -> Iterator[Path]:
     """Hold the clone `root` (a lock file beside it, taken before the clone is made), so no other
     flow run on this machine takes it for a leftover; CloneHeld when another process holds it.
     (flock: a killed run's lock goes with its process.)"""
-    lock = root.with_name(root.name + ".lock")
+    lock = lock_file(root)
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as handle:
         try:
@@ -136,9 +136,19 @@ def leftovers(folder: Path, keep: set[str], remove: bool) -> list[Path]:
         try:
             with held(clone_root):
                 if remove:
-                    shutil.rmtree(clone_root, ignore_errors=True)
-                    clone_root.with_name(clone_root.name + ".lock").unlink(missing_ok=True)
+                    remove_clone(clone_root)
                 found.append(clone_root)
         except CloneHeld:  # a run going on now
             continue
     return found
+
+
+def lock_file(root: Path) -> Path:
+    """The lock beside a clone that held() takes: <root>.lock."""
+    return root.with_name(root.name + ".lock")
+
+
+def remove_clone(root: Path) -> None:
+    """A clone and its lock file, gone."""
+    shutil.rmtree(root, ignore_errors=True)
+    lock_file(root).unlink(missing_ok=True)

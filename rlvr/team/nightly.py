@@ -19,7 +19,6 @@ and the next night pushes and records it before it runs.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 from rlvr.core.errors import PipelineError
 from rlvr.orchestration.runs import dvc_stages, stale_stages
 from rlvr.report.render import md_escape
-from rlvr.team.clones import GitFailed, clone, git, leftovers, rev
+from rlvr.team.clones import GitFailed, clone, git, leftovers, lock_file, remove_clone, rev
 from rlvr.team.registry import promote_after_run
 from rlvr.team.remote import push
 from rlvr.team.trust import (
@@ -205,15 +204,14 @@ def forget(workdir: Path, night: Night) -> None:
     pending = _pending(workdir)
     pending.pop(str(night.root), None)
     (workdir / PENDING).write_text(json.dumps(pending, indent=1))
-    shutil.rmtree(night.root, ignore_errors=True)
-    night.root.with_name(night.root.name + ".lock").unlink(missing_ok=True)
+    remove_clone(night.root)
 
 
 def tidy(workdir: Path, root: Path, ended_well: bool) -> str | None:
     """After the night whose clone was `root`: when it ended well, its lock and the leftovers of
     earlier nights go; else the leftovers are named. The line to log, or None."""
     if ended_well:
-        root.with_name(root.name + ".lock").unlink(missing_ok=True)
+        lock_file(root).unlink(missing_ok=True)
         removed = leftovers(workdir / "runs", set(_pending(workdir)), remove=True)
         if removed:
             names = ", ".join(r.name for r in removed)

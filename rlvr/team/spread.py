@@ -38,7 +38,7 @@ from rlvr.core.files import remove_tree
 from rlvr.orchestration.runs import dvc_stages, run_dvc, seeded_stages, stages_ran
 from rlvr.params.config import ParamsError, load_params
 from rlvr.params.experiments import check_queued_runs, experiment_runs
-from rlvr.team.clones import clone, git, held, leftovers, origin_url, rev
+from rlvr.team.clones import clone, git, held, leftovers, origin_url, remove_clone, rev
 from rlvr.team.crashes import EXPERIMENT_FLOW, FINAL, ensure_crash_detection
 from rlvr.team.remote import (
     RemoteFailed,
@@ -200,26 +200,18 @@ def run_one(repo: str, commit: str, run: Run, workdir: Path, label: str) -> dict
             raise type(error)(
                 f"{error}; other clones kept for a look: {', '.join(map(str, left))}"
             ) from None
-        shutil.rmtree(root, ignore_errors=True)
-    root.with_name(root.name + ".lock").unlink(missing_ok=True)
+        remove_clone(root)
     result["removed"] = [p.name for p in leftovers(root.parent, set(), remove=True)]
     return result
 
 
 def _run_in(repo: str, commit: str, run: Run, workdir: Path, root: Path) -> dict:
-    steps: dict[str, float] = {}
-    clock = [time.monotonic()]
-
-    def lap(step: str) -> None:
-        now = time.monotonic()
-        steps[step] = round(now - clock[0], 1)
-        clock[0] = now
-
+    laps = Laps()
     clone(repo, root, workdir)
     git(root, "checkout", "--quiet", commit)
-    lap("clone")
+    laps.lap("clone")
     pull(root, *run.targets)
-    lap("pull")
+    laps.lap("pull")
     overrides = [a for o in run.overrides for a in ("-S", o)]
     # (not --force: that would reproduce every stage above the targets, not replace a name;
     # a fresh clone has no experiment of that name)
@@ -229,7 +221,7 @@ def _run_in(repo: str, commit: str, run: Run, workdir: Path, root: Path) -> dict
             f"experiment {run.name}: dvc exp run failed in {root} (kept): "
             f"{dvc_error(ran.stdout + ran.stderr)}"
         )
-    lap("run")
+    laps.lap("run")
     pushed = remote_dvc(root, "exp", "push", "--force", "origin", run.name)
     if pushed.returncode != 0:
         raise SpreadError(
@@ -237,12 +229,12 @@ def _run_in(repo: str, commit: str, run: Run, workdir: Path, root: Path) -> dict
             f"`dvc exp push origin {run.name}` there): "
             f"{dvc_error(pushed.stdout + pushed.stderr)}"
         )
-    lap("push")
+    laps.lap("push")
     return {
         "name": run.name,
         "exp": experiment_commit(root, run.name),
-        "seconds": round(sum(steps.values()), 1),
-        "steps": steps,
+        "seconds": round(sum(laps.seconds.values()), 1),
+        "steps": laps.seconds,
         "ran": stages_ran(ran.stdout),
     }
 
